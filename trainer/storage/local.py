@@ -1,0 +1,115 @@
+"""A run dir on the local filesystem; writes are atomic via temp file + rename."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from trainer.storage.base import (
+    RunStorage,
+    StorageError,
+    StorageNotFoundError,
+    clean_rel,
+    refuse_root,
+)
+
+PARTIAL_SUFFIX = ".partial"
+"""Temp files of in-flight writes end with this; `list_dir` hides them."""
+
+
+@contextmanager
+def local_errors(action: str, where: str | Path) -> Iterator[None]:
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError as exc:
+        raise StorageNotFoundError(f"cannot {action} {where}: no such file") from exc
+    except OSError as exc:
+        raise StorageError(f"cannot {action} {where}: {exc.strerror or exc}") from exc
+
+
+def _atomic_local_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Write via `write(tmp_path)` into a temp sibling, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{PARTIAL_SUFFIX}")
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class LocalStorage(RunStorage):
+    is_remote = False
+
+    def __init__(self, run_dir: str | os.PathLike[str]):
+        self.root = os.fspath(run_dir).rstrip("/") or "/"
+        self._root = Path(self.root)
+
+    def local_path(self, rel: str = "") -> Path:
+        rel = clean_rel(rel)
+        return self._root / rel if rel else self._root
+
+    def read_bytes(self, rel: str) -> bytes:
+        path = self.local_path(rel)
+        with local_errors("read", path):
+            return path.read_bytes()
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        path = self.local_path(rel)
+        with local_errors("write", path):
+            _atomic_local_write(path, lambda tmp: tmp.write_bytes(data))
+
+    def append_text(self, rel: str, text: str) -> None:
+        path = self.local_path(rel)
+        with local_errors("append to", path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+
+    def exists(self, rel: str) -> bool:
+        return self.local_path(rel).exists()
+
+    def list_dir(self, rel: str) -> list[str]:
+        path = self.local_path(rel)
+        if not path.is_dir():
+            return []
+        with local_errors("list", path):
+            return sorted(n for n in os.listdir(path) if not n.endswith(PARTIAL_SUFFIX))
+
+    def _upload(self, pairs: list[tuple[Path, str]], target: str) -> None:
+        for source, rel in pairs:
+            dest = self.local_path(rel)
+            with local_errors(f"copy {source} to", dest):
+                if source.resolve() != dest.resolve():
+                    _atomic_local_write(dest, lambda tmp, src=source: shutil.copyfile(src, tmp))
+
+    def download_dir(self, rel: str, local_dir: Path) -> None:
+        src = self.local_path(rel)
+        if not src.is_dir():
+            raise StorageNotFoundError(f"cannot download {src}: no such directory")
+        with local_errors("download", src):
+            if src.resolve() != Path(local_dir).resolve():
+                shutil.copytree(src, local_dir, dirs_exist_ok=True)
+
+    def delete_tree(self, rel: str) -> None:
+        rel = clean_rel(rel)
+        refuse_root(self, rel)
+        path = self.local_path(rel)
+        with local_errors("delete", path):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def read_local_file(path: str) -> bytes:
+    with local_errors("read", path):
+        return Path(path).read_bytes()

@@ -1,0 +1,233 @@
+"""A run dir under s3://bucket/prefix, through boto3 with botocore's bounded retries."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer.storage.base import (
+    RunStorage,
+    StorageError,
+    StorageNotFoundError,
+    clean_rel,
+    refuse_root,
+)
+
+if TYPE_CHECKING:  # boto3 is imported lazily: local runs never pay for it.
+    from botocore.client import BaseClient as S3Client
+
+S3_SCHEME = "s3://"
+DEFAULT_RETRY_MODE = "standard"
+DEFAULT_MAX_ATTEMPTS = 10
+"""Checkpoints are expensive to lose: more patience than botocore's default of 3."""
+RETRY_MODES = ("standard", "adaptive", "legacy")
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """'s3://bucket/a/b' -> ('bucket', 'a/b'); a clear error when there is no bucket."""
+    if not uri.startswith(S3_SCHEME):
+        raise StorageError(f"{uri!r} is not an s3:// URI")
+    bucket, _, key = uri[len(S3_SCHEME) :].partition("/")
+    if not bucket:
+        raise StorageError(f"{uri!r} has no bucket: expected s3://bucket/prefix")
+    return bucket, key.strip("/")
+
+
+def _retry_settings() -> dict[str, Any]:
+    mode = os.environ.get("AWS_RETRY_MODE", DEFAULT_RETRY_MODE)
+    if mode not in RETRY_MODES:
+        raise StorageError(f"AWS_RETRY_MODE={mode!r}: allowed values are {', '.join(RETRY_MODES)}")
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", str(DEFAULT_MAX_ATTEMPTS))
+    if not raw.isdigit() or int(raw) < 1:
+        raise StorageError(f"AWS_MAX_ATTEMPTS={raw!r}: must be a whole number >= 1")
+    return {"mode": mode, "max_attempts": int(raw)}
+
+
+def make_s3_client() -> S3Client:
+    """An S3 client with bounded botocore retries; endpoint and credentials from the env."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries=_retry_settings(), connect_timeout=10, read_timeout=120)
+    with s3_errors("connect to", "S3"):
+        return boto3.session.Session().client("s3", config=config)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a botocore/boto3 error: code, HTTP status, attempts, message."""
+    response = getattr(exc, "response", None)
+    if response is None and exc.__cause__ is not None:
+        response = getattr(exc.__cause__, "response", None)
+    if not isinstance(response, dict):
+        return " ".join(str(exc).split())
+    error = response.get("Error", {})
+    meta = response.get("ResponseMetadata", {})
+    code = error.get("Code") or "error"
+    status = meta.get("HTTPStatusCode")
+    text = f"{code}" + (f" (HTTP {status})" if status else "")
+    attempts = meta.get("RetryAttempts")
+    if attempts:
+        text += f" after {attempts + 1} attempts"
+    message = error.get("Message")
+    return f"{text}: {message}" if message else text
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    response = getattr(exc, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    return code in ("404", "NoSuchKey", "NotFound")
+
+
+@contextmanager
+def s3_errors(action: str, uri: str) -> Iterator[None]:
+    """Translate botocore/boto3 errors at the boundary into one StorageError line."""
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except StorageError:
+        raise
+    except ClientError as exc:
+        error_cls = StorageNotFoundError if _is_not_found(exc) else StorageError
+        raise error_cls(f"cannot {action} {uri}: {_describe(exc)}") from exc
+    except (BotoCoreError, Boto3Error) as exc:
+        raise StorageError(f"cannot {action} {uri}: {_describe(exc)}") from exc
+
+
+class S3Storage(RunStorage):
+    is_remote = True
+
+    def __init__(self, run_dir: str, client: S3Client | None = None, transfer_config: Any = None):
+        self.bucket, self.prefix = split_s3_uri(run_dir)
+        self.root = f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
+        self._client = client or make_s3_client()
+        self._transfer_config = transfer_config
+
+    def key(self, rel: str) -> str:
+        return "/".join(p for p in (self.prefix, clean_rel(rel)) if p)
+
+    def _dir_prefix(self, rel: str) -> str:
+        key = self.key(rel)
+        return f"{key}/" if key else ""
+
+    def read_bytes(self, rel: str) -> bytes:
+        with s3_errors("read", self.uri(rel)):
+            return _get_object(self._client, self.bucket, self.key(rel))
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with s3_errors("write", self.uri(rel)):
+            self._client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data)
+
+    def append_text(self, rel: str, text: str) -> None:
+        # S3 has no append: read-modify-write of the whole object. Fine for metrics.jsonl
+        # (small, one writer); each append costs a GET and a PUT of the file so far.
+        try:
+            current = self.read_bytes(rel)
+        except StorageNotFoundError:
+            current = b""
+        self.write_bytes(rel, current + text.encode("utf-8"))
+
+    def exists(self, rel: str) -> bool:
+        rel = clean_rel(rel)
+        with s3_errors("check", self.uri(rel)):
+            if rel:
+                try:
+                    self._client.head_object(Bucket=self.bucket, Key=self.key(rel))
+                    return True
+                except Exception as exc:
+                    if not _is_not_found(exc):
+                        raise
+            listing = self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=self._dir_prefix(rel), MaxKeys=1
+            )
+            return listing.get("KeyCount", 0) > 0
+
+    def list_dir(self, rel: str) -> list[str]:
+        prefix = self._dir_prefix(rel)
+        names: set[str] = set()
+        with s3_errors("list", self.uri(rel)):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix, Delimiter="/"
+            )
+            for page in pages:
+                names.update(
+                    p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])
+                )
+                names.update(o["Key"][len(prefix) :] for o in page.get("Contents", []))
+        names.discard("")
+        return sorted(names)
+
+    def _keys_under(self, rel: str) -> list[str]:
+        prefix = self._dir_prefix(rel)
+        pages = self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def _transfer_manager(self) -> Any:
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+
+        return create_transfer_manager(self._client, self._transfer_config or TransferConfig())
+
+    def _upload(self, pairs: list[tuple[Path, str]], target: str) -> None:
+        # The transfer manager runs the uploads concurrently and splits big files into
+        # multipart uploads, which it aborts on failure (no half object ever appears).
+        with s3_errors("upload to", target):
+            for source, _ in pairs:
+                if not source.is_file():
+                    raise StorageNotFoundError(f"cannot upload {source}: no such file")
+            with self._transfer_manager() as manager:
+                futures = [
+                    manager.upload(str(source), self.bucket, self.key(rel)) for source, rel in pairs
+                ]
+                for future in futures:
+                    future.result()
+
+    def download_dir(self, rel: str, local_dir: Path) -> None:
+        prefix = self._dir_prefix(rel)
+        local_dir = Path(local_dir)
+        with s3_errors("download", self.uri(rel)):
+            keys = self._keys_under(rel)
+            if not keys:
+                raise StorageNotFoundError(f"cannot download {self.uri(rel)}: nothing there")
+            with self._transfer_manager() as manager:
+                futures = []
+                for key in keys:
+                    target = local_dir / clean_rel(key[len(prefix) :])
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    futures.append(manager.download(self.bucket, key, str(target)))
+                for future in futures:
+                    future.result()
+
+    def delete_tree(self, rel: str) -> None:
+        rel = clean_rel(rel)
+        refuse_root(self, rel)
+        with s3_errors("delete", self.uri(rel)):
+            keys = [self.key(rel), *self._keys_under(rel)]
+            for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+                batch = [{"Key": k} for k in keys[start : start + 1000]]
+                response = self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
+                )
+                if response.get("Errors"):
+                    first = response["Errors"][0]
+                    raise StorageError(
+                        f"cannot delete {S3_SCHEME}{self.bucket}/{first.get('Key')}: "
+                        f"{first.get('Code')}: {first.get('Message')}"
+                    )
+
+
+def _get_object(client: Any, bucket: str, key: str) -> bytes:
+    return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def read_s3_object(uri: str) -> bytes:
+    bucket, key = split_s3_uri(uri)
+    if not key:
+        raise StorageError(f"{uri!r} names a bucket but no object: expected s3://bucket/key")
+    with s3_errors("read", uri):
+        return _get_object(make_s3_client(), bucket, key)
