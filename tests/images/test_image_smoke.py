@@ -1,0 +1,114 @@
+"""The image self-test on this CPU machine: it passes here, and each mismatch it exists to catch
+fails with a message that says what was expected and what was found."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer import smoke
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_node_environment(monkeypatch):
+    """Start every test from a plain CPU node: no EFA hints, no baked expectations."""
+    for name in list(os.environ):
+        if name.startswith("TRAINSTACK_SMOKE_") or name == "FI_PROVIDER":
+            monkeypatch.delenv(name)
+
+
+def run_smoke(capsys, *argv: str) -> tuple[int, str]:
+    code = smoke.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def fake_fi_info(directory: Path, exit_code: int, message: str) -> None:
+    """A stand-in for libfabric's `fi_info` binary, which this machine does not have."""
+    script = directory / "fi_info"
+    script.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit {exit_code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def test_module_passes_on_cpu_as_a_real_process():
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", "cpu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_SMOKE_")},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == [
+        f"ok   {name}" for name, _ in smoke.CHECKS
+    ]
+    assert "gloo all_reduce on cpu ok" in result.stdout
+    assert lines[-1] == f"smoke test passed: {len(smoke.CHECKS)} checks"
+
+
+def test_cpu_build_where_cuda_is_expected_fails(capsys):
+    code, out = run_smoke(capsys, "--expect-cuda", "13.0")
+    assert code == smoke.EXIT_FAILED
+    assert "FAIL versions: expected torch built for CUDA 13.0, found a CPU-only build" in out
+
+
+def test_missing_gpu_fails_and_skips_the_device_checks(capsys):
+    code, out = run_smoke(capsys, "--device", "cuda")
+    assert code == smoke.EXIT_FAILED
+    assert "FAIL device: expected CUDA but torch.cuda.is_available() is False" in out
+    assert "skip train_step: the device check failed" in out
+    assert "skip collective: the device check failed" in out
+
+
+def test_expected_nccl_without_nccl_fails(capsys, monkeypatch):
+    monkeypatch.setenv("TRAINSTACK_SMOKE_EXPECT_NCCL", "2.29.7")
+    code, out = run_smoke(capsys)
+    assert code == smoke.EXIT_FAILED
+    assert "FAIL nccl: expected NCCL 2.29.7, but torch" in out
+
+
+def test_efa_hint_without_libfabric_fails(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FI_PROVIDER", "efa")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no fi_info anywhere
+    code, out = run_smoke(capsys)
+    assert code == smoke.EXIT_FAILED
+    assert "FAIL efa: EFA expected (FI_PROVIDER=efa) but fi_info is not installed" in out
+
+
+def test_efa_provider_missing_fails_with_fi_info_output(capsys, monkeypatch, tmp_path):
+    fake_fi_info(tmp_path, 61, "fi_getinfo: -61 (No data available)")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    code, out = run_smoke(capsys, "--efa", "require")
+    assert code == smoke.EXIT_FAILED
+    assert "`fi_info -p efa` failed: fi_getinfo: -61 (No data available)" in out
+
+
+def test_efa_without_the_nccl_plugin_fails_and_with_it_passes(capsys, monkeypatch, tmp_path):
+    fake_fi_info(tmp_path, 0, "provider: efa")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    code, out = run_smoke(capsys, "--efa", "require")
+    assert code == smoke.EXIT_FAILED
+    assert f"the aws-ofi-nccl plugin {smoke.OFI_NCCL_PLUGIN} is not on LD_LIBRARY_PATH" in out
+
+    (tmp_path / smoke.OFI_NCCL_PLUGIN).write_bytes(b"")
+    code, out = run_smoke(capsys, "--efa", "require")
+    assert code == 0, out
+    assert f"NCCL plugin {tmp_path / smoke.OFI_NCCL_PLUGIN}" in out
+
+
+def test_bad_option_from_the_environment_names_the_variable(capsys, monkeypatch):
+    monkeypatch.setenv("TRAINSTACK_SMOKE_DEVICE", "gpu")
+    with pytest.raises(SystemExit) as exited:
+        smoke.main([])
+    assert exited.value.code == 2
+    assert "TRAINSTACK_SMOKE_DEVICE='gpu': allowed: auto, cpu, cuda" in capsys.readouterr().err
