@@ -1,0 +1,223 @@
+"""Every RunStorage method, one suite run against a local directory and an s3:// run dir on
+moto's HTTP server."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.s3_server import DUMMY_SECRET_KEY
+from trainer.storage import (
+    LocalStorage,
+    RunStorage,
+    S3Storage,
+    StorageError,
+    StorageNotFoundError,
+    open_run_storage,
+    read_uri_bytes,
+)
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> RunStorage:
+    if request.param == "local":
+        return open_run_storage(str(tmp_path / "runs" / "run-1"))
+    request.getfixturevalue("s3_direct")
+    bucket = request.getfixturevalue("s3_bucket")
+    return open_run_storage(f"s3://{bucket}/runs/run-1")
+
+
+def make_tree(root: Path) -> dict[str, bytes]:
+    files = {
+        "__0_0.distcp": os.urandom(3000),
+        ".metadata": b"meta",
+        "nested/deeper/extra.bin": b"\x00\x01\x02",
+    }
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_open_run_storage_picks_the_backend(storage: RunStorage, tmp_path: Path) -> None:
+    if storage.is_remote:
+        assert isinstance(storage, S3Storage)
+        assert storage.root.startswith("s3://") and storage.root.endswith("/runs/run-1")
+        assert storage.local_path("logs") is None
+    else:
+        assert isinstance(storage, LocalStorage)
+        assert storage.local_path("logs/metrics.jsonl") == Path(storage.root, "logs/metrics.jsonl")
+        assert storage.local_path() == Path(storage.root)
+
+
+def test_write_read_overwrite(storage: RunStorage) -> None:
+    storage.write_bytes("checkpoints/step-00000010/COMMITTED", b"")
+    storage.write_text("config.yaml", "seed: 1\n")
+    assert storage.read_text("config.yaml") == "seed: 1\n"
+    storage.write_text("config.yaml", "seed: 2\nmodel: tiny — ünïcode\n")
+    assert storage.read_text("config.yaml") == "seed: 2\nmodel: tiny — ünïcode\n"
+    assert storage.read_bytes("checkpoints/step-00000010/COMMITTED") == b""
+
+
+def test_append_text_creates_then_appends(storage: RunStorage) -> None:
+    storage.append_text("logs/metrics.jsonl", '{"step": 1}\n')
+    storage.append_text("logs/metrics.jsonl", '{"step": 2}\n')
+    assert storage.read_text("logs/metrics.jsonl").splitlines() == ['{"step": 1}', '{"step": 2}']
+
+
+def test_exists_and_list_dir(storage: RunStorage) -> None:
+    assert not storage.exists("checkpoints")
+    assert storage.list_dir("checkpoints") == []
+    for step in (20, 10):
+        storage.write_text(f"checkpoints/step-{step:08d}/COMMITTED", "")
+    storage.write_text("checkpoints/step-00000030/.metadata", "x")
+    storage.write_text("checkpoints/latest.txt", "30")
+    assert storage.exists("checkpoints")
+    assert storage.exists("checkpoints/step-00000010/COMMITTED")
+    assert not storage.exists("checkpoints/step-00000030/COMMITTED")
+    assert not storage.exists("checkpoints/step-0000001")  # a name prefix is not a directory
+    assert storage.list_dir("checkpoints") == [
+        "latest.txt",
+        "step-00000010",
+        "step-00000020",
+        "step-00000030",
+    ]
+    assert storage.list_dir("") == ["checkpoints"]
+    assert storage.list_dir("checkpoints/step-00000030") == [".metadata"]
+
+
+def test_upload_and_download_dir_round_trip(storage: RunStorage, tmp_path: Path) -> None:
+    source = tmp_path / "staging"
+    files = make_tree(source)
+    storage.upload_dir(source, "checkpoints/step-00000005")
+    assert storage.list_dir("checkpoints/step-00000005") == [".metadata", "__0_0.distcp", "nested"]
+    target = tmp_path / "restored"
+    storage.download_dir("checkpoints/step-00000005", target)
+    assert read_tree(target) == files
+
+
+def test_upload_file(storage: RunStorage, tmp_path: Path) -> None:
+    source = tmp_path / "events.bin"
+    source.write_bytes(b"tensorboard-ish")
+    storage.upload_file(source, "logs/events.bin")
+    assert storage.read_bytes("logs/events.bin") == b"tensorboard-ish"
+    with pytest.raises(StorageNotFoundError, match=r"missing\.bin"):
+        storage.upload_file(tmp_path / "missing.bin", "logs/x.bin")
+
+
+def test_delete_tree_removes_only_that_subtree(storage: RunStorage, tmp_path: Path) -> None:
+    make_tree(tmp_path / "a")
+    storage.upload_dir(tmp_path / "a", "checkpoints/step-00000001")
+    storage.upload_dir(tmp_path / "a", "checkpoints/step-00000002")
+    storage.write_text("checkpoints/step-00000001x", "a sibling sharing the name prefix")
+    storage.delete_tree("checkpoints/step-00000001")
+    assert storage.list_dir("checkpoints") == ["step-00000001x", "step-00000002"]
+    storage.delete_tree("checkpoints/step-00000001")  # missing is fine
+    storage.delete_tree("checkpoints/step-00000001x")  # a single file too
+    assert storage.list_dir("checkpoints") == ["step-00000002"]
+    with pytest.raises(StorageError, match="refusing to delete the whole run dir"):
+        storage.delete_tree("")
+
+
+def test_missing_things_are_clear_errors(storage: RunStorage, tmp_path: Path) -> None:
+    with pytest.raises(StorageNotFoundError) as excinfo:
+        storage.read_text("logs/nope.jsonl")
+    message = str(excinfo.value)
+    assert storage.uri("logs/nope.jsonl") in message and "\n" not in message
+    assert excinfo.value.__cause__ is not None
+    assert isinstance(excinfo.value, FileNotFoundError)
+    with pytest.raises(StorageNotFoundError, match="checkpoints/step-00000099"):
+        storage.download_dir("checkpoints/step-00000099", tmp_path / "out")
+    with pytest.raises(StorageError, match="not a directory"):
+        storage.upload_dir(tmp_path / "no-such-dir", "checkpoints/x")
+
+
+@pytest.mark.parametrize("rel", ["../escape", "/etc/passwd", "a/../../b"])
+def test_paths_must_stay_inside_the_run_dir(storage: RunStorage, rel: str) -> None:
+    with pytest.raises(StorageError, match="relative to the run dir"):
+        storage.write_text(rel, "x")
+
+
+def test_read_uri_bytes(storage: RunStorage, tmp_path: Path) -> None:
+    storage.write_text("data/train.jsonl", '{"text": "hello"}\n')
+    if storage.is_remote:
+        uri = storage.uri("data/train.jsonl")
+    else:
+        uri = str(storage.local_path("data/train.jsonl"))
+    assert read_uri_bytes(uri) == b'{"text": "hello"}\n'
+    with pytest.raises(StorageNotFoundError, match=r"nope\.jsonl"):
+        read_uri_bytes(storage.uri("data/nope.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "expected"),
+    [
+        ("", "run_dir is empty"),
+        ("gs://bucket/run", "only local paths and s3:// URIs"),
+        ("s3://", "has no bucket"),
+        ("s3:///prefix", "has no bucket"),
+    ],
+)
+def test_bad_run_dirs(run_dir: str, expected: str) -> None:
+    with pytest.raises(StorageError, match=re.escape(expected)):
+        open_run_storage(run_dir)
+
+
+def test_read_uri_needs_a_key() -> None:
+    with pytest.raises(StorageError, match="names a bucket but no object"):
+        read_uri_bytes("s3://some-bucket/")
+
+
+def test_missing_bucket_is_one_line_without_credentials(s3_direct: object) -> None:
+    storage = open_run_storage("s3://no-such-bucket-here/run")
+    with pytest.raises(StorageError) as excinfo:
+        storage.write_text("config.yaml", "x")
+    message = str(excinfo.value)
+    assert message.startswith("cannot write s3://no-such-bucket-here/run/config.yaml: NoSuchBucket")
+    assert "\n" not in message and DUMMY_SECRET_KEY not in message
+    assert not isinstance(excinfo.value, StorageNotFoundError)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("AWS_MAX_ATTEMPTS", "lots", "AWS_MAX_ATTEMPTS='lots': must be a whole number >= 1"),
+        ("AWS_MAX_ATTEMPTS", "0", "must be a whole number >= 1"),
+        ("AWS_RETRY_MODE", "eager", "allowed values are standard, adaptive, legacy"),
+    ],
+)
+def test_bad_retry_settings(
+    s3_direct: object, monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(StorageError, match=re.escape(expected)):
+        open_run_storage("s3://bucket/run")
+
+
+def test_local_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = LocalStorage(tmp_path / "run")
+    storage.write_text("checkpoints/latest", "old")
+
+    def crash(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(StorageError, match="No space left on device"):
+        storage.write_text("checkpoints/latest", "new")
+    monkeypatch.undo()
+    assert storage.read_text("checkpoints/latest") == "old"
+    assert sorted(p.name for p in (tmp_path / "run/checkpoints").iterdir()) == ["latest"]
+
+
+def test_local_list_dir_hides_in_flight_temp_files(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "run")
+    storage.write_text("logs/a.txt", "a")
+    (tmp_path / "run/logs/.b.txt.1234abcd.partial").write_text("half")
+    assert storage.list_dir("logs") == ["a.txt"]
