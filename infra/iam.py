@@ -1,0 +1,38 @@
+"""Roles for AWS services, declared the same way everywhere: trust one principal, attach named
+managed policies, optionally one inline policy."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.policies import assume_role_policy
+
+
+def service_role(
+    name: str,
+    service: str,
+    parent: pulumi.Resource,
+    partition: str,
+    managed_policies: tuple[str, ...] = (),
+    inline_policy: pulumi.Input[str] | None = None,
+    *,
+    tag_session: bool = False,
+) -> aws.iam.Role:
+    """`managed_policies` are AWS-managed policy names (arn:aws:iam::aws:policy/<name>)."""
+    child = pulumi.ResourceOptions(parent=parent)
+    role = aws.iam.Role(
+        name,
+        assume_role_policy=assume_role_policy(service, tag_session=tag_session),
+        opts=child,
+    )
+    for policy in managed_policies:
+        aws.iam.RolePolicyAttachment(
+            f"{name}-{policy}",
+            role=role.name,
+            policy_arn=f"arn:{partition}:iam::aws:policy/{policy}",
+            opts=child,
+        )
+    if inline_policy is not None:
+        aws.iam.RolePolicy(f"{name}-inline", role=role.id, policy=inline_policy, opts=child)
+    return role

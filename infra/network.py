@@ -1,0 +1,151 @@
+"""The VPC: private subnets for nodes in every AZ, one NAT, and endpoints for S3, ECR and STS.
+
+Nodes pull images and reach S3 through the endpoints, so bulk traffic skips the NAT gateway.
+GPU node groups use the private subnet of one AZ only (EFA and cluster placement groups don't
+span AZs).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import NetworkConfig
+
+MAX_ZONES = 7
+"""The VPC is cut into 8 equal blocks: one private block per AZ, the last for public subnets."""
+
+
+def subnet_layout(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
+    """(private, public) CIDRs: large private subnets (pods take VPC IPs), small public ones."""
+    network = ipaddress.IPv4Network(vpc_cidr)
+    blocks = list(network.subnets(prefixlen_diff=3))
+    public = list(blocks[-1].subnets(prefixlen_diff=3))
+    return [str(b) for b in blocks[:zones]], [str(b) for b in public[:zones]]
+
+
+class Network(pulumi.ComponentResource):
+    vpc_id: pulumi.Output[str]
+    private_subnet_ids: list[pulumi.Output[str]]
+    gpu_subnet_id: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        config: NetworkConfig,
+        region: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("trainstack:infra:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        private_cidrs, public_cidrs = subnet_layout(config.vpc_cidr, len(config.availability_zones))
+
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=config.vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={"Name": name},
+            opts=child,
+        )
+        # The VPC's default security group admits nothing: every rule here is explicit.
+        aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=vpc.id, opts=child)
+        gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, opts=child)
+
+        public_routes = aws.ec2.RouteTable(
+            f"{name}-public",
+            vpc_id=vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": gateway.id}],
+            opts=child,
+        )
+        public_subnets = []
+        for zone, cidr in zip(config.availability_zones, public_cidrs, strict=True):
+            subnet = aws.ec2.Subnet(
+                f"{name}-public-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                map_public_ip_on_launch=False,
+                tags={"Name": f"{name}-public-{zone}", "kubernetes.io/role/elb": "1"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{zone}",
+                subnet_id=subnet.id,
+                route_table_id=public_routes.id,
+                opts=child,
+            )
+            public_subnets.append(subnet)
+
+        nat_ip = aws.ec2.Eip(f"{name}-nat", domain="vpc", opts=child)
+        nat = aws.ec2.NatGateway(
+            f"{name}-nat",
+            allocation_id=nat_ip.id,
+            subnet_id=public_subnets[0].id,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+        )
+        private_routes = aws.ec2.RouteTable(
+            f"{name}-private",
+            vpc_id=vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
+            opts=child,
+        )
+        private_subnets = {}
+        for zone, cidr in zip(config.availability_zones, private_cidrs, strict=True):
+            subnet = aws.ec2.Subnet(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                cidr_block=cidr,
+                availability_zone=zone,
+                tags={"Name": f"{name}-private-{zone}", "kubernetes.io/role/internal-elb": "1"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-{zone}",
+                subnet_id=subnet.id,
+                route_table_id=private_routes.id,
+                opts=child,
+            )
+            private_subnets[zone] = subnet
+
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3",
+            vpc_id=vpc.id,
+            service_name=f"com.amazonaws.{region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=[private_routes.id],
+            opts=child,
+        )
+        endpoint_sg = aws.ec2.SecurityGroup(
+            f"{name}-endpoints",
+            vpc_id=vpc.id,
+            description="HTTPS from the VPC to interface endpoints",
+            opts=child,
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-endpoints-https",
+            security_group_id=endpoint_sg.id,
+            cidr_ipv4=config.vpc_cidr,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            opts=child,
+        )
+        for service in ("ecr.api", "ecr.dkr", "sts"):
+            aws.ec2.VpcEndpoint(
+                f"{name}-{service.replace('.', '-')}",
+                vpc_id=vpc.id,
+                service_name=f"com.amazonaws.{region}.{service}",
+                vpc_endpoint_type="Interface",
+                private_dns_enabled=True,
+                subnet_ids=[s.id for s in private_subnets.values()],
+                security_group_ids=[endpoint_sg.id],
+                opts=child,
+            )
+
+        self.vpc_id = vpc.id
+        self.private_subnet_ids = [s.id for s in private_subnets.values()]
+        self.gpu_subnet_id = private_subnets[config.gpu_availability_zone].id
+        self.register_outputs({"vpc_id": self.vpc_id, "gpu_subnet_id": self.gpu_subnet_id})

@@ -1,0 +1,114 @@
+"""IAM policy documents as plain functions of resolved ARNs (call them inside `Output.apply`).
+
+Least privilege: every statement names its resources; the only `*` is
+`ecr:GetAuthorizationToken`, which IAM does not scope to a repository.
+"""
+
+from __future__ import annotations
+
+import json
+
+ECR_PULL_ACTIONS = [
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetDownloadUrlForLayer",
+]
+ECR_PUSH_ACTIONS = [
+    *ECR_PULL_ACTIONS,
+    "ecr:CompleteLayerUpload",
+    "ecr:InitiateLayerUpload",
+    "ecr:PutImage",
+    "ecr:UploadLayerPart",
+]
+ECR_LOGIN = {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
+
+
+def _document(statements: list[dict]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def assume_role_policy(service: str, *, tag_session: bool = False) -> str:
+    """Trust policy letting one AWS service principal assume the role."""
+    actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
+    return _document([{"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}])
+
+
+def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
+    """Pods of training jobs: read/write `<bucket>/<prefix>/*` only, and pull the one image."""
+    return _document(
+        [
+            {
+                "Sid": "RunObjects",
+                "Effect": "Allow",
+                "Action": [
+                    "s3:AbortMultipartUpload",
+                    "s3:DeleteObject",
+                    "s3:GetObject",
+                    "s3:PutObject",
+                ],
+                "Resource": f"{bucket_arn}/{prefix}/*",
+            },
+            {
+                "Sid": "ListRuns",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": bucket_arn,
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}},
+            },
+            {
+                # SSE-KMS objects need the bucket's key to be written and read.
+                "Sid": "BucketKey",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": kms_key_arn,
+            },
+            {
+                "Sid": "PullTrainerImage",
+                "Effect": "Allow",
+                "Action": ECR_PULL_ACTIONS,
+                "Resource": repository_arn,
+            },
+            {"Sid": "EcrLogin", **ECR_LOGIN},
+        ]
+    )
+
+
+def codebuild_policy(
+    repository_arn: str, log_group_arn: str, connection_arn: str | None = None
+) -> str:
+    """The image build: push to its repository and write its own log group, nothing else."""
+    statements = [
+        {
+            "Sid": "PushTrainerImage",
+            "Effect": "Allow",
+            "Action": ECR_PUSH_ACTIONS,
+            "Resource": repository_arn,
+        },
+        {"Sid": "EcrLogin", **ECR_LOGIN},
+        {
+            "Sid": "BuildLogs",
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": [log_group_arn, f"{log_group_arn}:*"],
+        },
+    ]
+    if connection_arn:
+        statements.append(
+            {
+                "Sid": "GitHubConnection",
+                "Effect": "Allow",
+                "Action": [
+                    "codeconnections:GetConnectionToken",
+                    "codeconnections:UseConnection",
+                ],
+                "Resource": connection_arn,
+            }
+        )
+    return _document(statements)
+
+
+def start_build_policy(project_arn: str) -> str:
+    """EventBridge's nightly rule may start this one project."""
+    return _document(
+        [{"Effect": "Allow", "Action": "codebuild:StartBuild", "Resource": project_arn}]
+    )

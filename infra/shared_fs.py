@@ -1,0 +1,130 @@
+"""Optional FSx for Lustre (PERSISTENT_2) in the GPU AZ, linked to the runs bucket by a data
+repository association, and mounted in pods through a static PV/PVC of the FSx CSI driver."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra.config import FsxConfig
+
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+"""TCP ports Lustre clients and servers use (FSx for Lustre security group guidance)."""
+CSI_DRIVER = "fsx.csi.aws.com"
+CLAIM_NAME = "shared-data"
+
+
+class SharedFileSystem(pulumi.ComponentResource):
+    claim_name: str
+
+    def __init__(
+        self,
+        name: str,
+        config: FsxConfig,
+        vpc_id: pulumi.Input[str],
+        subnet_id: pulumi.Input[str],
+        client_security_group_id: pulumi.Input[str],
+        bucket: pulumi.Input[str],
+        kms_key_arn: pulumi.Input[str],
+        namespace: pulumi.Input[str],
+        k8s_provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("trainstack:infra:SharedFileSystem", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
+
+        fsx_sg = aws.ec2.SecurityGroup(
+            f"{name}-lustre",
+            vpc_id=vpc_id,
+            description="Lustre traffic between FSx and cluster nodes",
+            opts=child,
+        )
+        sources = {"self": fsx_sg.id, "nodes": client_security_group_id}
+        for source, group_id in sources.items():
+            for low, high in LUSTRE_PORTS:
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-lustre-{source}-{low}",
+                    security_group_id=fsx_sg.id,
+                    referenced_security_group_id=group_id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    opts=child,
+                )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-lustre-self-out",
+            security_group_id=fsx_sg.id,
+            referenced_security_group_id=fsx_sg.id,
+            ip_protocol="-1",
+            opts=child,
+        )
+
+        file_system = aws.fsx.LustreFileSystem(
+            f"{name}-lustre",
+            deployment_type="PERSISTENT_2",
+            storage_capacity=config.storage_capacity_gib,
+            per_unit_storage_throughput=config.throughput_per_tib,
+            subnet_ids=[subnet_id],
+            security_group_ids=[fsx_sg.id],
+            kms_key_id=kms_key_arn,
+            data_compression_type="LZ4",
+            file_system_type_version="2.15",
+            opts=child,
+        )
+        aws.fsx.DataRepositoryAssociation(
+            f"{name}-data",
+            file_system_id=file_system.id,
+            file_system_path=f"/{config.data_prefix}",
+            data_repository_path=pulumi.Output.concat("s3://", bucket, f"/{config.data_prefix}/"),
+            batch_import_meta_data_on_create=True,
+            s3={
+                "auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
+                "auto_export_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
+            },
+            opts=child,
+        )
+
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-fsx",
+            metadata={"name": "fsx-lustre"},
+            provisioner=CSI_DRIVER,
+            reclaim_policy="Retain",
+            opts=in_cluster,
+        )
+        size = f"{config.storage_capacity_gib}Gi"
+        volume = k8s.core.v1.PersistentVolume(
+            f"{name}-fsx",
+            metadata={"name": f"{name}-fsx"},
+            spec={
+                "capacity": {"storage": size},
+                "volume_mode": "Filesystem",
+                "access_modes": ["ReadWriteMany"],
+                "persistent_volume_reclaim_policy": "Retain",
+                "storage_class_name": storage_class.metadata.name,
+                "csi": {
+                    "driver": CSI_DRIVER,
+                    "volume_handle": file_system.id,
+                    "volume_attributes": {
+                        "dnsname": file_system.dns_name,
+                        "mountname": file_system.mount_name,
+                    },
+                },
+            },
+            opts=in_cluster,
+        )
+        k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-fsx",
+            metadata={"name": CLAIM_NAME, "namespace": namespace},
+            spec={
+                "access_modes": ["ReadWriteMany"],
+                "storage_class_name": storage_class.metadata.name,
+                "volume_name": volume.metadata.name,
+                "resources": {"requests": {"storage": size}},
+            },
+            opts=in_cluster,
+        )
+        self.claim_name = CLAIM_NAME
+        self.file_system_id = file_system.id
+        self.register_outputs({"file_system_id": self.file_system_id})

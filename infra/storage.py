@@ -1,0 +1,117 @@
+"""The S3 bucket for runs (checkpoints, metrics, configs): private, owner-enforced, versioned,
+SSE-KMS with a bucket key, TLS only, with lifecycle rules that bound what old versions and
+abandoned multipart uploads cost."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+
+RUNS_PREFIX = "runs"
+"""`storage.root` for jobs is s3://<bucket>/runs; the training role may touch only this."""
+NONCURRENT_DAYS = 30
+MULTIPART_DAYS = 7
+
+
+def tls_only_policy(bucket_arn: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
+
+
+class RunStorage(pulumi.ComponentResource):
+    bucket: pulumi.Output[str]
+    bucket_arn: pulumi.Output[str]
+    key_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("trainstack:infra:RunStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        key = aws.kms.Key(
+            f"{name}-runs",
+            description="trainstack runs bucket encryption",
+            enable_key_rotation=True,
+            deletion_window_in_days=30,
+            opts=child,
+        )
+        bucket = aws.s3.Bucket(f"{name}-runs", force_destroy=False, opts=child)
+        public_block = aws.s3.BucketPublicAccessBlock(
+            f"{name}-runs",
+            bucket=bucket.id,
+            block_public_acls=True,
+            block_public_policy=True,
+            ignore_public_acls=True,
+            restrict_public_buckets=True,
+            opts=child,
+        )
+        aws.s3.BucketOwnershipControls(
+            f"{name}-runs",
+            bucket=bucket.id,
+            rule={"object_ownership": "BucketOwnerEnforced"},
+            opts=child,
+        )
+        versioning = aws.s3.BucketVersioning(
+            f"{name}-runs",
+            bucket=bucket.id,
+            versioning_configuration={"status": "Enabled"},
+            opts=child,
+        )
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-runs",
+            bucket=bucket.id,
+            rules=[
+                {
+                    "apply_server_side_encryption_by_default": {
+                        "sse_algorithm": "aws:kms",
+                        "kms_master_key_id": key.arn,
+                    },
+                    # One data key per bucket, not per object: far fewer KMS calls.
+                    "bucket_key_enabled": True,
+                }
+            ],
+            opts=child,
+        )
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-runs",
+            bucket=bucket.id,
+            rules=[
+                {
+                    "id": "abort-incomplete-multipart-uploads",
+                    "status": "Enabled",
+                    "filter": {},
+                    "abort_incomplete_multipart_upload": {"days_after_initiation": MULTIPART_DAYS},
+                },
+                {
+                    "id": "expire-noncurrent-versions",
+                    "status": "Enabled",
+                    "filter": {},
+                    "noncurrent_version_expiration": {"noncurrent_days": NONCURRENT_DAYS},
+                },
+            ],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning]),
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-runs",
+            bucket=bucket.id,
+            policy=bucket.arn.apply(tls_only_policy),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_block]),
+        )
+        self.bucket = bucket.bucket
+        self.bucket_arn = bucket.arn
+        self.key_arn = key.arn
+        self.root = pulumi.Output.concat("s3://", bucket.bucket, f"/{RUNS_PREFIX}")
+        self.register_outputs({"bucket": self.bucket, "root": self.root})
