@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # boto3 is imported lazily: local runs never pay for it.
 S3_SCHEME = "s3://"
 DEFAULT_RETRY_MODE = "standard"
 DEFAULT_MAX_ATTEMPTS = 10
-"""Checkpoints are expensive to lose: more patience than botocore's default of 3."""
+"""Total attempts per request, the first included. Checkpoints are expensive to lose: more
+patience than botocore's default of 3."""
 RETRY_MODES = ("standard", "adaptive", "legacy")
 
 
@@ -43,7 +44,8 @@ def _retry_settings() -> dict[str, Any]:
     raw = os.environ.get("AWS_MAX_ATTEMPTS", str(DEFAULT_MAX_ATTEMPTS))
     if not raw.isdigit() or int(raw) < 1:
         raise StorageError(f"AWS_MAX_ATTEMPTS={raw!r}: must be a whole number >= 1")
-    return {"mode": mode, "max_attempts": int(raw)}
+    # AWS_MAX_ATTEMPTS counts the first attempt too; Config's own "max_attempts" would not.
+    return {"mode": mode, "total_max_attempts": int(raw)}
 
 
 def make_s3_client() -> S3Client:
