@@ -33,7 +33,10 @@ from dataclasses import dataclass, replace
 EXIT_FAILED = 1
 EFA_DEVICE_GLOB = "/dev/infiniband/uverbs*"
 OFI_NCCL_PLUGIN = "libnccl-net-ofi.so"
-OFI_NCCL_DEFAULT_DIRS = ("/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64")
+OFI_NCCL_DEFAULT_DIRS = (
+    "/opt/amazon/ofi-nccl/lib",  # recent EFA installers
+    "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",  # older installers on Ubuntu
+)
 FI_INFO_DEFAULT = "/opt/amazon/efa/bin/fi_info"
 
 
