@@ -1,0 +1,103 @@
+"""The one interface every backend implements (TorchX-style verbs), and the values it trades.
+
+    dryrun(job) -> DryRun          str(dryrun) is exactly what would be run or sent
+    schedule(dryrun) -> run_id     do it (run torchrun / write files / submit)
+    status(run_id) -> RunStatus
+    list_runs(sweep_id=None, state=None) -> list[RunStatus]
+    logs(run_id, rank=0, follow=False) -> Iterator[str]
+    cancel(run_id) -> None         idempotent: cancelling a finished or unknown run is a no-op
+
+Local runs keep their state in the run dir so `trainstack runs/status/logs/cancel` work
+without the process that launched them (all paths relative to `<storage.root>/<run_id>/`):
+
+    job/state.json   {"run_id", "sweep_id", "backend": "local", "state", "pid", "pgid",
+                      "exit_code", "started_at", "finished_at" (ISO-8601 UTC), "nodes",
+                      "command": [...], "attempt"}   rewritten atomically on every change;
+                      "pid"/"pgid" are torchrun's; cancel = SIGTERM to the process group
+    job/output.log   torchrun's combined stdout+stderr (every rank), appended per attempt
+    job/config.yaml  the trainer config the run was started with (`--config`)
+    logs/metrics.jsonl, checkpoints/, config.yaml   written by the trainer itself
+
+Rendered runs: `<backend.output_root>/<run_id>/manifests.yaml` (multi-document, kubectl-
+applyable) and `job/state.json` with state "rendered".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from jobs.materialize import MaterializedJob
+
+# Run states shared by all backends (the kubernetes backend maps job conditions onto these).
+PENDING = "pending"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+RENDERED = "rendered"
+UNKNOWN = "unknown"
+STATES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, RENDERED, UNKNOWN)
+FINISHED_STATES = (SUCCEEDED, FAILED, CANCELLED)
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked; str() is the one line shown to the user."""
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    state: str
+    """One of STATES."""
+    backend: str
+    sweep_id: str | None = None
+    nodes: int = 1
+    started_at: str | None = None
+    """ISO-8601 UTC."""
+    finished_at: str | None = None
+    exit_code: int | None = None
+    last_step: int | None = None
+    last_loss: float | None = None
+    retries: int = 0
+    """Automatic resubmissions so far (kubernetes backend, `job.max_retries`)."""
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What `schedule` would do. `request` is the backend's native form (argv + env, or
+    manifest dicts); `text` is its exact printable form."""
+
+    backend: str
+    job: MaterializedJob
+    request: Any
+    text: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Backend(Protocol):
+    name: str
+
+    def dryrun(self, job: MaterializedJob) -> DryRun: ...
+
+    def schedule(self, dryrun: DryRun) -> str: ...
+
+    def status(self, run_id: str) -> RunStatus: ...
+
+    def list_runs(
+        self, sweep_id: str | None = None, state: str | None = None
+    ) -> list[RunStatus]: ...
+
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]: ...
+
+    def cancel(self, run_id: str) -> None: ...

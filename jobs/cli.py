@@ -1,0 +1,39 @@
+"""`trainstack <command> ...`: a small dispatcher; each command lives in jobs/commands/.
+
+A command module defines `add_arguments(parser)` and `run(args) -> int`; register it with
+one line in COMMANDS. Modules load only when their command runs, so start-up stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, str] = {
+    "launch": "compose, validate and run a job (or a -m sweep)",
+    "runs": "list runs (--sweep ID, --state S)",
+    "status": "show one run",
+    "logs": "print a run's logs (-f to follow, --rank N)",
+    "cancel": "cancel a run or a whole --sweep",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] not in COMMANDS:
+        parser.parse_args(argv)  # prints usage and exits 2
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(f"jobs.commands.{name}")
+    command_parser = argparse.ArgumentParser(prog=f"trainstack {name}")
+    module.add_arguments(command_parser)
+    args = command_parser.parse_args(rest)
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""trainstack subcommands, one module each (see jobs/cli.py)."""

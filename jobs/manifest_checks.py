@@ -1,0 +1,122 @@
+"""Checks on manifests before they are written or sent.
+
+Two layers: the training operator's admission-webhook rules for PyTorchJob (which a schema
+can't express), and every pod template strictly against the Kubernetes JSON schemas of
+`cluster.kubernetes_version` (kubernetes-validate's bundled schemas). Compiled validators are
+cached per kind and version, so a 1,000-point sweep loads each schema once.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from jobs.naming import run_id_problem
+
+REPLICA_TYPES = ("Master", "Worker")
+
+
+class ManifestError(ValueError):
+    """A manifest would be rejected by the API server or the operator; one line."""
+
+
+def check_pytorchjob_webhook(job: dict) -> None:
+    """The operator's validating webhook rules for kubeflow.org/v1 PyTorchJob."""
+    name = job["metadata"]["name"]
+    where = f"PyTorchJob {name}"
+    problem = run_id_problem(name)
+    if problem:
+        raise ManifestError(f"{where}: metadata.name: {problem}")
+    spec = job["spec"]
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    if not replicas:
+        raise ManifestError(f"{where}: spec.pytorchReplicaSpecs: at least one of Master, Worker")
+    for rtype, replica in replicas.items():
+        key = f"spec.pytorchReplicaSpecs.{rtype}"
+        if rtype not in REPLICA_TYPES:
+            raise ManifestError(f"{where}: {key}: allowed replica types: Master, Worker")
+        if rtype == "Master" and replica.get("replicas", 1) != 1:
+            raise ManifestError(f"{where}: {key}.replicas: must be 1")
+        containers = replica["template"]["spec"].get("containers") or []
+        named = [c for c in containers if c.get("name") == "pytorch"]
+        if not named:
+            raise ManifestError(f"{where}: {key}: needs a container named 'pytorch'")
+        if not named[0].get("image"):
+            raise ManifestError(f"{where}: {key}: container 'pytorch' needs an image")
+    elastic = spec.get("elasticPolicy")
+    if elastic and "nProcPerNode" in elastic and "nprocPerNode" in spec:
+        raise ManifestError(
+            f"{where}: spec.elasticPolicy.nProcPerNode: set nprocPerNode in one place only"
+        )
+    if elastic and "Master" in replicas:
+        raise ManifestError(
+            f"{where}: spec.pytorchReplicaSpecs.Master: elastic jobs are "
+            "Worker-only (c10d rendezvous)"
+        )
+
+
+def _schema_version(kubernetes_version: str) -> str:
+    """The newest bundled schema version not newer than `kubernetes_version`."""
+    from kubernetes_validate import utils
+
+    wanted = utils.major_minor(kubernetes_version.lstrip("v"))
+    key = lambda v: tuple(int(p) for p in utils.major_minor(v).split("."))  # noqa: E731
+    versions = utils.all_versions()
+    if not re.fullmatch(r"\d+\.\d+", wanted) or key(wanted) > key(versions[-1]):
+        raise ManifestError(
+            f"cluster.kubernetes_version: {kubernetes_version!r} is not "
+            f"supported; allowed: {utils.major_minor(versions[0])}.."
+            f"{utils.major_minor(versions[-1])}"
+        )
+    older = [v for v in versions if key(v) <= key(wanted)]
+    if not older:
+        raise ManifestError(
+            f"cluster.kubernetes_version: {kubernetes_version!r} is older "
+            f"than the oldest supported {utils.major_minor(versions[0])}"
+        )
+    return older[-1]
+
+
+@cache
+def _validator(kind: str, api_version: str, kubernetes_version: str) -> Any:
+    import jsonschema
+    from kubernetes_validate import utils
+    from referencing import Registry, Resource
+
+    version = _schema_version(kubernetes_version)
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    directory = f"kubernetes-json-schema/v{version}-local-strict"
+    schema = utils.schema_contents(f"{directory}/{kind.lower()}-{group}.json", version)
+    definitions = utils.schema_contents(f"{directory}/_definitions.json", version)
+    registry = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(definitions) @ registry
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
+def check_schema(resource: dict, kubernetes_version: str, where: str) -> None:
+    validator = _validator(resource["kind"], resource["apiVersion"], kubernetes_version)
+    error = next(iter(validator.iter_errors(resource)), None)
+    if error is not None:
+        path = ".".join(str(p) for p in error.absolute_path) or "(root)"
+        raise ManifestError(
+            f"{where}: {path}: {error.message} (Kubernetes {kubernetes_version} schema)"
+        )
+
+
+def check_manifests(manifests: list[dict], kubernetes_version: str) -> None:
+    """Raise ManifestError for the first manifest the cluster or the operator would reject."""
+    for manifest in manifests:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        if kind == "PyTorchJob":
+            check_pytorchjob_webhook(manifest)
+            for rtype, replica in manifest["spec"]["pytorchReplicaSpecs"].items():
+                wrapped = {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": f"{name}-{rtype.lower()}"},
+                    "template": replica["template"],
+                }
+                check_schema(wrapped, kubernetes_version, f"PyTorchJob {name} {rtype} template")
+        else:
+            check_schema(manifest, kubernetes_version, f"{kind} {name}")

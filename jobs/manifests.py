@@ -1,0 +1,178 @@
+"""Job spec -> Kubernetes manifests: a `kubeflow.org/v1` PyTorchJob and the ConfigMap holding
+the trainer's config, built with the official client models and checked before returning.
+
+Pure: the same spec always gives the same dicts (golden tests pin them).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import yaml
+
+from jobs.manifest_checks import check_manifests
+from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
+
+CONTAINER_NAME = "pytorch"
+"""The operator finds the trainer container by this name."""
+RESTART_POLICY = "ExitCode"
+"""Retry exit codes 128-255 (SIGTERM preemption: the trainer resumes), fail on 1-127."""
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_TAINT = "nvidia.com/gpu"
+
+
+def config_map_name(run_id: str) -> str:
+    return f"{run_id}-config"
+
+
+def trainer_config_yaml(spec: JobSpec) -> str:
+    return yaml.safe_dump(spec.trainer_config, sort_keys=False)
+
+
+@cache
+def _serializer() -> Any:
+    from kubernetes.client import ApiClient
+
+    return ApiClient()
+
+
+def _resources(spec: JobSpec) -> Any:
+    from kubernetes.client import V1ResourceRequirements
+
+    res = spec.resources
+    amounts = {"cpu": res.cpu, "memory": res.memory, "nvidia.com/gpu": str(res.gpus)}
+    if res.efa:
+        amounts["vpc.amazonaws.com/efa"] = str(res.efa)
+    if res.hugepages_2mi:
+        amounts["hugepages-2Mi"] = res.hugepages_2mi
+    return V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
+
+
+def _env(spec: JobSpec) -> list[Any]:
+    from kubernetes.client import V1EnvVar, V1EnvVarSource, V1SecretKeySelector
+
+    env = [V1EnvVar(name=k, value=v) for k, v in spec.env.items()]
+    for ref in spec.secret_env:
+        selector = V1SecretKeySelector(name=ref.secret, key=ref.key)
+        env.append(V1EnvVar(name=ref.env, value_from=V1EnvVarSource(secret_key_ref=selector)))
+    return env
+
+
+def pod_template(spec: JobSpec) -> Any:
+    from kubernetes import client as k8s
+
+    container = k8s.V1Container(
+        name=CONTAINER_NAME,
+        image=spec.image,
+        image_pull_policy="IfNotPresent",
+        command=list(spec.command),
+        env=_env(spec),
+        resources=_resources(spec),
+        volume_mounts=[
+            k8s.V1VolumeMount(name="trainer-config", mount_path=CONFIG_MOUNT_DIR, read_only=True),
+            k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+        ],
+    )
+    volumes = [
+        k8s.V1Volume(
+            name="trainer-config",
+            config_map=k8s.V1ConfigMapVolumeSource(
+                name=config_map_name(spec.name),
+                items=[k8s.V1KeyToPath(key=CONFIG_FILE, path=CONFIG_FILE)],
+            ),
+        ),
+        # NCCL and the data loader use shared memory; the default 64 MiB is far too small.
+        k8s.V1Volume(
+            name="dshm",
+            empty_dir=k8s.V1EmptyDirVolumeSource(
+                medium="Memory", size_limit=spec.resources.shm_size
+            ),
+        ),
+    ]
+    pod = k8s.V1PodSpec(
+        containers=[container],
+        volumes=volumes,
+        node_selector={INSTANCE_TYPE_LABEL: spec.instance_type},
+        tolerations=[k8s.V1Toleration(key=GPU_TAINT, operator="Exists", effect="NoSchedule")],
+        service_account_name=spec.service_account,
+        termination_grace_period_seconds=spec.termination_grace_period_seconds,
+    )
+    meta = k8s.V1ObjectMeta(labels=dict(spec.labels), annotations=dict(spec.annotations))
+    return k8s.V1PodTemplateSpec(metadata=meta, spec=pod)
+
+
+def _metadata(spec: JobSpec, name: str) -> Any:
+    from kubernetes.client import V1ObjectMeta
+
+    return V1ObjectMeta(
+        name=name,
+        namespace=spec.namespace,
+        labels=dict(spec.labels),
+        annotations=dict(spec.annotations),
+    )
+
+
+def pytorch_job(spec: JobSpec) -> Any:
+    from kubeflow.training import models as kf
+
+    template = pod_template(spec)
+    replicas = {}
+    if spec.master_replicas:
+        replicas["Master"] = kf.KubeflowOrgV1ReplicaSpec(
+            replicas=spec.master_replicas, restart_policy=RESTART_POLICY, template=template
+        )
+    if spec.worker_replicas:
+        replicas["Worker"] = kf.KubeflowOrgV1ReplicaSpec(
+            replicas=spec.worker_replicas, restart_policy=RESTART_POLICY, template=template
+        )
+    elastic = None
+    if spec.elastic:
+        elastic = kf.KubeflowOrgV1ElasticPolicy(
+            rdzv_backend="c10d",
+            min_replicas=spec.elastic.min_nodes,
+            max_replicas=spec.elastic.max_nodes,
+            max_restarts=spec.elastic.max_restarts,
+        )
+    policy = spec.run_policy
+    run_policy = kf.KubeflowOrgV1RunPolicy(
+        backoff_limit=policy.backoff_limit,
+        clean_pod_policy=policy.clean_pod_policy,
+        ttl_seconds_after_finished=policy.ttl_seconds_after_finished,
+        active_deadline_seconds=policy.active_deadline_seconds,
+    )
+    return kf.KubeflowOrgV1PyTorchJob(
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
+        metadata=_metadata(spec, spec.name),
+        spec=kf.KubeflowOrgV1PyTorchJobSpec(
+            nproc_per_node=str(spec.nproc_per_node),
+            elastic_policy=elastic,
+            pytorch_replica_specs=replicas,
+            run_policy=run_policy,
+        ),
+    )
+
+
+def config_map(spec: JobSpec) -> Any:
+    from kubernetes.client import V1ConfigMap
+
+    return V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=_metadata(spec, config_map_name(spec.name)),
+        data={CONFIG_FILE: trainer_config_yaml(spec)},
+    )
+
+
+def to_manifests(spec: JobSpec) -> list[dict]:
+    """[ConfigMap, PyTorchJob] as plain dicts, validated (raises `ManifestError`)."""
+    serialize = _serializer().sanitize_for_serialization
+    manifests = [serialize(config_map(spec)), serialize(pytorch_job(spec))]
+    check_manifests(manifests, spec.kubernetes_version)
+    return manifests
+
+
+def to_yaml(manifests: list[dict]) -> str:
+    """Multi-document YAML that `kubectl apply -f` takes."""
+    return yaml.safe_dump_all(manifests, sort_keys=False)

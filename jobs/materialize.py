@@ -1,0 +1,59 @@
+"""Composed config -> validated, named job: the one path every backend and sweep takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobs.naming import new_run_id
+from jobs.plan import Plan, make_plan
+from jobs.spec import JobSpec, to_job_spec
+from jobs.validate import validate_job
+
+
+@dataclass
+class MaterializedJob:
+    cfg: Any
+    """The composed DictConfig, run_id and sweep_id filled in."""
+    spec: JobSpec
+    plan: Plan
+    manifests: list[dict] | None = None
+    """PyTorchJob + ConfigMap, validated; built only for backends that need them."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.name
+
+
+def materialize(
+    cfg: Any,
+    *,
+    now: datetime,
+    git_sha: str | None,
+    run_id: str | None = None,
+    sweep_id: str | None = None,
+    with_manifests: bool | None = None,
+) -> MaterializedJob:
+    """Validate `cfg`, name the run and build its spec (and manifests unless local).
+
+    Raises `jobs.validate.JobConfigError` naming the offending key; nothing is written.
+    """
+    from omegaconf import open_dict
+
+    sweep_id = sweep_id or cfg.sweep_id
+    run_id = run_id or cfg.run_id or new_run_id(cfg.model.name, now)
+    with open_dict(cfg):
+        cfg.run_id = run_id
+        cfg.sweep_id = sweep_id
+    validate_job(cfg, git_sha=git_sha)
+    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
+    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec))
+    if with_manifests is None:
+        with_manifests = cfg.backend.name != "local"
+    if with_manifests:
+        from jobs.manifests import to_manifests
+
+        job.manifests = to_manifests(spec)
+    return job

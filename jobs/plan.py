@@ -1,0 +1,140 @@
+"""The plan printed before launch: size, placement, $/hour and the estimated cost.
+
+Step time is the configured `compute.step_time_s` (e.g. measured on a previous run) when set;
+otherwise it is estimated from the model's training FLOPs per token and the GPU's dense BF16
+peak at `ASSUMED_MFU`, and the plan says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from catalog import GPU_PEAK_BF16_TFLOPS, get_instance_type
+from trainer.model.args import model_args_from_config
+
+if TYPE_CHECKING:
+    from jobs.spec import JobSpec
+
+ASSUMED_MFU = 0.35
+"""Typical FSDP2 Llama MFU on H100/A100 at these sizes; used only without a step time."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    run_id: str
+    sweep_id: str | None
+    backend: str
+    model: str
+    params: int
+    nodes: int
+    procs_per_node: int
+    instance_type: str | None
+    gpu_model: str | None
+    tokens_per_step: int
+    max_steps: int
+    hourly_usd: float | None
+    """For the whole job (all nodes)."""
+    hourly_source: str
+    step_time_s: float | None
+    step_time_source: str
+    run_dir: str
+
+    @property
+    def hours(self) -> float | None:
+        return None if self.step_time_s is None else self.max_steps * self.step_time_s / 3600
+
+    @property
+    def cost_usd(self) -> float | None:
+        hours = self.hours
+        return None if hours is None or self.hourly_usd is None else hours * self.hourly_usd
+
+    def summary(self) -> dict[str, Any]:
+        """Plain figures (the sweep summary lists one per point)."""
+        cost = self.cost_usd
+        return {
+            "run_id": self.run_id,
+            "model": self.model,
+            "params": self.params,
+            "nodes": self.nodes,
+            "procs_per_node": self.procs_per_node,
+            "instance_type": self.instance_type,
+            "hourly_usd": self.hourly_usd,
+            "step_time_s": self.step_time_s,
+            "step_time_source": self.step_time_source,
+            "max_steps": self.max_steps,
+            "estimated_hours": None if self.hours is None else round(self.hours, 3),
+            "estimated_cost_usd": None if cost is None else round(cost, 2),
+        }
+
+    def __str__(self) -> str:
+        where = (
+            f"{self.nodes} x {self.instance_type} ({self.procs_per_node} x {self.gpu_model})"
+            if self.instance_type
+            else f"this machine, {self.procs_per_node} CPU processes"
+        )
+        lines = [
+            f"run      {self.run_id}" + (f"  (sweep {self.sweep_id})" if self.sweep_id else ""),
+            f"model    {self.model}, {self.params / 1e6:,.1f}M parameters",
+            f"compute  {where}, backend={self.backend}",
+            f"steps    {self.max_steps} x {self.tokens_per_step:,} tokens",
+        ]
+        if self.hourly_usd is not None:
+            lines.append(f"price    ${self.hourly_usd:,.2f}/hour ({self.hourly_source})")
+        if self.step_time_s is not None:
+            lines.append(
+                f"estimate {self.step_time_s:.2f} s/step ({self.step_time_source}) -> "
+                f"{self.hours:.2f} h, ${self.cost_usd or 0:,.2f}"
+            )
+        else:
+            lines.append(f"estimate {self.step_time_source}")
+        lines.append(f"run dir  {self.run_dir}")
+        return "\n".join(lines)
+
+
+def tokens_per_step(cfg: Any, world_size: int) -> int:
+    trainer = cfg.trainer
+    sequences = trainer.global_batch_size or (
+        trainer.micro_batch_size * trainer.grad_accum_steps * world_size
+    )
+    return sequences * cfg.data.seq_len
+
+
+def make_plan(cfg: Any, spec: JobSpec) -> Plan:
+    args = model_args_from_config(cfg.model)
+    world = spec.nodes * spec.nproc_per_node
+    tokens = tokens_per_step(cfg, world)
+    compute = cfg.compute
+    instance = get_instance_type(spec.instance_type) if spec.instance_type else None
+    hourly, hourly_source = None, "local: no charge"
+    if compute.hourly_usd is not None:
+        hourly, hourly_source = compute.hourly_usd * spec.nodes, "compute.hourly_usd"
+    elif instance is not None:
+        hourly = instance.hourly_usd * spec.nodes
+        hourly_source = f"catalog on-demand, {spec.nodes} x ${instance.hourly_usd:,.3f}"
+    step_time, step_source = compute.step_time_s, "compute.step_time_s"
+    if step_time is None and instance is not None:
+        peak = GPU_PEAK_BF16_TFLOPS[instance.gpu_model] * 1e12
+        flops = args.training_flops_per_token(cfg.data.seq_len) * tokens
+        step_time = flops / (peak * world * ASSUMED_MFU)
+        step_source = f"estimated: FLOPs/token at {ASSUMED_MFU:.0%} MFU of {instance.gpu_model}"
+    elif step_time is None:
+        step_source = "no step time on CPU: set compute.step_time_s for an estimate"
+    return Plan(
+        run_id=spec.name,
+        sweep_id=cfg.sweep_id,
+        backend=cfg.backend.name,
+        model=cfg.model.name,
+        params=args.num_params(),
+        nodes=spec.nodes,
+        procs_per_node=spec.nproc_per_node,
+        instance_type=spec.instance_type,
+        gpu_model=instance.gpu_model if instance else None,
+        tokens_per_step=tokens,
+        max_steps=cfg.trainer.max_steps,
+        hourly_usd=hourly,
+        hourly_source=hourly_source,
+        step_time_s=step_time,
+        step_time_source=step_source,
+        run_dir=spec.run_dir,
+    )

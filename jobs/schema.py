@@ -1,0 +1,185 @@
+"""Structured-config schema of a job: the top-level keys users compose with Hydra.
+
+The `model`, `data` and `trainer` sections are the trainer's own dataclasses (the job writes
+exactly that file), so their defaults live in `trainer/config.py` only. Everything else here
+is what the launcher needs to place and run the trainer. `register()` puts the schema and one
+`compute` option per catalog instance type into Hydra's ConfigStore, so a typo or a wrong
+type fails at compose time with Hydra's own message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog import INSTANCE_TYPES
+from trainer.config import DataConfig, ModelConfig, TrainerConfig
+
+SCHEMA_NAME = "trainstack_schema"
+LOCAL_CPU = "local_cpu"
+
+# OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
+BACKENDS = ("local", "render", "kubernetes")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+
+
+@dataclass
+class ComputeConfig:
+    name: str = LOCAL_CPU
+    """`local_cpu` or an instance type from the catalog (the group option's name)."""
+    instance_type: str | None = None
+    """Catalog instance type the pods run on; null for `local_cpu`."""
+    nodes: int = 1
+    """Machines (pods) in the job."""
+    gpus_per_node: int = 0
+    """GPUs (and trainer processes) per node; at most the instance's GPU count."""
+    procs_per_node: int = 2
+    """Trainer processes per node on `local_cpu` (gloo on CPU); GPU types use gpus_per_node."""
+    hourly_usd: float | None = None
+    """USD per node-hour for the estimate; null takes the catalog's on-demand price."""
+    step_time_s: float | None = None
+    """Seconds per optimizer step for the estimate (e.g. measured); null estimates it from
+    FLOPs/token and the GPU's peak at an assumed MFU."""
+
+
+@dataclass
+class BackendConfig:
+    name: str = "local"
+    """Where the job goes: local (torchrun here), render (YAML files), kubernetes (submit)."""
+    output_root: str = "runs"
+    """render: local directory the manifests go under (`<output_root>/<run_id>/`)."""
+    wait: bool = False
+    """kubernetes: follow the job until it ends and exit with its result (`--wait`)."""
+    preflight: bool = True
+    """kubernetes: check CRD, nodes and namespace before submitting (`--skip-preflight`)."""
+    poll_interval_s: float = 5.0
+    """kubernetes: seconds between status polls while waiting."""
+
+
+@dataclass
+class StorageConfig:
+    root: str = "runs"
+    """A local directory or `s3://bucket/prefix`; the run dir is `<root>/<run_id>`."""
+
+
+@dataclass
+class ElasticConfig:
+    """Elastic when both node bounds are set. (Not an Optional section: OmegaConf 2.3 can't
+    merge overrides into a structured field whose value is null.)"""
+
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    max_restarts: int = 3
+    """Worker-group restarts torchrun attempts before the job fails."""
+
+
+@dataclass
+class SecretRef:
+    """A key of a Kubernetes Secret in the job's namespace; values never enter the config.
+    Unused while `name` is null."""
+
+    name: str | None = None
+    key: str | None = None
+
+
+@dataclass
+class SecretsConfig:
+    wandb_api_key: SecretRef = field(default_factory=SecretRef)
+    """Exposed to the trainer as WANDB_API_KEY."""
+    hf_token: SecretRef = field(default_factory=SecretRef)
+    """Exposed to the trainer as HF_TOKEN."""
+
+
+@dataclass
+class JobConfig:
+    image: str | None = None
+    """Full image reference; null builds `<image_repository>:<git sha>`."""
+    image_repository: str | None = None
+    """Registry repository of the trainer image (set by the stack group)."""
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
+    """Worker-only elastic job with c10d rendezvous between min and max nodes."""
+    max_retries: int = 2
+    """kubernetes: resubmit a Failed job (same run id, resumes) this many times."""
+    backoff_limit: int = 3
+    """runPolicy.backoffLimit: pod restarts the operator allows before marking Failed."""
+    clean_pod_policy: str = "Running"
+    """runPolicy.cleanPodPolicy: None, Running or All."""
+    ttl_seconds_after_finished: int = 7 * 24 * 3600
+    """Seconds a finished PyTorchJob is kept (pods and logs with it)."""
+    active_deadline_seconds: int | None = None
+    """Wall-clock limit of the whole job; null means none."""
+    termination_grace_period_seconds: int = 300
+    """Seconds between SIGTERM and SIGKILL for a pod: the trainer checkpoints in this window."""
+    secrets: SecretsConfig = field(default_factory=SecretsConfig)
+
+
+@dataclass
+class NodeGroupConfig:
+    name: str = "???"
+    instance_type: str = "???"
+    min_size: int = 0
+    desired_size: int = 0
+    max_size: int = 1
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "trainstack"
+    region: str = "us-east-1"
+    kubeconfig: str | None = None
+    """Path of a kubeconfig file; null uses the client's default lookup."""
+    context: str | None = None
+    namespace: str = "training"
+    service_account: str = "trainer"
+    kubernetes_version: str = "1.33"
+    """Pod templates are validated against this version's schemas."""
+    node_groups: list[NodeGroupConfig] = field(default_factory=list)
+
+
+@dataclass
+class JobsConfig:
+    """The composed config: `conf/config.yaml` builds on this."""
+
+    run_id: str | None = None
+    """Name of the run (DNS-1035); made as <model>-<yyyymmdd-hhmmss>-<4 hex> when null."""
+    sweep_id: str | None = None
+    """Set for every point of a multirun."""
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    job: JobConfig = field(default_factory=JobConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+
+def gpu_compute_option(instance_type: str) -> ComputeConfig:
+    """The `compute=<instance type>` option: one node using every GPU the catalog lists."""
+    spec = INSTANCE_TYPES[instance_type]
+    return ComputeConfig(name=spec.name, instance_type=spec.name, gpus_per_node=spec.gpus)
+
+
+_registered = False
+
+
+def register() -> None:
+    """Store the schema and the catalog's compute options in Hydra's ConfigStore (once)."""
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name=SCHEMA_NAME, node=JobsConfig)
+    for name in INSTANCE_TYPES:
+        store.store(group="compute", name=name, node=gpu_compute_option(name))
+    _registered = True
+
+
+def plain(cfg: Any) -> dict:
+    """A resolved plain-dict copy of a (DictConfig) section."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

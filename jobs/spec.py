@@ -1,0 +1,250 @@
+"""The framework-neutral job spec: what to run, where, with which resources and environment.
+
+`to_job_spec` is pure: names, clocks and the git SHA come in as arguments. Every backend
+starts from the same spec, so a job run here gets the command and environment a pod gets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from catalog import InstanceType, get_instance_type
+from jobs.schema import LOCAL_CPU, plain
+
+CONFIG_MOUNT_DIR = "/etc/trainstack"
+CONFIG_FILE = "config.yaml"
+POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
+LABEL_PREFIX = "trainstack.io"
+HUGEPAGES_2MI = "5120Mi"
+"""libfabric's EFA provider registers its buffers in 2 MiB huge pages."""
+TORCHRUN_EXIT_MARGIN_S = 30
+"""Of the pod's grace period, what torchrun keeps for itself after its workers stopped."""
+
+# NCCL over EFA (aws-ofi-nccl): set only on instances that have EFA.
+EFA_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_FORK_SAFE": "1",
+    "NCCL_SOCKET_IFNAME": "^lo,docker",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "NCCL_DEBUG": "WARN",
+}
+SECRET_ENV_NAMES = {"wandb_api_key": "WANDB_API_KEY", "hf_token": "HF_TOKEN"}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per pod; requests equal limits so GPU pods get the Guaranteed QoS class."""
+
+    cpu: str
+    memory: str
+    gpus: int
+    efa: int
+    hugepages_2mi: str | None
+    shm_size: str
+    """sizeLimit of the memory-backed /dev/shm emptyDir (counts against `memory`)."""
+
+
+@dataclass(frozen=True)
+class SecretEnv:
+    env: str
+    secret: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Elastic:
+    min_nodes: int
+    max_nodes: int
+    max_restarts: int
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    backoff_limit: int
+    clean_pod_policy: str
+    ttl_seconds_after_finished: int
+    active_deadline_seconds: int | None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    """The run id: job name, label value and run dir leaf."""
+    namespace: str
+    run_dir: str
+    image: str | None
+    """None for `local_cpu` (runs from this checkout)."""
+    command: tuple[str, ...]
+    """torchrun ... -m trainer --config POD_CONFIG_PATH; node topology comes from PET_* env."""
+    env: dict[str, str]
+    secret_env: tuple[SecretEnv, ...]
+    nodes: int
+    nproc_per_node: int
+    master_replicas: int
+    """1 with `nodes - 1` workers; 0 for an elastic Worker-only job."""
+    worker_replicas: int
+    elastic: Elastic | None
+    instance_type: str | None
+    resources: Resources | None
+    service_account: str
+    termination_grace_period_seconds: int
+    run_policy: RunPolicy
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    trainer_config: dict[str, Any]
+    """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
+    config_hash: str
+    kubernetes_version: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def elastic_of(cfg: Any) -> Elastic | None:
+    """The elastic range when `job.elastic` sets a node bound (validated: both), else None."""
+    elastic = cfg.job.elastic
+    if elastic.min_nodes is None and elastic.max_nodes is None:
+        return None
+    return Elastic(elastic.min_nodes, elastic.max_nodes, elastic.max_restarts)
+
+
+def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
+    """The trainer's `--config` file: run_dir, seed, model, data, trainer; nothing else."""
+    return {
+        "run_dir": run_dir,
+        "seed": cfg.seed,
+        "model": plain(cfg.model),
+        "data": plain(cfg.data),
+        "trainer": plain(cfg.trainer),
+    }
+
+
+def config_hash(trainer_cfg: dict[str, Any]) -> str:
+    """Hash of what is trained (run_dir left out): equal hashes mean the same experiment."""
+    content = {k: v for k, v in trainer_cfg.items() if k != "run_dir"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def run_dir_for(storage_root: str, run_id: str) -> str:
+    return f"{storage_root.rstrip('/')}/{run_id}"
+
+
+def image_for(cfg: Any, git_sha: str | None) -> str | None:
+    if cfg.compute.name == LOCAL_CPU:
+        return None
+    if cfg.job.image:
+        return cfg.job.image
+    if cfg.job.image_repository and git_sha:
+        return f"{cfg.job.image_repository}:{git_sha}"
+    return None
+
+
+def pod_resources(instance: InstanceType, gpus: int) -> Resources:
+    """A share of the node proportional to the GPUs used, less headroom for the node's
+    daemons (kubelet, EFA/NVIDIA device plugins, CNI, log agents)."""
+    share = gpus / instance.gpus
+    cpu = int((instance.vcpus - max(2, instance.vcpus // 12)) * share)
+    memory_gib = int((instance.memory_gib - max(8, instance.memory_gib // 10)) * share)
+    efa = max(1, int(instance.efa_interfaces * share)) if instance.has_efa else 0
+    return Resources(
+        cpu=str(cpu),
+        memory=f"{memory_gib}Gi",
+        gpus=gpus,
+        efa=efa,
+        hugepages_2mi=HUGEPAGES_2MI if instance.has_efa else None,
+        shm_size=f"{max(1, memory_gib // 4)}Gi",
+    )
+
+
+def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) -> dict[str, str]:
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "TRAINSTACK_RUN_ID": run_id,
+        "TRAINSTACK_RUN_DIR": run_dir,
+    }
+    if cfg.sweep_id:
+        env["TRAINSTACK_SWEEP_ID"] = cfg.sweep_id
+    if instance is not None and instance.has_efa:
+        env.update(EFA_ENV)
+        if instance.gpudirect_rdma:
+            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    return env
+
+
+def torchrun_command(shutdown_timeout_s: int, config_path: str = POD_CONFIG_PATH) -> tuple:
+    # Nodes, ranks, rendezvous and processes per node come from the PET_* variables the
+    # operator sets (and the local backend sets the same way).
+    return (
+        "torchrun",
+        f"--shutdown-timeout={shutdown_timeout_s}",
+        "-m",
+        "trainer",
+        "--config",
+        config_path,
+    )
+
+
+def to_job_spec(
+    cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None, now: datetime
+) -> JobSpec:
+    """The job described by composed (and validated) config `cfg`."""
+    compute = cfg.compute
+    local = compute.name == LOCAL_CPU
+    instance = None if local else get_instance_type(compute.instance_type)
+    nproc = compute.procs_per_node if local else compute.gpus_per_node
+    run_dir = run_dir_for(cfg.storage.root, run_id)
+    trainer_cfg = trainer_config(cfg, run_dir)
+    digest = config_hash(trainer_cfg)
+    grace = cfg.job.termination_grace_period_seconds
+    elastic = elastic_of(cfg)
+    labels = {
+        "app.kubernetes.io/name": "trainstack",
+        "app.kubernetes.io/managed-by": "trainstack",
+        f"{LABEL_PREFIX}/run-id": run_id,
+        f"{LABEL_PREFIX}/config-hash": digest,
+        f"{LABEL_PREFIX}/git-sha": git_sha or "unknown",
+    }
+    if sweep_id:
+        labels[f"{LABEL_PREFIX}/sweep-id"] = sweep_id
+    annotations = {
+        f"{LABEL_PREFIX}/run-dir": run_dir,
+        f"{LABEL_PREFIX}/created-at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        f"{LABEL_PREFIX}/model": cfg.model.name,
+        f"{LABEL_PREFIX}/max-retries": str(cfg.job.max_retries),
+    }
+    secrets = tuple(
+        SecretEnv(env=SECRET_ENV_NAMES[key], secret=ref.name, key=ref.key)
+        for key, ref in cfg.job.secrets.items()
+        if ref.name is not None
+    )
+    return JobSpec(
+        name=run_id,
+        namespace=cfg.cluster.namespace,
+        run_dir=run_dir,
+        image=image_for(cfg, git_sha),
+        command=torchrun_command(max(grace - TORCHRUN_EXIT_MARGIN_S, 1)),
+        env=job_env(cfg, run_id, run_dir, instance),
+        secret_env=secrets,
+        nodes=compute.nodes,
+        nproc_per_node=nproc,
+        master_replicas=0 if elastic else 1,
+        worker_replicas=compute.nodes if elastic else compute.nodes - 1,
+        elastic=elastic,
+        instance_type=None if local else instance.name,
+        resources=None if local else pod_resources(instance, compute.gpus_per_node),
+        service_account=cfg.cluster.service_account,
+        termination_grace_period_seconds=grace,
+        run_policy=RunPolicy(
+            backoff_limit=cfg.job.backoff_limit,
+            clean_pod_policy=cfg.job.clean_pod_policy,
+            ttl_seconds_after_finished=cfg.job.ttl_seconds_after_finished,
+            active_deadline_seconds=cfg.job.active_deadline_seconds,
+        ),
+        labels=labels,
+        annotations=annotations,
+        trainer_config=trainer_cfg,
+        config_hash=digest,
+        kubernetes_version=str(cfg.cluster.kubernetes_version),
+    )

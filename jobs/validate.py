@@ -1,0 +1,236 @@
+"""Checks on a composed job before anything is written, run or sent.
+
+Each rule raises `JobConfigError` whose text is one line: the key, what is wrong, and what is
+allowed. Hydra's schema has already checked types and key names; these are the rules a type
+can't express. The trainer's own checks are reused where it has them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from catalog import INSTANCE_TYPES
+from jobs.naming import run_id_problem
+from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
+from jobs.spec import elastic_of
+from trainer.config import CHOICES
+from trainer.model.args import MODEL_PRESETS, model_args_from_config
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+CLUSTER_BACKENDS = ("render", "kubernetes")
+
+
+class JobConfigError(ValueError):
+    """Bad job config: `trainstack launch` prints it as one line and exits 2."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+
+
+def _allowed(values: Any) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _at_least(key: str, value: int | None, minimum: int) -> None:
+    if value is not None and value < minimum:
+        raise JobConfigError(key, f"must be >= {minimum}, got {value}")
+
+
+def data_parallel_sizes(cfg: Any) -> list[int]:
+    """Every world size the job can run at (elastic jobs: each node count in range)."""
+    compute = cfg.compute
+    per_node = compute.procs_per_node if compute.name == LOCAL_CPU else compute.gpus_per_node
+    elastic = elastic_of(cfg)
+    nodes = range(elastic.min_nodes, elastic.max_nodes + 1) if elastic else [compute.nodes]
+    return [n * per_node for n in nodes]
+
+
+def check_compute(cfg: Any) -> None:
+    compute, backend = cfg.compute, cfg.backend.name
+    if backend not in BACKENDS:
+        raise JobConfigError(
+            "backend.name", f"unknown backend {backend!r}; allowed: {_allowed(BACKENDS)}"
+        )
+    _at_least("compute.nodes", compute.nodes, 1)
+    gpu_types = _allowed(INSTANCE_TYPES)
+    if compute.name == LOCAL_CPU:
+        if backend != "local":
+            raise JobConfigError(
+                "compute",
+                f"local_cpu runs only with backend=local; for "
+                f"backend={backend} choose one of {gpu_types}",
+            )
+        if compute.nodes != 1:
+            raise JobConfigError(
+                "compute.nodes",
+                f"local_cpu runs on this one machine; allowed: 1, got {compute.nodes}",
+            )
+        _at_least("compute.procs_per_node", compute.procs_per_node, 1)
+        return
+    if compute.instance_type not in INSTANCE_TYPES:
+        raise JobConfigError(
+            "compute.instance_type",
+            f"unknown instance type {compute.instance_type!r}; allowed: {gpu_types}",
+        )
+    if backend == "local":
+        raise JobConfigError(
+            "backend",
+            f"compute={compute.name} needs a cluster: use "
+            "backend=render or backend=kubernetes (local runs compute=local_cpu)",
+        )
+    gpus = INSTANCE_TYPES[compute.instance_type].gpus
+    if not 1 <= compute.gpus_per_node <= gpus:
+        raise JobConfigError(
+            "compute.gpus_per_node",
+            f"{compute.instance_type} has {gpus} "
+            f"GPUs; allowed: 1..{gpus}, got {compute.gpus_per_node}",
+        )
+
+
+def check_elastic(cfg: Any) -> None:
+    elastic = cfg.job.elastic
+    if elastic.min_nodes is None and elastic.max_nodes is None:
+        return
+    if elastic.min_nodes is None or elastic.max_nodes is None:
+        raise JobConfigError(
+            "job.elastic", "set both min_nodes and max_nodes (or neither for a fixed-size job)"
+        )
+    _at_least("job.elastic.min_nodes", elastic.min_nodes, 1)
+    _at_least("job.elastic.max_restarts", elastic.max_restarts, 0)
+    if elastic.min_nodes > elastic.max_nodes:
+        raise JobConfigError(
+            "job.elastic.min_nodes",
+            f"{elastic.min_nodes} is above "
+            f"job.elastic.max_nodes ({elastic.max_nodes}); allowed: min <= max",
+        )
+    if not elastic.min_nodes <= cfg.compute.nodes <= elastic.max_nodes:
+        raise JobConfigError(
+            "compute.nodes",
+            f"{cfg.compute.nodes} is outside the elastic "
+            f"range; allowed: {elastic.min_nodes}..{elastic.max_nodes}",
+        )
+    if cfg.compute.name == LOCAL_CPU:
+        raise JobConfigError(
+            "job.elastic", "elastic jobs need a cluster backend; allowed with local_cpu: null"
+        )
+
+
+def check_trainer(cfg: Any) -> None:
+    """Model, batch and choices: what the trainer would reject at start-up, caught here."""
+    if cfg.model.name not in MODEL_PRESETS:
+        raise JobConfigError(
+            "model.name", f"unknown model {cfg.model.name!r}; allowed: {_allowed(MODEL_PRESETS)}"
+        )
+    try:
+        args = model_args_from_config(cfg.model)
+    except ValueError as err:
+        raise JobConfigError("model", str(err)) from None
+    if cfg.data.seq_len > args.max_seq_len:
+        raise JobConfigError(
+            "data.seq_len",
+            f"{cfg.data.seq_len} exceeds {cfg.model.name}'s "
+            f"max_seq_len; allowed: 1..{args.max_seq_len}",
+        )
+    for key, allowed in CHOICES.items():
+        section, name = key.split(".", 1)
+        value = cfg[section][name]
+        if value not in allowed:
+            raise JobConfigError(key, f"{value!r} is not allowed; allowed: {_allowed(allowed)}")
+    trainer = cfg.trainer
+    _at_least("trainer.max_steps", trainer.max_steps, 1)
+    _at_least("trainer.micro_batch_size", trainer.micro_batch_size, 1)
+    _at_least("trainer.log_interval", trainer.log_interval, 1)
+    _at_least("trainer.checkpoint.interval", trainer.checkpoint.interval, 0)
+    if trainer.global_batch_size is None:
+        return
+    for dp in data_parallel_sizes(cfg):
+        unit = trainer.micro_batch_size * dp
+        if trainer.global_batch_size % unit:
+            raise JobConfigError(
+                "trainer.global_batch_size",
+                f"{trainer.global_batch_size} is "
+                f"not divisible by micro_batch_size x data-parallel size "
+                f"({trainer.micro_batch_size} x {dp}); allowed: multiples of "
+                f"{unit}",
+            )
+
+
+def check_image(cfg: Any, git_sha: str | None) -> None:
+    if cfg.compute.name == LOCAL_CPU:
+        return
+    image = cfg.job.image
+    if not image:
+        if cfg.job.image_repository and git_sha:
+            return
+        raise JobConfigError(
+            "job.image",
+            f"backend={cfg.backend.name} needs the trainer image: "
+            "set job.image=REPOSITORY:TAG, or job.image_repository (e.g. from "
+            "stack=<name>) in a git checkout",
+        )
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
+    if "@" not in image and tag in (None, "latest"):
+        raise JobConfigError(
+            "job.image",
+            f"{image!r} has tag 'latest' (implied when absent), "
+            "which is not reproducible; allowed: an immutable tag or @sha256 "
+            "digest",
+        )
+
+
+def check_storage(cfg: Any) -> None:
+    root = cfg.storage.root
+    multi_node = cfg.compute.nodes > 1 or elastic_of(cfg) is not None
+    if multi_node and not root.startswith("s3://"):
+        raise JobConfigError(
+            "storage.root",
+            f"a multi-node job needs storage every node "
+            f"shares; allowed: s3://bucket/prefix, got {root!r}",
+        )
+    if root.startswith("s3://") and not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", root):
+        raise JobConfigError("storage.root", f"{root!r} is not s3://bucket[/prefix]")
+
+
+def check_job_policy(cfg: Any) -> None:
+    job = cfg.job
+    if job.clean_pod_policy not in CLEAN_POD_POLICIES:
+        raise JobConfigError(
+            "job.clean_pod_policy",
+            f"{job.clean_pod_policy!r} is not allowed; allowed: {_allowed(CLEAN_POD_POLICIES)}",
+        )
+    _at_least("job.max_retries", job.max_retries, 0)
+    _at_least("job.backoff_limit", job.backoff_limit, 0)
+    _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
+    _at_least("job.active_deadline_seconds", job.active_deadline_seconds, 1)
+    _at_least("job.termination_grace_period_seconds", job.termination_grace_period_seconds, 60)
+    for key, ref in job.secrets.items():
+        if (ref.name, ref.key) == (None, None):
+            continue
+        if not (ref.name and DNS1123_SUBDOMAIN.match(ref.name) and ref.key):
+            raise JobConfigError(
+                f"job.secrets.{key}",
+                "needs {name: <Secret name (DNS-1123)>, "
+                "key: <key in it>}; values are never put in config",
+            )
+
+
+def check_names(cfg: Any) -> None:
+    for key in ("run_id", "sweep_id"):
+        value = cfg[key]
+        problem = run_id_problem(value) if value is not None else None
+        if problem:
+            raise JobConfigError(key, f"{value!r} is not allowed: {problem}")
+
+
+def validate_job(cfg: Any, *, git_sha: str | None = None) -> None:
+    """Raise JobConfigError for the first problem in composed config `cfg`."""
+    check_names(cfg)
+    check_compute(cfg)
+    check_elastic(cfg)
+    check_trainer(cfg)
+    check_image(cfg, git_sha)
+    check_storage(cfg)
+    check_job_policy(cfg)
