@@ -138,7 +138,6 @@ class StackConfig:
     ci: CiConfig | None
     namespace: str
     service_account: str
-    tags: dict[str, str]
 
 
 TOP_LEVEL_KEYS = (
@@ -160,7 +159,6 @@ TOP_LEVEL_KEYS = (
     "ci",
     "namespace",
     "serviceAccount",
-    "tags",
 )
 GPU_GROUP_KEYS = (
     "name",
@@ -458,9 +456,6 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
     for key, value in (("namespace", namespace), ("serviceAccount", service_account)):
         if not _DNS_LABEL.match(value):
             raise _fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
-    tags = reader.object("tags") or {}
-    if not all(isinstance(v, str) for v in tags.values()):
-        raise _fail(reader.key("tags"), "tag values must be strings")
 
     return StackConfig(
         stack=stack,
@@ -475,7 +470,6 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         ci=_parse_ci(reader),
         namespace=namespace,
         service_account=service_account,
-        tags=tags,
     )
 
 

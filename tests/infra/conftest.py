@@ -1,0 +1,129 @@
+"""Run the real Pulumi program under Pulumi's mocks and record every resource it declares.
+
+Mocks are process-global, so every run installs a fresh monitor; nothing here reaches AWS,
+Kubernetes, Helm repositories or GitHub (mocks intercept every registration and invoke).
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi.runtime.mocks import MockMonitor
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = REPO / "infra" / "__main__.py"
+ACCOUNT = "123456789012"
+
+
+@dataclass
+class Declared:
+    type: str
+    name: str
+    urn: str
+    inputs: dict[str, Any]
+    state: dict[str, Any]
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Answers like AWS would for the properties the program reads back (ids, ARNs, names)."""
+
+    def __init__(self) -> None:
+        self.declared: list[Declared] = []
+        self.invokes: list[str] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        state = dict(args.inputs)
+        service = args.typ.split(":")[1].split("/")[0]
+        resource_id = f"{args.name}-id"
+        state.setdefault("arn", f"arn:aws:{service}:us-east-1:{ACCOUNT}:{args.name}")
+        state.setdefault("name", args.name)
+        if args.typ == "aws:s3/bucket:Bucket":
+            state.update(bucket=resource_id, arn=f"arn:aws:s3:::{resource_id}")
+        elif args.typ == "aws:eks/cluster:Cluster":
+            state["endpoint"] = "https://ABC.gr7.us-east-1.eks.amazonaws.com"
+            state["certificateAuthority"] = {"data": "Q0VSVA=="}
+            state["vpcConfig"] = {**state["vpcConfig"], "clusterSecurityGroupId": "sg-cluster"}
+        elif args.typ == "aws:ecr/repository:Repository":
+            state["repositoryUrl"] = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/{state['name']}"
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state["latestVersion"] = 1
+        elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            state.update(dnsName="fs.fsx.us-east-1.amazonaws.com", mountName="abcdefgh")
+        self.declared.append(Declared(args.typ, args.name, "", dict(args.inputs), state))
+        return resource_id, state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.invokes.append(args.token)
+        return {}, None
+
+
+@dataclass
+class StackRun:
+    resources: list[Declared]
+    outputs: dict[str, Any]
+    invokes: list[str] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[Declared]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str) -> Declared:
+        found = self.of_type(type_)
+        assert len(found) == 1, f"expected one {type_}, got {[r.name for r in found]}"
+        return found[0]
+
+
+def stack_file_config(stack: str) -> dict[str, Any]:
+    """The `config:` of Pulumi.<stack>.yaml as structured values."""
+    return yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]
+
+
+def as_pulumi_config(config: dict[str, Any]) -> dict[str, str]:
+    """What the Pulumi engine hands a program: strings; structured values as JSON."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, str):
+            flat[key] = value
+        elif isinstance(value, bool):
+            flat[key] = "true" if value else "false"
+        elif isinstance(value, int | float):
+            flat[key] = str(value)
+        else:
+            flat[key] = json.dumps(value)
+    return flat
+
+
+def run_program(config: dict[str, Any], stack: str = "test") -> StackRun:
+    mocks = RecordingMocks()
+    monitor = MockMonitor(mocks)
+    pulumi.runtime.set_mocks(
+        mocks, project="trainstack", stack=stack, preview=False, monitor=monitor
+    )
+    pulumi.runtime.set_all_config(as_pulumi_config(config))
+    exported: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def program():
+        module = runpy.run_path(str(PROGRAM), run_name="__main__")
+        return pulumi.Output.all(**module["outputs"]).apply(exported.update)
+
+    program()
+    by_key = {}
+    for registration in monitor.resources.values():
+        _, _, type_chain, name = registration.urn.split("::", 3)
+        by_key[(type_chain.split("$")[-1], name)] = registration.urn
+    for declared in mocks.declared:
+        declared.urn = by_key.get((declared.type, declared.name), "")
+    return StackRun(mocks.declared, exported, mocks.invokes)
+
+
+@pytest.fixture(scope="session")
+def stack_runs() -> dict[str, StackRun]:
+    """Both example stacks, run once per session (each run re-installs the mocks)."""
+    return {stack: run_program(stack_file_config(stack), stack) for stack in ("dev", "prod")}
