@@ -7,8 +7,6 @@ entry for the admin role (the creator gets no implicit admin).
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pulumi_aws as aws
 
@@ -16,6 +14,7 @@ from infra.config import ClusterConfig, SystemNodeGroupConfig
 from infra.iam import service_role
 from infra.kubeconfig import eks_kubeconfig
 from infra.launch_template import metadata_options, root_volume
+from infra.policies import kms_key_policy
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Managed add-ons installed before nodes join (networking, credentials) and after (they need
@@ -60,22 +59,8 @@ class Cluster(pulumi.ComponentResource):
             partition,
             ("AmazonEKSClusterPolicy",),
             inline_policy=secrets_key.arn.apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Effect": "Allow",
-                                "Action": [
-                                    "kms:Decrypt",
-                                    "kms:DescribeKey",
-                                    "kms:Encrypt",
-                                    "kms:ListGrants",
-                                ],
-                                "Resource": arn,
-                            }
-                        ],
-                    }
+                lambda arn: kms_key_policy(
+                    arn, ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:ListGrants"]
                 )
             ),
         )

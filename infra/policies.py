@@ -107,6 +107,11 @@ def codebuild_policy(
     return _document(statements)
 
 
+def kms_key_policy(key_arn: str, actions: list[str]) -> str:
+    """Use of one KMS key (e.g. the EKS control plane encrypting secrets)."""
+    return _document([{"Effect": "Allow", "Action": sorted(actions), "Resource": key_arn}])
+
+
 def start_build_policy(project_arn: str) -> str:
     """EventBridge's nightly rule may start this one project."""
     return _document(

@@ -66,7 +66,7 @@ class SharedFileSystem(pulumi.ComponentResource):
             deployment_type="PERSISTENT_2",
             storage_capacity=config.storage_capacity_gib,
             per_unit_storage_throughput=config.throughput_per_tib,
-            subnet_ids=[subnet_id],
+            subnet_ids=subnet_id,  # one subnet: a str in pulumi-aws v7
             security_group_ids=[fsx_sg.id],
             kms_key_id=kms_key_arn,
             data_compression_type="LZ4",
