@@ -1,0 +1,34 @@
+"""`torchrun --nproc_per_node=N -m trainer --config PATH [key=value ...]` (or `python -m trainer`).
+
+Exit codes (trainer.config): 0 done, 2 bad input (one line on stderr, nothing written),
+143 stopped by SIGTERM after writing a checkpoint (run again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.config import EXIT_BAD_INPUT
+from trainer.distributed import env_rank
+from trainer.errors import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="the job's YAML (TrainerJobConfig)")
+    parser.add_argument("overrides", nargs="*", help="key=value, e.g. trainer.max_steps=100")
+    args = parser.parse_args(argv)
+    from trainer.job_config import load_config
+    from trainer.train import run
+
+    try:
+        return run(load_config(args.config, args.overrides))
+    except ConfigError as exc:
+        if env_rank() == 0:  # every rank finds the same problem; say it once
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

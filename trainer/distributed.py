@@ -1,0 +1,70 @@
+"""Process group and device set-up: nccl on CUDA, gloo on CPU; one process works too."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+
+@dataclass
+class Distributed:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    mesh: DeviceMesh
+    checkpoint_group: dist.ProcessGroup
+    """A separate gloo group for DCP, whose async saves run collectives from a background
+    thread: sharing the training group would interleave them with the loop's all-reduces."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.checkpoint_group)
+
+
+def env_rank() -> int:
+    """The rank before the process group exists (torchrun sets RANK; plain python is 0)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def init_distributed() -> Distributed:
+    rank = env_rank()
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if "MASTER_ADDR" in os.environ:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, device_id=_dev(device))
+    else:
+        # `python -m trainer`: a single process, an in-memory store, no port to pick.
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("dp",))
+    return Distributed(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        device=device,
+        mesh=mesh,
+        checkpoint_group=dist.new_group(backend="gloo"),
+    )
+
+
+def _dev(device: torch.device) -> torch.device | None:
+    return device if device.type == "cuda" else None
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,159 @@
+"""Read `--config PATH [key=value ...]` into `TrainerJobConfig` and check it before any work.
+
+Everything that can be wrong with the input is found here (or while reading the data), before
+the process group, the run dir or any checkpoint is touched, and reported as one `ConfigError`
+line naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from trainer.config import CHOICES, TrainerJobConfig
+from trainer.errors import ConfigError
+from trainer.model.args import ModelArgs, model_args_from_config
+
+
+def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:
+    if not Path(path).is_file():
+        raise ConfigError(f"--config: no such file {path!r}")
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"override {bad[0]!r}: expected key=value, e.g. trainer.max_steps=100")
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.structured(TrainerJobConfig),
+            OmegaConf.load(path),
+            OmegaConf.from_dotlist(overrides),
+        )
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    """OmegaConf's multi-line message as one line: `<full key>: <problem>[; allowed: ...]`."""
+    key = getattr(exc, "full_key", None) or "config"
+    problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    section = _section_of(key)
+    if "not in" in problem and section is not None:
+        allowed = ", ".join(f.name for f in dataclasses.fields(section))
+        return f"{key}: unknown key; allowed keys here: {allowed}"
+    return f"{key}: {problem}"
+
+
+def _section_of(full_key: str) -> type | None:
+    """The dataclass holding `full_key` (for listing the keys allowed next to it)."""
+    section: type = TrainerJobConfig
+    for part in full_key.split(".")[:-1]:
+        field = next((f for f in dataclasses.fields(section) if f.name == part), None)
+        if field is None or not dataclasses.is_dataclass(field.default_factory):  # type: ignore[arg-type]
+            return None
+        section = field.default_factory  # type: ignore[assignment]
+    return section
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Numbers derived from the config and the world size, printed once at start-up."""
+
+    model: ModelArgs
+    dp_size: int
+    micro_batch_size: int
+    grad_accum_steps: int
+    global_batch_size: int
+    seq_len: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+    def describe(self) -> str:
+        return (
+            f"model {self.model.num_params() / 1e6:.1f}M params, dp={self.dp_size}, "
+            f"global batch {self.global_batch_size} = micro {self.micro_batch_size} x accum "
+            f"{self.grad_accum_steps} x dp {self.dp_size}, seq_len {self.seq_len}, "
+            f"{self.tokens_per_step} tokens/step"
+        )
+
+
+def make_plan(cfg: TrainerJobConfig, world_size: int) -> Plan:
+    _check_choices(cfg)
+    _check_ranges(cfg)
+    try:
+        args = model_args_from_config(cfg.model)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    _check_model(args)
+    if cfg.data.seq_len > args.max_seq_len:
+        raise ConfigError(
+            f"data.seq_len: {cfg.data.seq_len} exceeds the model's maximum sequence length "
+            f"{args.max_seq_len} (model {cfg.model.name!r}); allowed: 1..{args.max_seq_len}"
+        )
+    t = cfg.trainer
+    per_pass = t.micro_batch_size * world_size
+    if t.global_batch_size is None:
+        accum = t.grad_accum_steps
+    elif t.global_batch_size % per_pass:
+        raise ConfigError(
+            f"trainer.global_batch_size: {t.global_batch_size} is not divisible by "
+            f"trainer.micro_batch_size ({t.micro_batch_size}) x data-parallel ranks "
+            f"({world_size}) = {per_pass}; allowed: a positive multiple of {per_pass}"
+        )
+    else:
+        accum = t.global_batch_size // per_pass
+    return Plan(args, world_size, t.micro_batch_size, accum, per_pass * accum, cfg.data.seq_len)
+
+
+def _check_choices(cfg: TrainerJobConfig) -> None:
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(OmegaConf.structured(cfg), key)
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not allowed; allowed: {', '.join(allowed)}")
+
+
+# key -> (lowest allowed, highest allowed or None, how to say it)
+_RANGES: dict[str, tuple[float, float | None, str]] = {
+    "trainer.max_steps": (1, None, "an integer >= 1"),
+    "trainer.micro_batch_size": (1, None, "an integer >= 1"),
+    "trainer.grad_accum_steps": (1, None, "an integer >= 1"),
+    "trainer.global_batch_size": (1, None, "null or an integer >= 1"),
+    "trainer.log_interval": (1, None, "an integer >= 1"),
+    "trainer.eval_interval": (0, None, "0 (off) or an integer >= 1"),
+    "trainer.eval_batches": (1, None, "an integer >= 1"),
+    "trainer.warmup_steps": (0, None, "an integer >= 0"),
+    "trainer.lr": (1e-12, None, "a number > 0"),
+    "trainer.min_lr_ratio": (0, 1, "a number in [0, 1]"),
+    "trainer.grad_clip": (0, None, "0 (off) or a number > 0"),
+    "trainer.peak_flops": (1, None, "null or a positive FLOP/s figure"),
+    "trainer.checkpoint.interval": (0, None, "0 (only at the end) or an integer >= 1"),
+    "trainer.checkpoint.keep": (1, None, "an integer >= 1"),
+    "data.seq_len": (1, None, "an integer >= 1"),
+    "data.eval_fraction": (0, 0.5, "a fraction in [0, 0.5]"),
+    "data.max_bad_fraction": (0, 1, "a fraction in [0, 1]"),
+}
+
+
+def _check_ranges(cfg: TrainerJobConfig) -> None:
+    node = OmegaConf.structured(cfg)
+    for key, (low, high, allowed) in _RANGES.items():
+        value = OmegaConf.select(node, key)
+        if value is not None and (value < low or (high is not None and value > high)):
+            raise ConfigError(f"{key}: {value!r} is out of range; allowed: {allowed}")
+
+
+def _check_model(args: ModelArgs) -> None:
+    if args.dim % args.n_heads or args.head_dim % 2:
+        raise ConfigError(
+            f"model.dim: {args.dim} must be a multiple of model.n_heads ({args.n_heads}) "
+            "with an even head dimension (RoPE rotates pairs)"
+        )
+    if args.n_heads % args.n_kv_heads:
+        raise ConfigError(
+            f"model.n_kv_heads: {args.n_kv_heads} must divide model.n_heads ({args.n_heads})"
+        )

@@ -1,0 +1,154 @@
+"""Where metrics go (rank 0 only): `<run_dir>/logs/metrics.jsonl`, the console, and optional
+TensorBoard / W&B / MLflow when installed and configured.
+
+The console shows a rich progress bar in a terminal and plain lines otherwise (pod logs, CI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from trainer.config import MetricsConfig
+from trainer.storage import RunStorage
+
+METRICS_FILE = "logs/metrics.jsonl"
+
+
+def warn(message: str) -> None:
+    print(f"[trainer] warning: {message}", file=sys.stderr, flush=True)
+
+
+class MetricsLogger:
+    def __init__(
+        self,
+        storage: RunStorage,
+        cfg: MetricsConfig,
+        *,
+        enabled: bool,
+        first_step: int,
+        total_steps: int,
+        run_config: dict[str, Any],
+    ):
+        self.storage, self.enabled = storage, enabled
+        self._sinks: list[Any] = []
+        self._progress = None
+        if not enabled:
+            return
+        if sys.stdout.isatty():
+            from rich.progress import Progress
+
+            self._progress = Progress(*Progress.get_default_columns(), "{task.fields[info]}")
+            self._task = self._progress.add_task(
+                "train", total=total_steps, completed=first_step, info=""
+            )
+            self._progress.start()
+        self._sinks = _external_sinks(cfg, storage, run_config)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.storage.append_text(METRICS_FILE, json.dumps(record) + "\n")
+        step = record["step"]
+        numbers = {k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}
+        for sink in self._sinks:
+            sink(numbers, step)
+        line = " ".join(f"{k}={_short(v)}" for k, v in record.items())
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, info=_headline(record))
+        else:
+            print(f"[trainer] {line}", flush=True)
+
+    def note(self, message: str) -> None:
+        """A one-off line (start-up summary, resume, checkpoint)."""
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            self._progress.console.print(f"[trainer] {message}")
+        else:
+            print(f"[trainer] {message}", flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        for sink in self._sinks:
+            close = getattr(sink, "close", None)
+            if close:
+                close()
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _headline(record: dict[str, Any]) -> str:
+    keys = ("loss", "eval_loss", "lr", "tokens_per_s")
+    return " ".join(f"{k}={_short(record[k])}" for k in keys if record.get(k) is not None)
+
+
+def _external_sinks(cfg: MetricsConfig, storage: RunStorage, run_config: dict[str, Any]) -> list:
+    sinks: list[Any] = []
+    if cfg.tensorboard:
+        sinks += _tensorboard(storage)
+    if cfg.wandb_project:
+        sinks += _wandb(cfg.wandb_project, run_config)
+    if cfg.mlflow_tracking_uri:
+        sinks += _mlflow(cfg.mlflow_tracking_uri, run_config)
+    return sinks
+
+
+class _Sink:
+    def __init__(self, write, close=None):
+        self._write, self.close = write, close
+
+    def __call__(self, numbers: dict[str, float], step: int) -> None:
+        self._write(numbers, step)
+
+
+def _tensorboard(storage: RunStorage) -> list[_Sink]:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        warn("trainer.metrics.tensorboard is on but `tensorboard` is not installed; skipped")
+        return []
+    local = storage.local_path("logs/tensorboard")
+    if local is None:
+        warn("trainer.metrics.tensorboard: only local run dirs are supported; skipped")
+        return []
+    writer = SummaryWriter(str(local))
+
+    def write(numbers: dict[str, float], step: int) -> None:
+        for key, value in numbers.items():
+            writer.add_scalar(key, value, step)
+
+    return [_Sink(write, writer.close)]
+
+
+def _wandb(project: str, run_config: dict[str, Any]) -> list[_Sink]:
+    try:
+        import wandb
+    except ImportError:
+        warn("trainer.metrics.wandb_project is set but `wandb` is not installed; skipped")
+        return []
+    if not os.environ.get("WANDB_API_KEY"):
+        warn("trainer.metrics.wandb_project is set but WANDB_API_KEY is not; skipped")
+        return []
+    run = wandb.init(project=project, config=run_config)
+    return [_Sink(lambda numbers, step: run.log(numbers, step=step), run.finish)]
+
+
+def _mlflow(uri: str, run_config: dict[str, Any]) -> list[_Sink]:
+    try:
+        import mlflow
+    except ImportError:
+        warn("trainer.metrics.mlflow_tracking_uri is set but `mlflow` is not installed; skipped")
+        return []
+    mlflow.set_tracking_uri(uri)
+    mlflow.start_run()
+    mlflow.log_dict(run_config, "config.json")
+    return [_Sink(lambda numbers, step: mlflow.log_metrics(numbers, step=step), mlflow.end_run)]

@@ -1,0 +1,34 @@
+"""SIGTERM handling: note the signal, let the loop stop at a step boundary that all ranks agree on.
+
+Spot reclaims, evictions and `kubectl delete` send SIGTERM (torchrun forwards it to every
+worker), but not necessarily to all ranks at the same instant. Each step the loop all-reduces
+the local flag (MAX), so every rank stops after the same step and writes the same checkpoint.
+The same all-reduce carries whether this rank's async checkpoint write has finished.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+
+
+class StopSignal:
+    def __init__(self) -> None:
+        self.received = False
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+def agree(stop_requested: bool, write_pending: bool, group: dist.ProcessGroup | None = None):
+    """(any rank asked to stop, any rank still writing its async checkpoint) — one all-reduce."""
+    flags = torch.tensor([float(stop_requested), float(write_pending)])
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
+    return bool(flags[0]), bool(flags[1])

@@ -1,0 +1,242 @@
+"""The training program, top to bottom: check the input, set up ranks, build and shard the
+model, resume from the newest committed checkpoint, train, checkpoint, stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from trainer.checkpoint import Checkpointer
+from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from trainer.data import PackedSequences, TrainBatches, eval_batches, load_corpus
+from trainer.distributed import Distributed, init_distributed, shutdown
+from trainer.errors import ConfigError
+from trainer.job_config import Plan, make_plan
+from trainer.metrics import MetricsLogger, warn
+from trainer.mfu import max_memory_gb, peak_flops
+from trainer.model.model import Transformer
+from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
+from trainer.parallelize import parallelize
+from trainer.preemption import StopSignal, agree
+from trainer.storage import StorageError, open_run_storage
+from trainer.tokenizer import build_tokenizer
+from trainer.train_state import Progress, checkpoint_state, restore
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def run(cfg: TrainerJobConfig) -> int:
+    # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
+    stop = StopSignal()
+    plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    tokenizer = build_tokenizer(cfg.data.tokenizer, plan.model.vocab_size)
+    corpus = load_corpus(cfg.data, tokenizer)
+    train_seqs = PackedSequences(corpus.train_tokens, cfg.data.seq_len)
+    if train_seqs.count == 0:
+        raise ConfigError(
+            f"data.path: {cfg.data.path!r} has {len(corpus.train_tokens)} training tokens, "
+            f"fewer than one sequence of data.seq_len={cfg.data.seq_len} + 1"
+        )
+    try:
+        storage = open_run_storage(cfg.run_dir)
+    except StorageError as exc:
+        raise ConfigError(f"run_dir: {exc}") from None
+
+    # 2. Ranks, model, optimizer.
+    env = init_distributed()
+    try:
+        torch.manual_seed(cfg.seed)
+        with torch.device("meta"):
+            model = Transformer(plan.model)
+        parallelize(
+            model,
+            env.mesh,
+            mixed_precision=cfg.trainer.mixed_precision,
+            activation_checkpoint=cfg.trainer.activation_checkpoint,
+            compile_blocks=cfg.trainer.compile,
+        )
+        model.to_empty(device=env.device)
+        model.init_weights(cfg.seed)
+        optimizer = build_optimizer(model, cfg.trainer)
+        scheduler = build_scheduler(optimizer, cfg.trainer)
+        checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint)
+        resolved = OmegaConf.to_container(OmegaConf.structured(cfg))
+        metrics = MetricsLogger(
+            storage,
+            cfg.trainer.metrics,
+            enabled=env.is_main,
+            first_step=0,
+            total_steps=cfg.trainer.max_steps,
+            run_config=resolved,  # type: ignore[arg-type]
+        )
+        if env.is_main:
+            storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
+        try:
+            return _train(
+                cfg,
+                plan,
+                env,
+                model,
+                optimizer,
+                scheduler,
+                checkpointer,
+                metrics,
+                train_seqs,
+                PackedSequences(corpus.eval_tokens, cfg.data.seq_len),
+                stop,
+            )
+        finally:
+            checkpointer.close()
+            metrics.close()
+    finally:
+        stop.restore()
+        shutdown()
+
+
+def _train(
+    cfg,
+    plan: Plan,
+    env: Distributed,
+    model,
+    optimizer,
+    scheduler,
+    checkpointer,
+    metrics: MetricsLogger,
+    train_seqs: PackedSequences,
+    eval_seqs: PackedSequences,
+    stop: StopSignal,
+) -> int:
+    t = cfg.trainer
+    metrics.note(plan.describe())
+
+    # 3. Resume from the newest committed checkpoint, if any.
+    progress, saved_at = Progress(), -1
+    latest = checkpointer.find_latest()
+    if latest is not None:
+        progress, rng_restored = restore(
+            checkpointer, latest, model, optimizer, scheduler, rank=env.rank, device=env.device
+        )
+        saved_at = progress.step
+        note = "" if rng_restored else " (RNG states not restored: new rank count)"
+        metrics.note(
+            f"resumed from {checkpointer.storage.uri(f'checkpoints/step-{latest:08d}')}"
+            f" at step {progress.step}{note}"
+        )
+
+    batches = TrainBatches(train_seqs, seed=cfg.seed, dp_rank=env.rank, dp_size=env.world_size)
+    held_out = eval_batches(
+        eval_seqs,
+        dp_rank=env.rank,
+        dp_size=env.world_size,
+        micro_batch_size=plan.micro_batch_size,
+        count=t.eval_batches,
+    )
+    if t.eval_interval and not held_out:
+        warn("no held-out sequences (data.eval_fraction too small for data.seq_len): no eval")
+    peak, peak_source = peak_flops(env.device, t.peak_flops)
+    if peak is None:
+        warn(f"MFU not reported: {peak_source} has no known peak; set trainer.peak_flops")
+    flops_per_token = plan.model.training_flops_per_token(plan.seq_len)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def save(step: int, asynchronous: bool) -> None:
+        state = checkpoint_state(
+            model, optimizer, scheduler, progress, rank=env.rank, device=env.device
+        )
+        started = time.perf_counter()
+        checkpointer.save(step, state, asynchronous=asynchronous)
+        kind = "started async" if asynchronous else "saved"
+        metrics.note(f"checkpoint step {step} {kind} in {time.perf_counter() - started:.2f}s")
+
+    # 4. The loop.
+    window_time, window_steps, losses = 0.0, 0, []
+    while progress.step < t.max_steps:
+        started = time.perf_counter()
+        micro = batches.micro_batches(
+            progress.samples_seen, plan.micro_batch_size, plan.grad_accum_steps
+        )
+        loss = _train_step(model, micro, env.device)
+        grad_norm = clip_grad_norm(params, t.grad_clip)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        progress.step += 1
+        progress.samples_seen += plan.global_batch_size
+        stopping, writing = agree(stop.received, not checkpointer.pending_done())
+        window_time += time.perf_counter() - started
+        window_steps += 1
+        losses.append(loss)
+        if checkpointer.pending_step is not None and not writing:
+            checkpointer.commit_pending()
+
+        step = progress.step
+        if step % t.log_interval == 0 or step == t.max_steps or stopping:
+            tokens_per_s = plan.tokens_per_step * window_steps / window_time
+            record = {
+                "step": step,
+                "loss": _mean_across_ranks(torch.stack(losses).mean()),
+                "lr": lr,
+                "grad_norm": grad_norm.item(),
+                "tokens_per_s": tokens_per_s,
+                "mfu": tokens_per_s / env.world_size * flops_per_token / peak if peak else None,
+                "mfu_peak_source": peak_source,
+                "max_memory_gb": max_memory_gb(env.device),
+                "tokens_seen": progress.samples_seen * plan.seq_len,
+            }
+            metrics.log(record)
+            window_time, window_steps, losses = 0.0, 0, []
+        if t.eval_interval and held_out and (step % t.eval_interval == 0 or step == t.max_steps):
+            metrics.log({"step": step, "eval_loss": _evaluate(model, held_out, env.device)})
+
+        if stopping:
+            checkpointer.wait()
+            if saved_at != step:
+                save(step, asynchronous=False)
+            metrics.note(f"stopped by SIGTERM after step {step}; exit {EXIT_PREEMPTED}")
+            return EXIT_PREEMPTED
+        interval = t.checkpoint.interval
+        if interval and step % interval == 0 and step < t.max_steps:
+            save(step, asynchronous=t.checkpoint.async_save)
+            saved_at = step
+
+    # 5. The end: a final checkpoint (synchronous), every write committed.
+    checkpointer.wait()
+    if saved_at != progress.step:
+        save(progress.step, asynchronous=False)
+    metrics.note(f"done: {progress.step} steps")
+    return EXIT_OK
+
+
+def _train_step(model: torch.nn.Module, micro: list[Batch], device: torch.device) -> torch.Tensor:
+    """Forward/backward over the micro batches; returns this rank's mean loss (detached)."""
+    total = torch.zeros((), device=device)
+    for inputs, targets in micro:
+        logits = model(inputs.to(device))
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten())
+        (loss / len(micro)).backward()
+        total += loss.detach()
+    return total / len(micro)
+
+
+@torch.no_grad()
+def _evaluate(model: torch.nn.Module, held_out: list[Batch], device: torch.device) -> float:
+    model.eval()
+    total = torch.zeros((), device=device)
+    for inputs, targets in held_out:
+        logits = model(inputs.to(device))
+        total += F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten())
+    model.train()
+    return _mean_across_ranks(total / len(held_out))
+
+
+def _mean_across_ranks(value: torch.Tensor) -> float:
+    # gloo has no AVG reduction: sum, then divide.
+    value = value.detach().clone().reshape(1)
+    dist.all_reduce(value)
+    return (value / dist.get_world_size()).item()
