@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from trainer.storage.base import (
     RunStorage,
@@ -33,17 +34,26 @@ def local_errors(action: str, where: str | Path) -> Iterator[None]:
         raise StorageError(f"cannot {action} {where}: {exc.strerror or exc}") from exc
 
 
-def _atomic_local_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Write via `write(tmp_path)` into a temp sibling, fsync, then rename over `path`."""
+def _atomic_local_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write via `write(file)` into a temp sibling, fsync, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{PARTIAL_SUFFIX}")
     try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # the rename must not land before the data does
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _copy_from(source: Path) -> Callable[[BinaryIO], object]:
+    def copy(fh: BinaryIO) -> None:
+        with open(source, "rb") as src:
+            shutil.copyfileobj(src, fh, length=8 * 1024 * 1024)
+
+    return copy
 
 
 class LocalStorage(RunStorage):
@@ -65,7 +75,7 @@ class LocalStorage(RunStorage):
     def write_bytes(self, rel: str, data: bytes) -> None:
         path = self.local_path(rel)
         with local_errors("write", path):
-            _atomic_local_write(path, lambda tmp: tmp.write_bytes(data))
+            _atomic_local_write(path, lambda fh: fh.write(data))
 
     def append_text(self, rel: str, text: str) -> None:
         path = self.local_path(rel)
@@ -89,7 +99,7 @@ class LocalStorage(RunStorage):
             dest = self.local_path(rel)
             with local_errors(f"copy {source} to", dest):
                 if source.resolve() != dest.resolve():
-                    _atomic_local_write(dest, lambda tmp, src=source: shutil.copyfile(src, tmp))
+                    _atomic_local_write(dest, _copy_from(source))
 
     def download_dir(self, rel: str, local_dir: Path) -> None:
         src = self.local_path(rel)
