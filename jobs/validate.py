@@ -14,8 +14,6 @@ from catalog import INSTANCE_TYPES
 from jobs.naming import run_id_problem
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
 from jobs.spec import elastic_of
-from trainer.config import CHOICES
-from trainer.model.args import MODEL_PRESETS, model_args_from_config
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 CLUSTER_BACKENDS = ("render", "kubernetes")
@@ -68,6 +66,11 @@ def check_compute(cfg: Any) -> None:
                 f"local_cpu runs on this one machine; allowed: 1, got {compute.nodes}",
             )
         _at_least("compute.procs_per_node", compute.procs_per_node, 1)
+        if compute.instance_type is not None:
+            raise JobConfigError(
+                "compute.instance_type",
+                f"local_cpu runs on this machine; allowed: null (or compute=<one of {gpu_types}>)",
+            )
         return
     if compute.instance_type not in INSTANCE_TYPES:
         raise JobConfigError(
@@ -118,43 +121,29 @@ def check_elastic(cfg: Any) -> None:
 
 
 def check_trainer(cfg: Any) -> None:
-    """Model, batch and choices: what the trainer would reject at start-up, caught here."""
-    if cfg.model.name not in MODEL_PRESETS:
-        raise JobConfigError(
-            "model.name", f"unknown model {cfg.model.name!r}; allowed: {_allowed(MODEL_PRESETS)}"
-        )
+    """The trainer's own start-up checks (model, choices, ranges, seq_len, batch divisibility)
+    at every world size the job can run at, so a bad value fails here and not on the nodes."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from trainer.config import TrainerJobConfig
+    from trainer.errors import ConfigError
+    from trainer.job_config import make_plan
+
+    sections = {k: cfg[k] for k in ("seed", "model", "data", "trainer")}
     try:
-        args = model_args_from_config(cfg.model)
-    except ValueError as err:
-        raise JobConfigError("model", str(err)) from None
-    if cfg.data.seq_len > args.max_seq_len:
-        raise JobConfigError(
-            "data.seq_len",
-            f"{cfg.data.seq_len} exceeds {cfg.model.name}'s "
-            f"max_seq_len; allowed: 1..{args.max_seq_len}",
+        trainer_cfg = OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), sections)
         )
-    for key, allowed in CHOICES.items():
-        section, name = key.split(".", 1)
-        value = cfg[section][name]
-        if value not in allowed:
-            raise JobConfigError(key, f"{value!r} is not allowed; allowed: {_allowed(allowed)}")
-    trainer = cfg.trainer
-    _at_least("trainer.max_steps", trainer.max_steps, 1)
-    _at_least("trainer.micro_batch_size", trainer.micro_batch_size, 1)
-    _at_least("trainer.log_interval", trainer.log_interval, 1)
-    _at_least("trainer.checkpoint.interval", trainer.checkpoint.interval, 0)
-    if trainer.global_batch_size is None:
-        return
-    for dp in data_parallel_sizes(cfg):
-        unit = trainer.micro_batch_size * dp
-        if trainer.global_batch_size % unit:
-            raise JobConfigError(
-                "trainer.global_batch_size",
-                f"{trainer.global_batch_size} is "
-                f"not divisible by micro_batch_size x data-parallel size "
-                f"({trainer.micro_batch_size} x {dp}); allowed: multiples of "
-                f"{unit}",
-            )
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "config"
+        raise JobConfigError(key, str(err).splitlines()[0]) from None
+    try:
+        for world_size in data_parallel_sizes(cfg):
+            make_plan(trainer_cfg, world_size)
+    except ConfigError as err:
+        key, _, problem = str(err).partition(": ")
+        raise JobConfigError(key, problem) from None
 
 
 def check_image(cfg: Any, git_sha: str | None) -> None:

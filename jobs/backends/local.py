@@ -1,0 +1,218 @@
+"""The local backend: the pod's command and environment, run as torchrun processes here.
+
+What the training operator would add on a cluster (PET_* variables torchrun reads: nodes,
+processes per node, rendezvous) the backend adds here the same way, with a standalone
+rendezvous on this host. A small supervisor process (`jobs.backends.local_runner`) owns
+torchrun and records its state in `<run dir>/job/state.json`, so `status`, `logs` and `cancel`
+work from any shell while `trainstack launch` streams progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.backends import run_state
+from jobs.backends.base import (
+    FINISHED_STATES,
+    PENDING,
+    RUNNING,
+    BackendError,
+    DryRun,
+    RunStatus,
+)
+from jobs.manifests import trainer_config_yaml
+from jobs.materialize import MaterializedJob
+from jobs.spec import POD_CONFIG_PATH
+
+REQUEST_FILE = "job/request.json"
+CONFIG_FILE = "job/config.yaml"
+LOCAL_STATE_ROOT = "runs"
+"""Where state lives when the run dir itself is remote (storage.root=s3://...)."""
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    argv: list[str]
+    env: dict[str, str]
+    """Added to this process's environment: the spec's env plus the operator's PET_*."""
+    cwd: str
+    state_dir: str
+    """Local directory holding job/ (the run dir, or runs/<run_id> for a remote run dir)."""
+    config_text: str
+
+
+def torchrun_path() -> str:
+    """The torchrun next to this interpreter (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("torchrun")
+    return str(beside) if beside.exists() else "torchrun"
+
+
+def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
+    """What the operator sets in a pod, for one node here; plus per-rank log prefixes."""
+    return {
+        "PET_NNODES": "1",
+        "PET_NPROC_PER_NODE": str(nproc_per_node),
+        "PET_STANDALONE": "1",
+        "PET_TEE": "3",
+        "PET_LOG_DIR": f"{state_dir}/job/torchrun",
+    }
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, runs_root: str = "runs", cwd: str | None = None):
+        remote = runs_root.startswith("s3://")
+        self.state_root = Path(LOCAL_STATE_ROOT if remote else runs_root)
+        self.cwd = cwd or os.getcwd()
+
+    def state_dir(self, run_id: str) -> Path:
+        return self.state_root / run_id
+
+    def dryrun(self, job: MaterializedJob) -> DryRun:
+        spec = job.spec
+        state_dir = str(self.state_dir(spec.name))
+        config_path = f"{state_dir}/{CONFIG_FILE}"
+        argv = [torchrun_path(), *spec.command[1:]]
+        argv = [config_path if a == POD_CONFIG_PATH else a for a in argv]
+        env = {**spec.env, **operator_env(spec.nproc_per_node, state_dir)}
+        request = LocalRequest(argv, env, self.cwd, state_dir, trainer_config_yaml(spec))
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        text = (
+            f"# {config_path}:\n{request.config_text}"
+            f"cd {shlex.quote(self.cwd)} && {assigns} {shlex.join(argv)}\n"
+        )
+        return DryRun(backend=self.name, job=job, request=request, text=text)
+
+    def schedule(self, dryrun: DryRun) -> str:
+        request: LocalRequest = dryrun.request
+        job = dryrun.job
+        state_dir = Path(request.state_dir)
+        previous = run_state.read_state(state_dir)
+        if previous and previous.get("state") in (PENDING, RUNNING) and _alive(previous):
+            raise BackendError(
+                f"run_id: {job.run_id} is already running (pid {previous.get('pid')}); "
+                "cancel it or choose another run_id"
+            )
+        (state_dir / "job").mkdir(parents=True, exist_ok=True)
+        (state_dir / CONFIG_FILE).write_text(request.config_text)
+        (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
+        (state_dir / REQUEST_FILE).write_text(
+            json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
+        )
+        attempt = (previous or {}).get("attempt", 0) + 1
+        run_state.write_state(
+            state_dir,
+            {
+                "run_id": job.run_id,
+                "sweep_id": job.spec.labels.get("trainstack.io/sweep-id"),
+                "backend": self.name,
+                "state": PENDING,
+                "nodes": 1,
+                "run_dir": job.spec.run_dir,
+                "command": request.argv,
+                "attempt": attempt,
+                "started_at": run_state.utc_now(),
+                "finished_at": None,
+                "exit_code": None,
+                "pid": None,
+            },
+        )
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "jobs.backends.local_runner", str(state_dir.resolve())],
+            cwd=request.cwd,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        run_state.update_state(state_dir, supervisor_pid=supervisor.pid)
+        return job.run_id
+
+    def _state(self, run_id: str) -> tuple[Path, dict]:
+        state_dir = self.state_dir(run_id)
+        state = run_state.read_state(state_dir)
+        if state is None or state.get("backend") != self.name:
+            raise BackendError(f"no local run {run_id!r} under {self.state_root}/")
+        return state_dir, state
+
+    def status(self, run_id: str) -> RunStatus:
+        state_dir, state = self._state(run_id)
+        if state.get("state") in (PENDING, RUNNING) and not _alive(state):
+            state = {**state, "state": "failed", "message": "launcher process vanished"}
+        return run_state.to_status(state_dir, state)
+
+    def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
+        runs = [self.status(d.name) for d, _ in run_state.list_states(self.state_root, self.name)]
+        return [
+            r
+            for r in runs
+            if (sweep_id is None or r.sweep_id == sweep_id) and (state is None or r.state == state)
+        ]
+
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+        """Lines of the run's combined output; torchrun prefixes worker lines with
+        `[default<rank>]:` (one node here: local rank = rank), so `rank` filters those while
+        launcher lines pass through."""
+        state_dir, _ = self._state(run_id)
+        path = state_dir / run_state.OUTPUT_LOG
+        other_ranks = "[default"
+        own = f"[default{rank}]:"
+        offset = 0
+        while True:
+            if path.exists():
+                with path.open() as f:
+                    f.seek(offset)
+                    chunk = f.read()
+                    # Keep a partial last line for the next read.
+                    complete = chunk[: chunk.rfind("\n") + 1] if "\n" in chunk else ""
+                    offset += len(complete.encode())
+                for line in complete.splitlines():
+                    if line.startswith(own) or not line.startswith(other_ranks):
+                        yield line
+            if not follow or self.status(run_id).state in FINISHED_STATES:
+                if follow and path.exists() and path.stat().st_size > offset:
+                    continue  # drain what was written before the end
+                return
+            time.sleep(0.2)
+
+    def cancel(self, run_id: str) -> None:
+        """SIGTERM to torchrun, which forwards it to the trainer (checkpoint, exit 143)."""
+        try:
+            state_dir, state = self._state(run_id)
+        except BackendError:
+            return
+        if state.get("state") not in (PENDING, RUNNING) or not _alive(state):
+            return
+        (state_dir / run_state.CANCEL_MARKER).touch()
+        pid = state.get("pid")
+        if pid:
+            _signal(pid, signal.SIGTERM)
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _alive(state: dict) -> bool:
+    pid = state.get("supervisor_pid") or state.get("pid")
+    if not pid:
+        return state.get("state") == PENDING
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

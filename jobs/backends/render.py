@@ -1,0 +1,88 @@
+"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`; nothing
+is contacted. `kubectl apply -f <path>` submits exactly what `backend=kubernetes` would."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from jobs.backends import run_state
+from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus
+from jobs.manifests import to_yaml
+from jobs.materialize import MaterializedJob
+
+MANIFEST_FILE = "manifests.yaml"
+
+
+class RenderBackend:
+    name = "render"
+
+    def __init__(self, output_root: str = "runs"):
+        self.output_root = Path(output_root)
+
+    def manifest_path(self, run_id: str) -> Path:
+        return self.output_root / run_id / MANIFEST_FILE
+
+    def dryrun(self, job: MaterializedJob) -> DryRun:
+        if job.manifests is None:
+            raise BackendError("render: the job was materialized without manifests")
+        text = to_yaml(job.manifests)
+        return DryRun(
+            backend=self.name,
+            job=job,
+            request=job.manifests,
+            text=text,
+            extra={"path": str(self.manifest_path(job.run_id))},
+        )
+
+    def schedule(self, dryrun: DryRun) -> str:
+        job = dryrun.job
+        path = self.manifest_path(job.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(dryrun.text)
+        os.replace(tmp, path)
+        now = run_state.utc_now()
+        run_state.write_state(
+            path.parent,
+            {
+                "run_id": job.run_id,
+                "sweep_id": job.spec.labels.get("trainstack.io/sweep-id"),
+                "backend": self.name,
+                "state": RENDERED,
+                "nodes": job.spec.nodes,
+                "run_dir": job.spec.run_dir,
+                "manifests": str(path),
+                "started_at": now,
+                "finished_at": now,
+                "estimated_cost_usd": job.plan.cost_usd,
+            },
+        )
+        return job.run_id
+
+    def status(self, run_id: str) -> RunStatus:
+        state = run_state.read_state(self.output_root / run_id)
+        if state is None or state.get("backend") != self.name:
+            raise BackendError(f"no rendered run {run_id!r} under {self.output_root}/")
+        return run_state.to_status(self.output_root / run_id, state)
+
+    def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
+        runs = [
+            run_state.to_status(d, s) for d, s in run_state.list_states(self.output_root, self.name)
+        ]
+        return [
+            r
+            for r in runs
+            if (sweep_id is None or r.sweep_id == sweep_id) and (state is None or r.state == state)
+        ]
+
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+        self.status(run_id)
+        raise BackendError(
+            f"run {run_id} was rendered, not run: apply {self.manifest_path(run_id)} and use "
+            "backend=kubernetes for logs"
+        )
+
+    def cancel(self, run_id: str) -> None:
+        """Nothing runs, so nothing to stop (idempotent by construction)."""

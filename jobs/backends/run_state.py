@@ -1,0 +1,87 @@
+"""`job/state.json` in a run dir: how local and rendered runs are found after the launcher
+exits (format documented in jobs/backends/base.py). Writes are atomic (temp file + rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jobs.backends.base import UNKNOWN, RunStatus
+
+STATE_FILE = "job/state.json"
+OUTPUT_LOG = "job/output.log"
+CANCEL_MARKER = "job/cancel-requested"
+METRICS_FILE = "logs/metrics.jsonl"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_state(run_dir: Path, state: dict[str, Any]) -> None:
+    path = run_dir / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
+    state = {**(read_state(run_dir) or {}), **changes}
+    write_state(run_dir, state)
+    return state
+
+
+def last_metrics(run_dir: Path) -> tuple[int | None, float | None]:
+    """Step and loss of the last training line of logs/metrics.jsonl, if any."""
+    try:
+        lines = (run_dir / METRICS_FILE).read_text().splitlines()
+    except FileNotFoundError:
+        return None, None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written
+        if "loss" in record:
+            return record.get("step"), record.get("loss")
+    return None, None
+
+
+def to_status(run_dir: Path, state: dict[str, Any] | None) -> RunStatus:
+    step, loss = last_metrics(run_dir)
+    state = state or {}
+    return RunStatus(
+        run_id=state.get("run_id", run_dir.name),
+        state=state.get("state", UNKNOWN),
+        backend=state.get("backend", UNKNOWN),
+        sweep_id=state.get("sweep_id"),
+        nodes=state.get("nodes", 1),
+        started_at=state.get("started_at"),
+        finished_at=state.get("finished_at"),
+        exit_code=state.get("exit_code"),
+        last_step=step,
+        last_loss=loss,
+        message=state.get("message", ""),
+    )
+
+
+def list_states(root: Path, backend: str) -> list[tuple[Path, dict[str, Any]]]:
+    """(run dir, state) of every run under `root` made by `backend`, oldest first."""
+    found = []
+    for path in sorted(root.glob(f"*/{STATE_FILE}")):
+        run_dir = path.parent.parent
+        state = read_state(run_dir)
+        if state and state.get("backend") == backend:
+            found.append((run_dir, state))
+    return sorted(found, key=lambda item: item[1].get("started_at") or "")

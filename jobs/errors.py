@@ -1,0 +1,24 @@
+"""User-facing errors of `trainstack launch`: every one becomes a single line and exit 2."""
+
+from __future__ import annotations
+
+EXIT_BAD_INPUT = 2
+
+
+def one_line(err: BaseException) -> str:
+    """A Hydra/OmegaConf composition error as `<key>: <problem>[; allowed: ...]`."""
+    from hydra.errors import MissingConfigException
+
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file:
+        group, _, option = err.missing_cfg_file.rpartition("/")
+        if group and err.options:
+            return f"{group}: no option {option!r}; allowed: {', '.join(err.options)}"
+    cause = err.__cause__ or err
+    key = getattr(cause, "full_key", None) or getattr(err, "full_key", None)
+    problem = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    first = str(err).splitlines()[0] if str(err) else problem
+    if key:
+        if problem.startswith("Key ") and " not in " in problem:
+            return f"{key}: unknown key ({problem}); check the spelling or add it with +{key}=..."
+        return f"{key}: {problem}"
+    return first

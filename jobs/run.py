@@ -1,0 +1,46 @@
+"""Hand one materialized job to its backend, print the plan, follow it when it runs here."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from jobs.backends.base import SUCCEEDED
+
+if TYPE_CHECKING:
+    from jobs.backends.base import Backend
+    from jobs.materialize import MaterializedJob
+
+
+def follows(job: MaterializedJob) -> bool:
+    """Local runs stream their progress; cluster runs only with --wait."""
+    return job.cfg.backend.name == "local" or bool(job.cfg.backend.wait)
+
+
+def run_job(backend: Backend, job: MaterializedJob, *, dryrun: bool = False) -> int:
+    """Exit code: 0 when scheduled (or succeeded, when followed), else the run's exit code."""
+    print(job.plan, flush=True)
+    request = backend.dryrun(job)
+    if dryrun:
+        print(f"--- dry run ({backend.name}): nothing written or started ---")
+        print(request, end="" if str(request).endswith("\n") else "\n")
+        return 0
+    run_id = backend.schedule(request)
+    if "path" in request.extra:
+        print(f"wrote {request.extra['path']}")
+    if not follows(job):
+        print(f"scheduled {run_id} on {backend.name}")
+        return 0
+    try:
+        for line in backend.logs(run_id, follow=True):
+            print(line, flush=True)
+    except KeyboardInterrupt:
+        print(f"\ncancelling {run_id} (the trainer checkpoints first) ...", file=sys.stderr)
+        backend.cancel(run_id)
+        for line in backend.logs(run_id, follow=True):
+            print(line, flush=True)
+    status = backend.status(run_id)
+    print(f"{run_id}: {status.state}" + (f" ({status.message})" if status.message else ""))
+    if status.state == SUCCEEDED:
+        return 0
+    return status.exit_code or 1
