@@ -401,13 +401,16 @@ def _parse_cluster(reader: _Reader, stack: str) -> ClusterConfig:
     )
 
 
-def _parse_network(reader: _Reader) -> NetworkConfig:
+def _parse_network(reader: _Reader, region: str) -> NetworkConfig:
     vpc_cidr = _cidr(reader.key("vpcCidr"), reader.str("vpcCidr", "10.0.0.0/16"))
     if ipaddress.IPv4Network(vpc_cidr).prefixlen > 20:
         raise _fail(reader.key("vpcCidr"), f"{vpc_cidr} is too small; use /20 or larger")
     zones = reader.list("availabilityZones")
     if not 2 <= len(set(zones)) == len(zones) <= 7:
         raise _fail(reader.key("availabilityZones"), f"need 2 to 7 distinct AZs, got {list(zones)}")
+    for zone in zones:
+        if not zone.startswith(region):
+            raise _fail(reader.key("availabilityZones"), f"{zone!r} is not in region {region}")
     gpu_zone = reader.str("gpuAvailabilityZone", zones[0])
     if gpu_zone not in zones:
         raise _fail(
@@ -422,10 +425,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
     if not region:
         raise _fail("aws:region", "required; e.g. `pulumi config set aws:region us-east-1`")
     reader = _Reader(values, f"{NAMESPACE}:", TOP_LEVEL_KEYS)
-    network = _parse_network(reader)
-    for zone in network.availability_zones:
-        if not zone.startswith(region):
-            raise _fail(reader.key("availabilityZones"), f"{zone!r} is not in region {region}")
+    network = _parse_network(reader, region)
     cluster = _parse_cluster(reader, stack)
 
     system_values = reader.object("systemNodeGroup") or {}

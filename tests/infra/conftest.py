@@ -99,8 +99,10 @@ def as_pulumi_config(config: dict[str, Any]) -> dict[str, str]:
     return flat
 
 
-def run_program(config: dict[str, Any], stack: str = "test") -> StackRun:
-    mocks = RecordingMocks()
+def run_program(
+    config: dict[str, Any], stack: str = "test", mocks: RecordingMocks | None = None
+) -> StackRun:
+    mocks = mocks or RecordingMocks()
     monitor = MockMonitor(mocks)
     pulumi.runtime.set_mocks(
         mocks, project="trainstack", stack=stack, preview=False, monitor=monitor
