@@ -1,0 +1,168 @@
+"""Turn a Pulumi stack's outputs into job config defaults, so nobody copies them by hand.
+
+    python -m infra.stack_defaults --stack dev            # runs `pulumi stack output`
+    pulumi stack output --json --show-secrets | python -m infra.stack_defaults --stack dev -o -
+
+Writes `conf/stack/<stack>.yaml` (`# @package _global_`, setting only `cluster.*`,
+`job.image_repository` and `storage.root`; select it with `trainstack launch stack=<stack>`),
+and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
+`cluster.kubeconfig`; the kubeconfig's content never enters the config tree. Everything is
+checked before anything is written; a bad input exits 2 with one message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+EXIT_BAD_INPUT = 2
+REQUIRED_OUTPUTS = (
+    "cluster_name",
+    "region",
+    "kubernetes_version",
+    "kubeconfig",
+    "repository_url",
+    "storage_root",
+    "namespace",
+    "service_account",
+    "gpu_node_groups",
+)
+NODE_GROUP_KEYS = ("name", "instance_type", "min_size", "desired_size", "max_size")
+_STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class StackOutputError(ValueError):
+    """Outputs that can't become job defaults; the message names the output."""
+
+
+def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, Any]:
+    """The `# @package _global_` content for a stack (pure: paths are passed in)."""
+    missing = [key for key in REQUIRED_OUTPUTS if outputs.get(key) in (None, "")]
+    if missing:
+        raise StackOutputError(
+            f"stack output {missing[0]!r} is missing; need: {', '.join(REQUIRED_OUTPUTS)}"
+        )
+    root = outputs["storage_root"]
+    if not (isinstance(root, str) and root.startswith("s3://")):
+        raise StackOutputError(f"stack output 'storage_root' must be s3://..., got {root!r}")
+    groups = outputs["gpu_node_groups"]
+    if not isinstance(groups, list):
+        raise StackOutputError("stack output 'gpu_node_groups' must be a list")
+    node_groups = []
+    for index, group in enumerate(groups):
+        absent = [k for k in NODE_GROUP_KEYS if not isinstance(group, dict) or k not in group]
+        if absent:
+            raise StackOutputError(f"stack output 'gpu_node_groups[{index}]' lacks {absent[0]!r}")
+        node_groups.append({key: group[key] for key in NODE_GROUP_KEYS})
+    return {
+        "cluster": {
+            "name": outputs["cluster_name"],
+            "region": outputs["region"],
+            "kubeconfig": str(kubeconfig_path),
+            "namespace": outputs["namespace"],
+            "service_account": outputs["service_account"],
+            "kubernetes_version": str(outputs["kubernetes_version"]),
+            "node_groups": node_groups,
+        },
+        "job": {"image_repository": outputs["repository_url"]},
+        "storage": {"root": root},
+    }
+
+
+def render(defaults: dict[str, Any], stack: str) -> str:
+    header = (
+        "# @package _global_\n"
+        f"# Generated from Pulumi stack {stack!r} by `python -m infra.stack_defaults "
+        f"--stack {stack}`;\n# re-run it after `pulumi up` instead of editing.\n"
+    )
+    return header + yaml.safe_dump(defaults, sort_keys=False)
+
+
+def _write_private(path: Path, text: str, mode: int) -> None:
+    """Atomic write: a reader sees the old file or the new one, never part of one."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(handle, mode)
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_outputs(stack: str, source: str | None) -> dict[str, Any]:
+    if source == "-":
+        text = sys.stdin.read()
+    elif source:
+        text = Path(source).read_text()
+    else:
+        command = ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack]
+        try:
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            raise StackOutputError(
+                "the pulumi CLI is not on PATH; pass the outputs with --outputs FILE or -"
+            ) from None
+        if done.returncode:
+            raise StackOutputError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
+        text = done.stdout
+    try:
+        outputs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StackOutputError(f"stack outputs are not JSON ({exc.msg})") from None
+    if not isinstance(outputs, dict):
+        raise StackOutputError("stack outputs must be a JSON object")
+    if outputs.get("kubeconfig") == "[secret]":
+        raise StackOutputError(
+            "stack output 'kubeconfig' is hidden; use `pulumi stack output --show-secrets`"
+        )
+    return outputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.stack_defaults", description=__doc__)
+    parser.add_argument("--stack", required=True, help="Pulumi stack name, e.g. dev")
+    parser.add_argument(
+        "-o",
+        "--outputs",
+        help="file with `pulumi stack output --json --show-secrets`, or - for stdin "
+        "(default: run the pulumi CLI)",
+    )
+    parser.add_argument("--conf-dir", type=Path, default=REPO / "conf" / "stack")
+    parser.add_argument("--kube-dir", type=Path, default=Path.home() / ".kube")
+    args = parser.parse_args(argv)
+    try:
+        if not _STACK_NAME.match(args.stack):
+            raise StackOutputError(f"--stack {args.stack!r}: letters, digits, '.', '_', '-'")
+        if args.stack == "none":
+            raise StackOutputError("--stack 'none' is reserved for conf/stack/none.yaml")
+        outputs = read_outputs(args.stack, args.outputs)
+        kubeconfig_path = (args.kube_dir / f"trainstack-{args.stack}.yaml").resolve()
+        defaults = job_defaults(outputs, kubeconfig_path)
+        kubeconfig = outputs["kubeconfig"]
+        if not isinstance(kubeconfig, str) or "clusters" not in kubeconfig:
+            raise StackOutputError("stack output 'kubeconfig' is not a kubeconfig document")
+    except (StackOutputError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _write_private(kubeconfig_path, kubeconfig, 0o600)
+    conf_path = args.conf_dir / f"{args.stack}.yaml"
+    _write_private(conf_path, render(defaults, args.stack), 0o644)
+    print(f"wrote {conf_path} (use `trainstack launch stack={args.stack}`) and {kubeconfig_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

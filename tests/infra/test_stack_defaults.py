@@ -1,0 +1,124 @@
+"""`python -m infra.stack_defaults` turns real program outputs (from the mocked dev stack) into
+the `conf/stack/<stack>.yaml` the jobs schema accepts, and keeps the kubeconfig private."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from infra.stack_defaults import main
+from tests.infra.conftest import REPO
+
+
+@pytest.fixture
+def dev_outputs(stack_runs, tmp_path):
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(stack_runs["dev"].outputs))
+    return path
+
+
+def run(tmp_path, outputs_file, stack="dev"):
+    return main(
+        [
+            "--stack",
+            stack,
+            "--outputs",
+            str(outputs_file),
+            "--conf-dir",
+            str(tmp_path / "conf"),
+            "--kube-dir",
+            str(tmp_path / "kube"),
+        ]
+    )
+
+
+def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_runs):
+    assert run(tmp_path, dev_outputs) == 0
+    text = (tmp_path / "conf" / "dev.yaml").read_text()
+    assert text.startswith("# @package _global_\n")
+    defaults = yaml.safe_load(text)
+    assert set(defaults) == {"cluster", "job", "storage"}
+    assert set(defaults["job"]) == {"image_repository"}
+    assert set(defaults["storage"]) == {"root"}
+    outputs = stack_runs["dev"].outputs
+    assert defaults["storage"]["root"] == f"s3://{outputs['bucket']}/runs"
+    assert defaults["job"]["image_repository"] == outputs["repository_url"]
+    cluster = defaults["cluster"]
+    assert cluster["name"] == "trainstack-dev"
+    assert cluster["node_groups"] == [
+        {
+            "name": "g5",
+            "instance_type": "g5.12xlarge",
+            "min_size": 0,
+            "desired_size": 1,
+            "max_size": 2,
+        }
+    ]
+    kubeconfig = tmp_path / "kube" / "trainstack-dev.yaml"
+    assert cluster["kubeconfig"] == str(kubeconfig.resolve())
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+    assert json.loads(kubeconfig.read_text())["current-context"] == "trainstack-dev"
+    assert "certificate-authority-data" not in text
+
+
+def test_jobs_schema_accepts_the_defaults(tmp_path, dev_outputs):
+    schema = pytest.importorskip("jobs.schema")
+    assert run(tmp_path, dev_outputs) == 0
+    defaults = OmegaConf.load(tmp_path / "conf" / "dev.yaml")
+    merged = OmegaConf.merge(OmegaConf.structured(schema.JobsConfig), defaults)
+    assert merged.cluster.node_groups[0].instance_type == "g5.12xlarge"
+    assert merged.cluster.kubeconfig.endswith("trainstack-dev.yaml")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"repository_url": None}, "stack output 'repository_url' is missing"),
+        ({"kubeconfig": "[secret]"}, "use `pulumi stack output --show-secrets`"),
+        ({"storage_root": "runs"}, "'storage_root' must be s3://"),
+        ({"gpu_node_groups": [{"name": "g5"}]}, "'gpu_node_groups[0]' lacks 'instance_type'"),
+    ],
+)
+def test_bad_outputs_exit_2_and_write_nothing(tmp_path, stack_runs, capsys, change, message):
+    outputs = {**stack_runs["dev"].outputs, **change}
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    assert run(tmp_path, path) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "conf").exists() and not (tmp_path / "kube").exists()
+
+
+def test_stack_name_cannot_escape_the_conf_dir(tmp_path, dev_outputs, capsys):
+    assert run(tmp_path, dev_outputs, stack="../../etc") == 2
+    assert "--stack" in capsys.readouterr().err
+
+
+def test_module_command_reads_stdin(tmp_path, dev_outputs):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infra.stack_defaults",
+            "--stack",
+            "dev",
+            "-o",
+            "-",
+            "--conf-dir",
+            str(tmp_path / "conf"),
+            "--kube-dir",
+            str(tmp_path / "kube"),
+        ],
+        input=dev_outputs.read_text(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "conf" / "dev.yaml").exists()
