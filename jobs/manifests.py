@@ -173,6 +173,18 @@ def to_manifests(spec: JobSpec) -> list[dict]:
     return manifests
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the trainer config in the ConfigMap) as readable `|` blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
 def to_yaml(manifests: list[dict]) -> str:
     """Multi-document YAML that `kubectl apply -f` takes."""
-    return yaml.safe_dump_all(manifests, sort_keys=False)
+    return yaml.dump_all(manifests, Dumper=_BlockDumper, sort_keys=False)

@@ -67,6 +67,11 @@ class Plan:
             "estimated_cost_usd": None if cost is None else round(cost, 2),
         }
 
+    def one_line(self) -> str:
+        where = f"{self.nodes} x {self.instance_type}" if self.instance_type else "local"
+        cost = "" if self.cost_usd is None else f", est. ${self.cost_usd:,.2f}"
+        return f"{self.run_id}: {self.model}, {where}, {self.max_steps} steps{cost}"
+
     def __str__(self) -> str:
         where = (
             f"{self.nodes} x {self.instance_type} ({self.procs_per_node} x {self.gpu_model})"
@@ -83,8 +88,8 @@ class Plan:
             lines.append(f"price    ${self.hourly_usd:,.2f}/hour ({self.hourly_source})")
         if self.step_time_s is not None:
             lines.append(
-                f"estimate {self.step_time_s:.2f} s/step ({self.step_time_source}) -> "
-                f"{self.hours:.2f} h, ${self.cost_usd or 0:,.2f}"
+                f"estimate {self.step_time_s:.3g} s/step ({self.step_time_source}) -> "
+                f"{self.hours:.3g} h, ${self.cost_usd or 0:,.2f}"
             )
         else:
             lines.append(f"estimate {self.step_time_source}")

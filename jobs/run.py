@@ -17,8 +17,16 @@ def follows(job: MaterializedJob) -> bool:
     return job.cfg.backend.name == "local" or bool(job.cfg.backend.wait)
 
 
-def run_job(backend: Backend, job: MaterializedJob, *, dryrun: bool = False) -> int:
-    """Exit code: 0 when scheduled (or succeeded, when followed), else the run's exit code."""
+def run_job(
+    backend: Backend, job: MaterializedJob, *, dryrun: bool = False, brief: bool = False
+) -> int:
+    """Exit code: 0 when scheduled (or succeeded, when followed), else the run's exit code.
+    `brief`: one line per job (sweep points that are not followed)."""
+    if brief and not dryrun and not follows(job):
+        dry = backend.dryrun(job)
+        backend.schedule(dry)
+        print(f"{job.plan.one_line()} -> {dry.extra.get('path', backend.name)}", flush=True)
+        return 0
     print(job.plan, flush=True)
     request = backend.dryrun(job)
     if dryrun:
