@@ -5,7 +5,9 @@ moto that answers chosen requests with 503 SlowDown / 500 InternalError instead 
 them, so botocore's real retry path runs. It reads botocore's `amz-sdk-request: attempt=N`
 header, which lets a rule fail only first attempts (transient) or every attempt (persistent),
 and it counts what it saw. Rules are plain callables; see `fail_every_nth` and
-`fail_matching`. Processes started by a test (torchrun) reach either through `s3_env(url)`.
+`fail_matching`. An optional `Link` delays each response like a connection with first-byte
+latency and limited bandwidth (benchmarks use it; loopback alone has neither). Processes
+started by a test (torchrun) reach either through `s3_env(url)`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import http.client
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -74,6 +77,17 @@ class MotoS3:
 
 
 @dataclass(frozen=True)
+class Link:
+    """One HTTP connection's cost: a fixed latency per request plus bytes over bandwidth."""
+
+    latency_s: float
+    mib_per_s: float
+
+    def delay(self, nbytes: int) -> float:
+        return self.latency_s + nbytes / (self.mib_per_s * 1024 * 1024)
+
+
+@dataclass(frozen=True)
 class SeenRequest:
     """One request as the proxy saw it; `fault` is the status injected, or None."""
 
@@ -130,6 +144,7 @@ def fail_matching(
 class _ProxyState:
     upstream: str
     rule: Rule | None = None
+    link: Link | None = None
     seen: list[SeenRequest] = field(default_factory=list)
     first_attempts: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -138,8 +153,8 @@ class _ProxyState:
 class FaultProxy:
     """An HTTP proxy to `upstream` (moto) that injects faults chosen by `rule`."""
 
-    def __init__(self, upstream: str, rule: Rule | None = None) -> None:
-        self.state = _ProxyState(upstream=upstream, rule=rule)
+    def __init__(self, upstream: str, rule: Rule | None = None, link: Link | None = None) -> None:
+        self.state = _ProxyState(upstream=upstream, rule=rule, link=link)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self.state))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -236,6 +251,8 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
                 conn.endheaders(body or None)
                 response = conn.getresponse()
                 data = response.read()
+                if state.link is not None:
+                    time.sleep(state.link.delay(len(body) + len(data)))
                 self.send_response(response.status)
                 for name, value in response.getheaders():
                     if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
