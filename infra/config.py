@@ -357,8 +357,11 @@ def _parse_ci(reader: _Reader) -> CiConfig | None:
 
 def _parse_cluster(reader: _Reader, stack: str) -> ClusterConfig:
     name = reader.str("clusterName", f"trainstack-{stack}")
-    if not re.match(r"^[a-zA-Z][-a-zA-Z0-9_]{0,99}$", name):
-        raise _fail(reader.key("clusterName"), f"{name!r}: letters, digits, '-', '_' (<=100)")
+    # Resource names (IAM roles <= 64, S3 buckets lowercase) are derived from it.
+    if not re.match(r"^[a-z][-a-z0-9]{0,30}[a-z0-9]$", name):
+        raise _fail(
+            reader.key("clusterName"), f"{name!r}: lowercase letters, digits, '-' (2-32 chars)"
+        )
     version = reader.str("kubernetesVersion", "1.33")
     if not _K8S_VERSION.match(version):
         raise _fail(reader.key("kubernetesVersion"), f"{version!r}: expected 1.NN, e.g. 1.33")

@@ -1,7 +1,7 @@
 """Turn a Pulumi stack's outputs into job config defaults, so nobody copies them by hand.
 
     python -m infra.stack_defaults --stack dev            # runs `pulumi stack output`
-    pulumi stack output --json --show-secrets | python -m infra.stack_defaults --stack dev -o -
+    pulumi stack output --json --show-secrets | python -m infra.stack_defaults --stack dev
 
 Writes `conf/stack/<stack>.yaml` (`# @package _global_`, setting only `cluster.*`,
 `job.image_repository` and `storage.root`; select it with `trainstack launch stack=<stack>`),
@@ -103,11 +103,12 @@ def _write_private(path: Path, text: str, mode: int) -> None:
 
 
 def read_outputs(stack: str, source: str | None) -> dict[str, Any]:
-    if source == "-":
-        text = sys.stdin.read()
+    text = ""
+    if source == "-" or (source is None and not sys.stdin.isatty()):
+        text = sys.stdin.read()  # piped: `pulumi stack output ... | python -m ...`
     elif source:
         text = Path(source).read_text()
-    else:
+    if not text.strip() and source is None:
         command = ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack]
         try:
             done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "-o",
         "--outputs",
         help="file with `pulumi stack output --json --show-secrets`, or - for stdin "
-        "(default: run the pulumi CLI)",
+        "(default: piped stdin, else run the pulumi CLI)",
     )
     parser.add_argument("--conf-dir", type=Path, default=REPO / "conf" / "stack")
     parser.add_argument("--kube-dir", type=Path, default=Path.home() / ".kube")

@@ -137,6 +137,11 @@ BAD_CONFIGS = {
         "trainstack:vpcCniVersion",
         "efa-only interfaces",
     ),
+    "cluster-name-uppercase": (
+        {"trainstack:clusterName": "Train_Stack"},
+        "trainstack:clusterName",
+        "lowercase letters, digits, '-'",
+    ),
     "missing-region": ({"aws:region": None}, "aws:region", "required"),
     "bad-github-url": (
         {"trainstack:ci": {"githubUrl": "git@github.com:org/repo.git"}},

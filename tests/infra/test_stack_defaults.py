@@ -99,7 +99,7 @@ def test_stack_name_cannot_escape_the_conf_dir(tmp_path, dev_outputs, capsys):
     assert "--stack" in capsys.readouterr().err
 
 
-def test_module_command_reads_stdin(tmp_path, dev_outputs):
+def test_module_command_reads_piped_outputs(tmp_path, dev_outputs):
     done = subprocess.run(
         [
             sys.executable,
@@ -107,8 +107,6 @@ def test_module_command_reads_stdin(tmp_path, dev_outputs):
             "infra.stack_defaults",
             "--stack",
             "dev",
-            "-o",
-            "-",
             "--conf-dir",
             str(tmp_path / "conf"),
             "--kube-dir",
