@@ -1,0 +1,205 @@
+"""Static checks of what only CodeBuild, GitHub and a Docker engine can run: the buildspec's
+order, the workflows' triggers and permissions, the Dockerfile's pins and the build context."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = (REPO / "images/trainer/Dockerfile").read_text()
+WORKFLOWS = REPO / ".github/workflows"
+
+
+def load_lock():
+    spec = importlib.util.spec_from_file_location("image_lock", REPO / "images/trainer/lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def workflow(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True)  # YAML 1.1 reads the key `on` as a boolean
+    return data
+
+
+# ---- buildspec -------------------------------------------------------------------------------
+
+
+def test_buildspec_logs_in_builds_self_tests_then_pushes_and_exports_the_digest():
+    spec = yaml.safe_load((REPO / "images/buildspec.yml").read_text())
+    assert spec["version"] == 0.2
+    phases = spec["phases"]
+    assert list(phases) == ["pre_build", "build", "post_build"]
+    assert phases["pre_build"]["commands"] == ["images/build.sh login"]
+    assert phases["build"]["commands"] == [
+        "images/build.sh build",
+        "images/build.sh selftest",
+        "images/build.sh push",
+    ]
+    # post_build runs even after a failed build: it may only export, never push.
+    assert phases["pre_build"]["on-failure"] == phases["build"]["on-failure"] == "ABORT"
+    assert "build.sh" not in " ".join(phases["post_build"]["commands"])
+    assert "CODEBUILD_BUILD_SUCCEEDING" in phases["post_build"]["commands"][0]
+    assert set(spec["env"]["exported-variables"]) == {"IMAGE_URI", "IMAGE_DIGEST"}
+    assert spec["artifacts"]["files"] == ["image.json"]
+
+
+# ---- workflows -------------------------------------------------------------------------------
+
+
+def all_steps(data: dict) -> list[dict]:
+    return [step for job in data["jobs"].values() for step in job["steps"]]
+
+
+@pytest.mark.parametrize("name", ["pull-request.yml", "deploy.yml"])
+def test_workflow_permissions_are_least_privilege_and_actions_pinned(name):
+    data = workflow(name)
+    assert data["permissions"] == {}
+    for job_name, job in data["jobs"].items():
+        granted = job["permissions"]
+        assert set(granted.values()) <= {"read", "write"}
+        writes = {k for k, v in granted.items() if v == "write"}
+        assert writes <= {"id-token", "pull-requests"}, (job_name, writes)
+        uses_aws = any("configure-aws-credentials" in s.get("uses", "") for s in job["steps"])
+        assert ("id-token" in writes) == uses_aws, job_name
+    for step in all_steps(data):
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+        if "configure-aws-credentials" in step.get("uses", ""):
+            assert set(step["with"]) == {"role-to-assume", "aws-region"}  # OIDC, no keys
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] is False
+    text = (WORKFLOWS / name).read_text()
+    assert "aws-access-key-id" not in text and "AWS_SECRET_ACCESS_KEY" not in text
+
+
+def test_pull_requests_lint_test_and_preview_with_a_comment():
+    data = workflow("pull-request.yml")
+    assert list(data["on"]) == ["pull_request"]  # never pull_request_target
+    assert data["concurrency"]["cancel-in-progress"] is True
+    runs = [s.get("run", "") for s in all_steps(data)]
+    assert "make lint" in runs and "make test" in runs
+    assert any(r.startswith(".venv/bin/hadolint") for r in runs)
+    preview = data["jobs"]["preview"]
+    assert preview["permissions"]["pull-requests"] == "write"
+    assert "head.repo.full_name == github.repository" in preview["if"]
+    pulumi = next(s for s in preview["steps"] if s.get("uses", "").startswith("pulumi/actions@"))
+    assert pulumi["with"]["command"] == "preview" and pulumi["with"]["comment-on-pr"] is True
+    assert pulumi["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+
+
+def test_deploy_builds_then_ups_then_smoke_runs_the_built_digest_one_at_a_time():
+    data = workflow("deploy.yml")
+    assert data["on"]["push"]["branches"] == ["main"]
+    assert data["concurrency"] == {"group": "deploy", "cancel-in-progress": False}
+    image, deploy = data["jobs"]["image"], data["jobs"]["deploy"]
+    assert any("aws-codebuild-run-build@" in s.get("uses", "") for s in image["steps"])
+    assert "@sha256:" in image["steps"][-1]["run"]  # only a digest-pinned image goes on
+    assert deploy["needs"] == "image" and deploy["if"] == "github.ref == 'refs/heads/main'"
+    assert deploy["env"]["IMAGE"] == "${{ needs.image.outputs.image }}"
+    assert deploy["env"]["PULUMI_ACCESS_TOKEN"] == "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    steps = deploy["steps"]
+    up = next(i for i, s in enumerate(steps) if s.get("with", {}).get("command") == "up")
+    launch = next(i for i, s in enumerate(steps) if "trainstack launch" in s.get("run", ""))
+    assert up < launch
+    command = " ".join(steps[launch]["run"].split())
+    for part in ("experiment=smoke", "backend=kubernetes", '"job.image=$IMAGE"', "--wait"):
+        assert part in command
+    assert "infra.stack_defaults" in steps[launch - 1]["run"]
+
+
+def test_no_expression_is_expanded_inside_a_shell_script():
+    for path in WORKFLOWS.glob("*.yml"):
+        for step in all_steps(workflow(path.name)):
+            assert "${{" not in step.get("run", ""), (path.name, step.get("name"))
+
+
+# ---- Dockerfile, build context, pins ---------------------------------------------------------
+
+
+def test_dockerfile_pins_base_efa_and_runs_as_non_root():
+    base = re.search(r"ARG CUDA_BASE_IMAGE=(\S+)", DOCKERFILE)[1]
+    assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-base-ubuntu\d+\.\d+", base)
+    assert len(re.findall(r"^FROM ", DOCKERFILE, re.M)) >= 3
+    efa = tuple(
+        int(p) for p in re.search(r"EFA_INSTALLER_VERSION=([\d.]+)", DOCKERFILE)[1].split(".")
+    )
+    assert efa >= (1, 49, 0)
+    assert "--skip-kmod --skip-limit-conf --no-verify" in DOCKERFILE
+    final_stage = DOCKERFILE.rsplit("\nFROM ", 1)[1]
+    user = re.findall(r"^USER (\S+)", final_stage, re.M)[-1]
+    assert re.fullmatch(r"[1-9]\d+:[1-9]\d+", user)
+    assert 'org.opencontainers.image.revision="${GIT_SHA}"' in final_stage
+    assert 'org.opencontainers.image.source="${SOURCE_URL}"' in final_stage
+    # The pods' `command: [torchrun, ...]` must run as given: an exec-style pass-through only.
+    assert re.findall(r"^ENTRYPOINT (.+)$", final_stage, re.M) == ['["/usr/bin/tini", "--"]']
+    assert not re.search(r"^(ARG|ENV)\s+\S*(TOKEN|SECRET|PASSWORD|CREDENTIAL)", DOCKERFILE, re.M)
+
+
+def test_cuda_of_base_image_torch_wheel_and_self_test_agree():
+    pins = load_lock().parse_pins((REPO / "images/trainer/constraints.txt").read_text())
+    base_cuda = re.search(r"nvidia/cuda:(\d+\.\d+)\.", DOCKERFILE)[1]
+    expected = re.search(r"TRAINSTACK_SMOKE_EXPECT_CUDA=(\S+)", DOCKERFILE)[1]
+    assert expected == base_cuda == ".".join(pins["cuda-toolkit"].split(".")[:2])
+    major = base_cuda.split(".")[0]
+    assert f"nvidia-nccl-cu{major}" in pins  # the NCCL torch loads, checked by the self-test
+
+
+def test_image_lock_pins_every_trainer_dependency_at_the_developer_versions():
+    lock = load_lock()
+    text = (REPO / "images/trainer/constraints.txt").read_text()
+    pins = {lock.normalize(k): v for k, v in lock.parse_pins(text).items()}
+    assert text == lock.render(lock.parse_pins(text)), "edit via images/trainer/lock.py"
+    assert pins["torch"] == lock.TORCH_VERSION
+    for requirement in lock.top_level_requirements():
+        name, _, version = requirement.partition("==")
+        assert lock.normalize(name) in pins, f"{name} is not in the image lock"
+        if version:
+            assert pins[lock.normalize(name)] == version, name
+
+
+def build_context() -> set[str]:
+    """Tracked files Docker would send, by .dockerignore's rules (last matching line wins)."""
+    rules = []
+    for line in (REPO / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            rules.append((line.startswith("!"), line.lstrip("!").rstrip("/")))
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    included = set()
+    for path in files:
+        keep = True
+        for negated, pattern in rules:
+            bare = pattern.removeprefix("**/")
+            parts = path.split("/")
+            prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+            if pattern.startswith("**/"):
+                hit = any(fnmatch.fnmatch(p, bare) for p in parts)
+            else:
+                hit = any(fnmatch.fnmatch(p, pattern) for p in prefixes)
+            if hit:
+                keep = negated
+        if keep:
+            included.add(path)
+    return included
+
+
+def test_build_context_holds_only_what_the_image_copies():
+    context = build_context()
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE, re.M)
+    sources = {src for line in copied for src in line.split()}
+    for source in sources:
+        assert any(f == source or f.startswith(source + "/") for f in context), source
+    for path in context:
+        assert any(path == s or path.startswith(s + "/") for s in sources), path
+    assert not any(p.startswith((".git/", ".venv/", "tests/", "jobs/", "infra/")) for p in context)
