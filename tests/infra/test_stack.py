@@ -4,11 +4,12 @@ per GPU instance type in the catalog (run under Pulumi's mocks; see conftest).""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from catalog import INSTANCE_TYPES
-from tests.infra.conftest import StackRun, run_program, stack_file_config
+from tests.infra.conftest import REPO, StackRun, run_program, stack_file_config
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -345,3 +346,13 @@ def test_capacity_block_group_skips_placement_group():
     assert group.inputs["capacityType"] == "CAPACITY_BLOCK"
     check_efa_layout(run)
     assert run.outputs["gpu_hourly_usd_at_rest"] == pytest.approx(4 * 55.040)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_readme_costs_match_the_stack_outputs(stack_runs, stack):
+    readme = (REPO / "README.md").read_text()
+    row = re.search(rf"^\| `{stack}` \|[^|]+\| \$([\d.]+)/h \| \$([\d.]+)/h \|$", readme, re.M)
+    assert row, f"README has no cost row for {stack}"
+    outputs = stack_runs[stack].outputs
+    assert float(row.group(1)) == round(outputs["gpu_hourly_usd_at_rest"], 2)
+    assert float(row.group(2)) == round(outputs["gpu_hourly_usd_desired"], 2)
