@@ -1,0 +1,65 @@
+"""Helpers for the jobs tests: compose + materialize with fixed names and clocks, and the CLI
+run in-process inside an empty working directory (so "nothing written" can be checked)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from jobs.compose import compose
+from jobs.materialize import MaterializedJob, materialize
+
+NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
+GIT_SHA = "0123456789abcdef0123456789abcdef01234567"
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_DATA = str(REPO / "data" / "sample" / "train.jsonl")
+# What a cluster job needs besides compute: an image and shared storage.
+CLUSTER = [
+    "backend=render",
+    "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
+    "storage.root=s3://trainstack-runs/runs",
+]
+
+
+def build(
+    overrides: list[str], run_id: str = "golden-run", sweep_id: str | None = None
+) -> MaterializedJob:
+    return materialize(
+        compose(overrides), now=NOW, git_sha=GIT_SHA, run_id=run_id, sweep_id=sweep_id
+    )
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def cli(workdir: Path, capsys: pytest.CaptureFixture[str]):
+    """`trainstack ARGS...` in-process; returns exit code and captured output."""
+    from jobs.cli import main
+
+    def run(*args: str) -> CliResult:
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse usage errors
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))

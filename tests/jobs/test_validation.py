@@ -1,0 +1,105 @@
+"""Every bad input of issue 3 section 3 through `trainstack launch`: one line naming the key
+and what is allowed, exit 2, and nothing written in the working directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.jobs.conftest import CLUSTER, files_under
+
+P5 = ["compute=p5.48xlarge", *CLUSTER]
+
+BAD_INPUTS = {
+    "gpus above the instance's": (
+        [*P5, "compute.gpus_per_node=16"],
+        "compute.gpus_per_node",
+        "1..8",
+    ),
+    "no nodes": ([*P5, "compute.nodes=0"], "compute.nodes", ">= 1"),
+    "batch not divisible by dp": (
+        [*P5, "compute.nodes=2", "trainer.global_batch_size=100", "trainer.micro_batch_size=2"],
+        "trainer.global_batch_size",
+        "multiple of 32",
+    ),
+    "batch not divisible locally": (
+        ["trainer.global_batch_size=7"],
+        "trainer.global_batch_size",
+        "multiple of 16",
+    ),
+    "unknown instance type option": (["compute=p9.48xlarge"], "compute", "p5.48xlarge"),
+    "unknown instance type key": (
+        [*P5, "compute.instance_type=p9.48xlarge"],
+        "compute.instance_type",
+        "g5.12xlarge",
+    ),
+    "elastic min above max": (
+        [*P5, "compute.nodes=2", "job.elastic.min_nodes=3", "job.elastic.max_nodes=2"],
+        "job.elastic.min_nodes",
+        "min <= max",
+    ),
+    "elastic half set": ([*P5, "job.elastic.min_nodes=1"], "job.elastic", "both"),
+    "image tag latest": ([*P5, "job.image=repo/trainer:latest"], "job.image", "immutable"),
+    "image without tag": ([*P5, "job.image=repo/trainer"], "job.image", "immutable"),
+    "no image on a GPU backend": (
+        ["compute=g5.12xlarge", "backend=render", "storage.root=s3://bucket/runs"],
+        "job.image",
+        "job.image=REPOSITORY:TAG",
+    ),
+    "local storage for multi-node": (
+        [*P5, "compute.nodes=2", "storage.root=runs"],
+        "storage.root",
+        "s3://bucket/prefix",
+    ),
+    "local_cpu on a cluster backend": (["backend=render"], "compute", "g5.12xlarge"),
+    "GPU compute on the local backend": (
+        ["compute=p5.48xlarge", "job.image=r/t:v1"],
+        "backend",
+        "backend=render",
+    ),
+    "local_cpu with several nodes": (["compute.nodes=2"], "compute.nodes", "allowed: 1"),
+    "seq_len above the model's": (["data.seq_len=4096"], "data.seq_len", "1..2048"),
+    "unknown choice": (["trainer.mixed_precision=fp8"], "trainer.mixed_precision", "bf16"),
+    "unknown model option": (["model=gpt5"], "model", "llama3_8b"),
+    "bad run id": (["run_id=My_Run"], "run_id", "DNS-1035"),
+    "run id too long": (["run_id=" + "a" * 60], "run_id", "at most"),
+    "unknown key": (["trainer.maxsteps=3"], "trainer.maxsteps", "unknown key"),
+    "wrong type": (["trainer.max_steps=many"], "trainer.max_steps", "Integer"),
+    "bad clean pod policy": (
+        [*P5, "job.clean_pod_policy=Sometimes"],
+        "job.clean_pod_policy",
+        "Running",
+    ),
+    "secret half set": ([*P5, "job.secrets.hf_token.name=hf"], "job.secrets.hf_token", "key"),
+    "unknown backend": (["backend.name=slurm"], "backend.name", "kubernetes"),
+    "unsupported kubernetes version": (
+        [*P5, "cluster.kubernetes_version=2.5"],
+        "cluster.kubernetes_version",
+        "allowed",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_nothing_written(cli, workdir, case):
+    overrides, key, allowed = BAD_INPUTS[case]
+    result = cli("launch", *overrides)
+    assert result.code == 2, result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert f"{key}:" in lines[0] and allowed in lines[0], lines[0]
+    assert result.out == ""
+    assert files_under(workdir) == []
+
+
+def test_bad_point_in_a_sweep_writes_nothing(cli, workdir):
+    result = cli("launch", "-m", *P5, "compute.gpus_per_node=4,16")
+    assert result.code == 2
+    assert "sweep point 1" in result.err and "compute.gpus_per_node" in result.err
+    assert files_under(workdir) == []
+
+
+def test_dryrun_writes_nothing(cli, workdir):
+    result = cli("launch", "--dryrun", *P5, "run_id=dry")
+    assert result.code == 0
+    assert "kind: PyTorchJob" in result.out and "name: dry" in result.out
+    assert files_under(workdir) == []
