@@ -6,9 +6,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import CiConfig
 from infra.iam import service_role
 from infra.policies import codebuild_policy, start_build_policy
+from infra.settings import CiConfig
 
 BUILDSPEC = "images/buildspec.yml"
 BUILD_IMAGE = "aws/codebuild/standard:7.0"

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import ClusterConfig, SystemNodeGroupConfig
 from infra.iam import service_role
 from infra.kubeconfig import eks_kubeconfig
 from infra.launch_template import metadata_options, root_volume
 from infra.policies import kms_key_policy
+from infra.settings import ClusterConfig, SystemNodeGroupConfig
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Managed add-ons installed before nodes join (networking, credentials) and after (they need

@@ -9,15 +9,25 @@ at the first bad value with one `ConfigError` naming the key, e.g.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
-from catalog import INSTANCE_TYPES, InstanceType
+from catalog import INSTANCE_TYPES
+from infra.config_reader import ConfigError, SettingsReader, fail
+from infra.settings import (
+    CiConfig,
+    ClusterConfig,
+    FsxConfig,
+    GpuNodeGroupConfig,
+    NetworkConfig,
+    StackConfig,
+    SystemNodeGroupConfig,
+)
+
+__all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
 NAMESPACE = "trainstack"
 
@@ -41,103 +51,6 @@ _CONNECTION_ARN = re.compile(
     r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[\w-]+:\d{12}:connection/"
 )
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
-
-
-class ConfigError(pulumi.RunError):
-    """A bad stack setting. RunError: Pulumi prints the message alone, without a traceback."""
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    vpc_cidr: str
-    availability_zones: tuple[str, ...]
-    """At least two: EKS needs subnets in two AZs."""
-    gpu_availability_zone: str
-    """The one AZ whose private subnet every GPU node group uses (EFA and placement groups
-    don't span AZs)."""
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    name: str
-    kubernetes_version: str
-    admin_role_arn: str
-    """IAM role given cluster-admin through an EKS access entry."""
-    public_access_cidrs: tuple[str, ...]
-    """Empty: the API endpoint is private only."""
-    log_types: tuple[str, ...]
-    vpc_cni_version: str
-    log_retention_days: int
-
-    @property
-    def partition(self) -> str:
-        """aws, aws-cn or aws-us-gov: read off the admin role so no lookup is needed."""
-        return self.admin_role_arn.split(":")[1]
-
-
-@dataclass(frozen=True)
-class SystemNodeGroupConfig:
-    instance_type: str
-    min_size: int
-    desired_size: int
-    max_size: int
-    root_volume_gib: int
-
-
-@dataclass(frozen=True)
-class GpuNodeGroupConfig:
-    name: str
-    instance: InstanceType
-    min_size: int
-    desired_size: int
-    max_size: int
-    root_volume_gib: int
-    capacity_reservation_id: str | None
-    capacity_block: bool
-    """The reservation is an EC2 Capacity Block for ML (market type `capacity-block`)."""
-    spot: bool
-    placement_group: bool
-    """Launch into a `cluster` placement group; off by default when a reservation fixes
-    placement."""
-
-    @property
-    def capacity_type(self) -> str:
-        if self.capacity_block:
-            return "CAPACITY_BLOCK"
-        return "SPOT" if self.spot else "ON_DEMAND"
-
-
-@dataclass(frozen=True)
-class FsxConfig:
-    storage_capacity_gib: int
-    throughput_per_tib: int
-    data_prefix: str
-    """Bucket prefix linked into the file system at /<data_prefix> (import and export)."""
-
-
-@dataclass(frozen=True)
-class CiConfig:
-    github_url: str
-    branch: str
-    nightly_schedule: str
-    connection_arn: str | None
-    """CodeConnections connection to GitHub: a reference, never a token in config."""
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    stack: str
-    region: str
-    network: NetworkConfig
-    cluster: ClusterConfig
-    system_nodes: SystemNodeGroupConfig
-    gpu_node_groups: tuple[GpuNodeGroupConfig, ...]
-    repository_name: str
-    untagged_image_days: int
-    fsx: FsxConfig | None
-    ci: CiConfig | None
-    namespace: str
-    service_account: str
 
 
 TOP_LEVEL_KEYS = (
@@ -177,92 +90,14 @@ FSX_KEYS = ("storageCapacityGiB", "throughputPerTiB", "dataPrefix")
 CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn")
 
 
-def _fail(key: str, problem: str) -> ConfigError:
-    return ConfigError(f"{key}: {problem}")
-
-
-class _Reader:
-    """Typed access to one mapping of settings; every error names the full key."""
-
-    def __init__(self, values: Mapping[str, Any], prefix: str, allowed: tuple[str, ...]):
-        self.values = values
-        self.prefix = prefix
-        unknown = sorted(set(values) - set(allowed))
-        if unknown:
-            raise _fail(
-                self.key(unknown[0]), f"unknown setting; allowed: {', '.join(sorted(allowed))}"
-            )
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}{name}"
-
-    def raw(self, name: str) -> Any:
-        value = self.values.get(name)
-        # Top-level values come from Pulumi as strings; structured ones as JSON text.
-        if isinstance(value, str) and value[:1] in ("[", "{"):
-            try:
-                return json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise _fail(self.key(name), f"not valid JSON ({exc.msg})") from None
-        return value
-
-    def str(self, name: str, default: str | None = None, *, required: bool = False) -> str:
-        value = self.raw(name)
-        if value is None or value == "":
-            if required:
-                raise _fail(self.key(name), "required; set it with `pulumi config set`")
-            return default  # type: ignore[return-value]
-        if not isinstance(value, str):
-            raise _fail(self.key(name), f"expected a string, got {value!r}")
-        return value
-
-    def int(self, name: str, default: int, *, minimum: int = 0) -> int:
-        value = self.raw(name)
-        if value is None:
-            return default
-        try:
-            number = int(value) if not isinstance(value, bool) else None
-        except (TypeError, ValueError):
-            number = None
-        if number is None or str(number) != str(value).strip():
-            raise _fail(self.key(name), f"expected a whole number, got {value!r}")
-        if number < minimum:
-            raise _fail(self.key(name), f"must be >= {minimum}, got {number}")
-        return number
-
-    def bool(self, name: str, default: bool) -> bool:
-        value = self.raw(name)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("true", "false"):
-            return str(value).lower() == "true"
-        raise _fail(self.key(name), f"expected true or false, got {value!r}")
-
-    def list(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        value = self.raw(name)
-        if value is None:
-            return default
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _fail(self.key(name), f"expected a list of strings, got {value!r}")
-        return tuple(value)
-
-    def object(self, name: str) -> dict[str, Any] | None:
-        value = self.raw(name)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise _fail(self.key(name), f"expected an object, got {value!r}")
-        return value
-
-
-def _sizes(reader: _Reader, default_min: int = 0, default_max: int = 1) -> tuple[int, int, int]:
+def _sizes(
+    reader: SettingsReader, default_min: int = 0, default_max: int = 1
+) -> tuple[int, int, int]:
     low = reader.int("minSize", default_min)
     desired = reader.int("desiredSize", low)
     high = reader.int("maxSize", max(desired, default_max), minimum=1)
     if not low <= desired <= high:
-        raise _fail(
+        raise fail(
             reader.key("minSize"),
             f"sizes must satisfy minSize <= desiredSize <= maxSize, got {low} / {desired} / {high}",
         )
@@ -273,33 +108,33 @@ def _cidr(key: str, value: str) -> str:
     try:
         return str(ipaddress.IPv4Network(value, strict=True))
     except ValueError as exc:
-        raise _fail(key, f"not an IPv4 CIDR block ({exc})") from None
+        raise fail(key, f"not an IPv4 CIDR block ({exc})") from None
 
 
 def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
     prefix = f"{NAMESPACE}:gpuNodeGroups[{index}]."
     if not isinstance(item, dict):
-        raise _fail(prefix.rstrip("."), f"expected an object, got {item!r}")
-    reader = _Reader(item, prefix, GPU_GROUP_KEYS)
+        raise fail(prefix.rstrip("."), f"expected an object, got {item!r}")
+    reader = SettingsReader(item, prefix, GPU_GROUP_KEYS)
     name = reader.str("name", required=True)
     if not _GROUP_NAME.match(name):
-        raise _fail(reader.key("name"), f"{name!r} must be lowercase letters, digits, '-' (<=31)")
+        raise fail(reader.key("name"), f"{name!r} must be lowercase letters, digits, '-' (<=31)")
     type_name = reader.str("instanceType", required=True)
     if type_name not in INSTANCE_TYPES:
-        raise _fail(
+        raise fail(
             reader.key("instanceType"),
             f"unknown instance type {type_name!r}; allowed: {', '.join(sorted(INSTANCE_TYPES))}",
         )
     low, desired, high = _sizes(reader)
     reservation = reader.str("capacityReservationId")
     if reservation is not None and not _RESERVATION_ID.match(reservation):
-        raise _fail(reader.key("capacityReservationId"), f"{reservation!r} is not cr-<hex id>")
+        raise fail(reader.key("capacityReservationId"), f"{reservation!r} is not cr-<hex id>")
     capacity_block = reader.bool("capacityBlock", False)
     spot = reader.bool("spot", False)
     if capacity_block and reservation is None:
-        raise _fail(reader.key("capacityBlock"), "needs capacityReservationId (the block's id)")
+        raise fail(reader.key("capacityBlock"), "needs capacityReservationId (the block's id)")
     if spot and reservation is not None:
-        raise _fail(reader.key("spot"), "spot cannot use a capacity reservation or block")
+        raise fail(reader.key("spot"), "spot cannot use a capacity reservation or block")
     return GpuNodeGroupConfig(
         name=name,
         instance=INSTANCE_TYPES[type_name],
@@ -314,60 +149,60 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
     )
 
 
-def _parse_fsx(reader: _Reader) -> FsxConfig | None:
+def _parse_fsx(reader: SettingsReader) -> FsxConfig | None:
     values = reader.object("fsx")
     if values is None:
         return None
-    fsx = _Reader(values, f"{NAMESPACE}:fsx.", FSX_KEYS)
+    fsx = SettingsReader(values, f"{NAMESPACE}:fsx.", FSX_KEYS)
     capacity = fsx.int("storageCapacityGiB", FSX_MIN_GIB, minimum=FSX_MIN_GIB)
     if capacity != FSX_MIN_GIB and capacity % FSX_STEP_GIB:
-        raise _fail(
+        raise fail(
             fsx.key("storageCapacityGiB"),
             f"{capacity} is not a PERSISTENT_2 size; allowed: {FSX_MIN_GIB} or a multiple of "
             f"{FSX_STEP_GIB}",
         )
     throughput = fsx.int("throughputPerTiB", 250)
     if throughput not in FSX_THROUGHPUTS_PER_TIB:
-        raise _fail(
+        raise fail(
             fsx.key("throughputPerTiB"),
             f"{throughput} not allowed; allowed: {', '.join(map(str, FSX_THROUGHPUTS_PER_TIB))}",
         )
     prefix = fsx.str("dataPrefix", "datasets").strip("/")
     if not re.match(r"^[\w.-]+(/[\w.-]+)*$", prefix) or prefix.split("/")[0] == "runs":
-        raise _fail(fsx.key("dataPrefix"), f"{prefix!r}: a bucket prefix other than runs/")
+        raise fail(fsx.key("dataPrefix"), f"{prefix!r}: a bucket prefix other than runs/")
     return FsxConfig(capacity, throughput, prefix)
 
 
-def _parse_ci(reader: _Reader) -> CiConfig | None:
+def _parse_ci(reader: SettingsReader) -> CiConfig | None:
     values = reader.object("ci")
     if values is None:
         return None
-    ci = _Reader(values, f"{NAMESPACE}:ci.", CI_KEYS)
+    ci = SettingsReader(values, f"{NAMESPACE}:ci.", CI_KEYS)
     url = ci.str("githubUrl", required=True)
     if not _GITHUB_URL.match(url):
-        raise _fail(ci.key("githubUrl"), f"{url!r} is not https://github.com/<owner>/<repo>")
+        raise fail(ci.key("githubUrl"), f"{url!r} is not https://github.com/<owner>/<repo>")
     schedule = ci.str("nightlySchedule", "cron(0 3 * * ? *)")
     if not _SCHEDULE.match(schedule):
-        raise _fail(ci.key("nightlySchedule"), f"{schedule!r}: expected cron(...) or rate(...)")
+        raise fail(ci.key("nightlySchedule"), f"{schedule!r}: expected cron(...) or rate(...)")
     connection = ci.str("connectionArn")
     if connection is not None and not _CONNECTION_ARN.match(connection):
-        raise _fail(ci.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
+        raise fail(ci.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
     return CiConfig(url, ci.str("branch", "main"), schedule, connection)
 
 
-def _parse_cluster(reader: _Reader, stack: str) -> ClusterConfig:
+def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
     name = reader.str("clusterName", f"trainstack-{stack}")
     # Resource names (IAM roles <= 64, S3 buckets lowercase) are derived from it.
     if not re.match(r"^[a-z][-a-z0-9]{0,30}[a-z0-9]$", name):
-        raise _fail(
+        raise fail(
             reader.key("clusterName"), f"{name!r}: lowercase letters, digits, '-' (2-32 chars)"
         )
     version = reader.str("kubernetesVersion", "1.33")
     if not _K8S_VERSION.match(version):
-        raise _fail(reader.key("kubernetesVersion"), f"{version!r}: expected 1.NN, e.g. 1.33")
+        raise fail(reader.key("kubernetesVersion"), f"{version!r}: expected 1.NN, e.g. 1.33")
     admin = reader.str("adminRoleArn", required=True)
     if not _ROLE_ARN.match(admin):
-        raise _fail(
+        raise fail(
             reader.key("adminRoleArn"), f"{admin!r} is not arn:aws:iam::<account>:role/<name>"
         )
     cidrs = tuple(
@@ -375,20 +210,20 @@ def _parse_cluster(reader: _Reader, stack: str) -> ClusterConfig:
         for i, c in enumerate(reader.list("publicAccessCidrs"))
     )
     if "0.0.0.0/0" in cidrs:
-        raise _fail(
+        raise fail(
             reader.key("publicAccessCidrs"), "0.0.0.0/0 opens the API to the world; list CIDRs"
         )
     log_types = reader.list("clusterLogTypes", CLUSTER_LOG_TYPES)
     for i, log_type in enumerate(log_types):
         if log_type not in CLUSTER_LOG_TYPES:
-            raise _fail(
+            raise fail(
                 f"{reader.key('clusterLogTypes')}[{i}]",
                 f"{log_type!r} unknown; allowed: {', '.join(CLUSTER_LOG_TYPES)}",
             )
     cni = reader.str("vpcCniVersion", "v1.20.1-eksbuild.3")
     match = _CNI_VERSION.match(cni)
     if not match or tuple(int(g) for g in match.groups()) < MIN_VPC_CNI:
-        raise _fail(
+        raise fail(
             reader.key("vpcCniVersion"),
             f"{cni!r}: need vX.Y.Z-eksbuild.N at least v{'.'.join(map(str, MIN_VPC_CNI))} "
             "(efa-only interfaces)",
@@ -404,19 +239,19 @@ def _parse_cluster(reader: _Reader, stack: str) -> ClusterConfig:
     )
 
 
-def _parse_network(reader: _Reader, region: str) -> NetworkConfig:
+def _parse_network(reader: SettingsReader, region: str) -> NetworkConfig:
     vpc_cidr = _cidr(reader.key("vpcCidr"), reader.str("vpcCidr", "10.0.0.0/16"))
     if ipaddress.IPv4Network(vpc_cidr).prefixlen > 20:
-        raise _fail(reader.key("vpcCidr"), f"{vpc_cidr} is too small; use /20 or larger")
+        raise fail(reader.key("vpcCidr"), f"{vpc_cidr} is too small; use /20 or larger")
     zones = reader.list("availabilityZones")
     if not 2 <= len(set(zones)) == len(zones) <= 7:
-        raise _fail(reader.key("availabilityZones"), f"need 2 to 7 distinct AZs, got {list(zones)}")
+        raise fail(reader.key("availabilityZones"), f"need 2 to 7 distinct AZs, got {list(zones)}")
     for zone in zones:
         if not zone.startswith(region):
-            raise _fail(reader.key("availabilityZones"), f"{zone!r} is not in region {region}")
+            raise fail(reader.key("availabilityZones"), f"{zone!r} is not in region {region}")
     gpu_zone = reader.str("gpuAvailabilityZone", zones[0])
     if gpu_zone not in zones:
-        raise _fail(
+        raise fail(
             reader.key("gpuAvailabilityZone"),
             f"{gpu_zone!r} not in availabilityZones; allowed: {', '.join(zones)}",
         )
@@ -426,13 +261,13 @@ def _parse_network(reader: _Reader, region: str) -> NetworkConfig:
 def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None) -> StackConfig:
     """`values` maps keys without the `trainstack:` prefix to their raw config values."""
     if not region:
-        raise _fail("aws:region", "required; e.g. `pulumi config set aws:region us-east-1`")
-    reader = _Reader(values, f"{NAMESPACE}:", TOP_LEVEL_KEYS)
+        raise fail("aws:region", "required; e.g. `pulumi config set aws:region us-east-1`")
+    reader = SettingsReader(values, f"{NAMESPACE}:", TOP_LEVEL_KEYS)
     network = _parse_network(reader, region)
     cluster = _parse_cluster(reader, stack)
 
     system_values = reader.object("systemNodeGroup") or {}
-    system = _Reader(system_values, f"{NAMESPACE}:systemNodeGroup.", SYSTEM_GROUP_KEYS)
+    system = SettingsReader(system_values, f"{NAMESPACE}:systemNodeGroup.", SYSTEM_GROUP_KEYS)
     # Operators (training operator, CoreDNS) need a node at all times.
     low, desired, high = _sizes(system, default_min=2, default_max=3)
     system_nodes = SystemNodeGroupConfig(
@@ -445,20 +280,20 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
 
     groups_raw = reader.raw("gpuNodeGroups")
     if not isinstance(groups_raw, list) or not groups_raw:
-        raise _fail(reader.key("gpuNodeGroups"), "required: a non-empty list of GPU node groups")
+        raise fail(reader.key("gpuNodeGroups"), "required: a non-empty list of GPU node groups")
     groups = tuple(_parse_gpu_group(i, item) for i, item in enumerate(groups_raw))
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
-        raise _fail(reader.key("gpuNodeGroups"), f"names must be unique, got {names}")
+        raise fail(reader.key("gpuNodeGroups"), f"names must be unique, got {names}")
 
     repository = reader.str("repositoryName", "trainstack/trainer")
     if not _REPOSITORY.match(repository):
-        raise _fail(reader.key("repositoryName"), f"{repository!r} is not an ECR repository name")
+        raise fail(reader.key("repositoryName"), f"{repository!r} is not an ECR repository name")
     namespace = reader.str("namespace", "training")
     service_account = reader.str("serviceAccount", "trainer")
     for key, value in (("namespace", namespace), ("serviceAccount", service_account)):
         if not _DNS_LABEL.match(value):
-            raise _fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
+            raise fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
 
     return StackConfig(
         stack=stack,

@@ -4,7 +4,7 @@ not included)."""
 
 from __future__ import annotations
 
-from infra.config import GpuNodeGroupConfig
+from infra.settings import GpuNodeGroupConfig
 
 
 def group_summary(group: GpuNodeGroupConfig) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import GpuNodeGroupConfig
 from infra.launch_template import efa_network_interfaces, metadata_options, root_volume
+from infra.settings import GpuNodeGroupConfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_LABEL = "nvidia.com/gpu.present"

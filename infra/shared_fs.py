@@ -7,7 +7,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.config import FsxConfig
+from infra.settings import FsxConfig
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 """TCP ports Lustre clients and servers use (FSx for Lustre security group guidance)."""
