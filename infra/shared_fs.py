@@ -60,6 +60,26 @@ class SharedFileSystem(pulumi.ComponentResource):
             ip_protocol="-1",
             opts=child,
         )
+        # Lustre servers also open connections back to clients on the same ports.
+        for low, high in LUSTRE_PORTS:
+            aws.vpc.SecurityGroupEgressRule(
+                f"{name}-lustre-nodes-out-{low}",
+                security_group_id=fsx_sg.id,
+                referenced_security_group_id=client_security_group_id,
+                ip_protocol="tcp",
+                from_port=low,
+                to_port=high,
+                opts=child,
+            )
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-nodes-from-lustre-{low}",
+                security_group_id=client_security_group_id,
+                referenced_security_group_id=fsx_sg.id,
+                ip_protocol="tcp",
+                from_port=low,
+                to_port=high,
+                opts=child,
+            )
 
         file_system = aws.fsx.LustreFileSystem(
             f"{name}-lustre",

@@ -258,15 +258,27 @@ def test_prod_has_shared_filesystem_and_ci(stack_runs):
     assert fsx["kmsKeyId"].startswith("arn:aws:kms:")
     association = run.one("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation").inputs
     assert association["dataRepositoryPath"] == f"s3://{run.outputs['bucket']}/datasets/"
-    lustre_rules = [
-        r
-        for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
-        if "-lustre-" in r.name
-    ]
-    assert {(r.inputs["fromPort"], r.inputs["toPort"]) for r in lustre_rules} == {
-        (988, 988),
-        (1018, 1023),
+    lustre_sg = next(
+        f"{g.name}-id"
+        for g in run.of_type("aws:ec2/securityGroup:SecurityGroup")
+        if g.name.endswith("-lustre")
+    )
+    ingress = run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    for source in (lustre_sg, "sg-cluster"):  # the file system itself and the nodes
+        ports = {
+            (r.inputs["fromPort"], r.inputs["toPort"])
+            for r in ingress
+            if r.inputs["securityGroupId"] == lustre_sg
+            and r.inputs["referencedSecurityGroupId"] == source
+        }
+        assert ports == {(988, 988), (1018, 1023)}, source
+    back_to_nodes = {
+        (r.inputs["fromPort"], r.inputs["toPort"])
+        for r in ingress
+        if r.inputs["securityGroupId"] == "sg-cluster"
+        and r.inputs["referencedSecurityGroupId"] == lustre_sg
     }
+    assert back_to_nodes == {(988, 988), (1018, 1023)}
     claim = run.one("kubernetes:core/v1:PersistentVolumeClaim").inputs
     assert claim["metadata"]["namespace"] == "training"
     addons = {a.inputs["addonName"] for a in run.of_type("aws:eks/addon:Addon")}
