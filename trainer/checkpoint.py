@@ -8,9 +8,7 @@ so a checkpoint written by N ranks loads on M.
 For a remote (s3://) run dir, DCP writes into a local staging directory, each rank uploads the
 files it wrote, and only then is the marker written. Loading downloads the directory first.
 
-Fault injection (tests): with TRAINSTACK_FAULT_PAUSE_BEFORE_COMMIT=<step>, rank 0 prints a line
-and sleeps forever after every rank wrote that step's shards but before the marker, so a test
-can kill the run at exactly that point.
+Tests can stop a save between the shards and the marker: see `trainer.faults`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import os
 import pickle
 import sys
 import tempfile
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,12 +27,12 @@ from torch.distributed.checkpoint.metadata import Metadata
 
 from trainer.config import CheckpointConfig
 from trainer.distributed import Distributed
+from trainer.faults import maybe_pause_before_commit
 from trainer.storage import RunStorage, StorageError
 
 CHECKPOINTS = "checkpoints"
 MARKER = "COMMITTED"
 METADATA = ".metadata"
-FAULT_PAUSE_ENV = "TRAINSTACK_FAULT_PAUSE_BEFORE_COMMIT"
 STAGING_ENV = "TRAINSTACK_STAGING_DIR"
 
 
@@ -180,10 +177,7 @@ class Checkpointer:
     def _commit(self, step: int) -> None:
         if not self.dist.is_main:
             return
-        if os.environ.get(FAULT_PAUSE_ENV) == str(step):
-            print(f"[trainer] fault injection: paused before committing step {step}", flush=True)
-            while True:
-                time.sleep(60)
+        maybe_pause_before_commit(step)
         self.storage.write_text(f"{step_dir(step)}/{MARKER}", f"{step}\n")
         self._prune(newest=step)
 

@@ -16,6 +16,7 @@ from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import PackedSequences, TrainBatches, eval_batches, load_corpus
 from trainer.distributed import Distributed, init_distributed, shutdown
 from trainer.errors import ConfigError
+from trainer.faults import maybe_delay_step
 from trainer.job_config import Plan, make_plan
 from trainer.metrics import MetricsLogger, warn
 from trainer.mfu import max_memory_gb, peak_flops
@@ -171,6 +172,7 @@ def _train(
         stopping, writing = agree(stop.received, not checkpointer.pending_done())
         window_time += time.perf_counter() - started
         window_steps += 1
+        maybe_delay_step()
         losses.append(loss)
         if checkpointer.pending_step is not None and not writing:
             checkpointer.commit_pending()
