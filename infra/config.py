@@ -96,11 +96,11 @@ def _sizes(
     low = reader.int("minSize", default_min)
     desired = reader.int("desiredSize", low)
     high = reader.int("maxSize", max(desired, default_max), minimum=1)
-    if not low <= desired <= high:
-        raise fail(
-            reader.key("minSize"),
-            f"sizes must satisfy minSize <= desiredSize <= maxSize, got {low} / {desired} / {high}",
-        )
+    rule = f"need minSize <= desiredSize <= maxSize, got {low} / {desired} / {high}"
+    if low > desired:
+        raise fail(reader.key("minSize"), rule)
+    if desired > high:
+        raise fail(reader.key("desiredSize"), rule)
     return low, desired, high
 
 
@@ -270,8 +270,11 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
     system = SettingsReader(system_values, f"{NAMESPACE}:systemNodeGroup.", SYSTEM_GROUP_KEYS)
     # Operators (training operator, CoreDNS) need a node at all times.
     low, desired, high = _sizes(system, default_min=2, default_max=3)
+    system_type = system.str("instanceType", "m6i.xlarge")
+    if not re.match(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", system_type):
+        raise fail(system.key("instanceType"), f"{system_type!r} is not an EC2 instance type")
     system_nodes = SystemNodeGroupConfig(
-        system.str("instanceType", "m6i.xlarge"),
+        system_type,
         low,
         desired,
         high,

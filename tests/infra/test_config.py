@@ -26,11 +26,11 @@ BAD_CONFIGS = {
     "min-above-desired": (
         {"trainstack:gpuNodeGroups": [group(minSize=3, desiredSize=2, maxSize=4)]},
         "trainstack:gpuNodeGroups[0].minSize",
-        "minSize <= desiredSize <= maxSize, got 3 / 2 / 4",
+        "need minSize <= desiredSize <= maxSize, got 3 / 2 / 4",
     ),
     "desired-above-max": (
         {"trainstack:gpuNodeGroups": [group(desiredSize=5, maxSize=4)]},
-        "trainstack:gpuNodeGroups[0].minSize",
+        "trainstack:gpuNodeGroups[0].desiredSize",
         "got 0 / 5 / 4",
     ),
     "size-not-a-number": (
@@ -141,6 +141,16 @@ BAD_CONFIGS = {
         {"trainstack:clusterName": "Train_Stack"},
         "trainstack:clusterName",
         "lowercase letters, digits, '-'",
+    ),
+    "system-group-sizes": (
+        {"trainstack:systemNodeGroup": {"minSize": 0, "desiredSize": 4, "maxSize": 3}},
+        "trainstack:systemNodeGroup.desiredSize",
+        "got 0 / 4 / 3",
+    ),
+    "system-instance-type": (
+        {"trainstack:systemNodeGroup": {"instanceType": "xlarge"}},
+        "trainstack:systemNodeGroup.instanceType",
+        "is not an EC2 instance type",
     ),
     "missing-region": ({"aws:region": None}, "aws:region", "required"),
     "bad-github-url": (
