@@ -1,0 +1,70 @@
+"""`trainstack launch` end to end on the local backend: real torchrun, 2 processes, a few
+steps; then the same run id again resumes from its checkpoint. Also the local verbs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.base import SUCCEEDED
+from jobs.backends.local import LocalBackend
+from tests.jobs.conftest import SAMPLE_DATA
+
+FAST = [
+    f"data.path={SAMPLE_DATA}",
+    "data.seq_len=64",
+    "model.n_layers=2",
+    "trainer.micro_batch_size=2",
+    "trainer.log_interval=1",
+    "trainer.eval_interval=0",
+    "trainer.warmup_steps=1",
+    "trainer.checkpoint.interval=2",
+    "run_id=e2e",
+]
+
+
+def logged_steps(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "logs" / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if "loss" in r]
+
+
+@pytest.mark.slow
+def test_launch_runs_torchrun_locally_and_resumes(cli, workdir):
+    first = cli("launch", *FAST, "trainer.max_steps=2")
+    assert first.code == 0, first.err + first.out[-2000:]
+    run_dir = workdir / "runs" / "e2e"
+    assert "run      e2e" in first.out and "tiny" in first.out  # the plan came first
+    assert "[default0]:" in first.out  # progress streamed from the ranks
+    assert (run_dir / "config.yaml").is_file()
+    assert (run_dir / "checkpoints" / "step-00000002" / "COMMITTED").is_file()
+    assert [r["step"] for r in logged_steps(run_dir)] == [1, 2]
+    state = json.loads((run_dir / "job" / "state.json").read_text())
+    assert (state["state"], state["exit_code"], state["attempt"]) == (SUCCEEDED, 0, 1)
+    # The pod's command, with the config path pointing at the local copy.
+    assert state["command"][1:] == [
+        "--shutdown-timeout=270",
+        "-m",
+        "trainer",
+        "--config",
+        "runs/e2e/job/config.yaml",
+    ]
+
+    again = cli("launch", *FAST, "trainer.max_steps=4")
+    assert again.code == 0, again.err + again.out[-2000:]
+    steps = logged_steps(run_dir)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]  # resumed at 3, not restarted at 1
+    assert steps[-1]["loss"] < steps[0]["loss"]
+    assert (run_dir / "checkpoints" / "step-00000004" / "COMMITTED").is_file()
+
+    backend = LocalBackend("runs")
+    status = backend.status("e2e")
+    assert (status.state, status.exit_code, status.last_step) == (SUCCEEDED, 0, 4)
+    assert [r.run_id for r in backend.list_runs(state=SUCCEEDED)] == ["e2e"]
+    assert backend.list_runs(sweep_id="other") == []
+    rank1 = list(backend.logs("e2e", rank=1))
+    assert rank1 and not any(line.startswith("[default0]:") for line in rank1)
+    backend.cancel("e2e")  # finished: a no-op
+    backend.cancel("no-such-run")
+    assert backend.status("e2e").state == SUCCEEDED

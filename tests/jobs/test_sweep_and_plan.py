@@ -1,0 +1,78 @@
+"""Multirun renders (one job per point, one sweep id, a summary with the total cost) and the
+plan's cost estimate."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from jobs.sweep import expand
+from tests.jobs.conftest import CLUSTER, build, files_under
+
+
+def test_render_sweep_one_job_per_point(cli, workdir):
+    result = cli(
+        "launch",
+        "-m",
+        "trainer.lr=1e-4,3e-4",
+        "model=tiny,llama3_1b",
+        "compute=p4d.24xlarge",
+        "compute.step_time_s=2.0",
+        *CLUSTER,
+    )
+    assert result.code == 0, result.err
+    (summary_path,) = workdir.glob("runs/sweeps/*/summary.yaml")
+    summary = yaml.safe_load(summary_path.read_text())
+    sweep_id = summary["sweep_id"]
+    assert summary_path.parent.name == sweep_id and summary["points"] == 4
+    manifests = sorted(workdir.glob("runs/*/manifests.yaml"))
+    assert len(manifests) == 4
+    seen = set()
+    for path in manifests:
+        docs = list(yaml.safe_load_all(path.read_text()))
+        job = docs[1]
+        assert job["metadata"]["labels"]["trainstack.io/sweep-id"] == sweep_id
+        lr = yaml.safe_load(docs[0]["data"]["config.yaml"])["trainer"]["lr"]
+        seen.add((lr, job["metadata"]["annotations"]["trainstack.io/model"]))
+    assert seen == {(1e-4, "tiny"), (3e-4, "tiny"), (1e-4, "llama3_1b"), (3e-4, "llama3_1b")}
+    # 300 steps x 2 s on one p4d.24xlarge, four times.
+    each = 300 * 2.0 / 3600 * 21.958
+    assert summary["total_estimated_cost_usd"] == pytest.approx(4 * each, abs=0.02)
+    assert {r["state"] for r in summary["runs"]} == {"rendered"}
+
+
+def test_sweep_dryrun_writes_nothing(cli, workdir):
+    result = cli("launch", "-m", "--dryrun", "trainer.max_steps=3,4")
+    assert result.code == 0, result.err
+    assert result.out.count("-m trainer --config") == 2
+    assert files_under(workdir) == []
+
+
+def test_expand_uses_hydras_sweep_grammar():
+    points = expand(["a=1,2", "b=x"])
+    assert points == [["a=1", "b=x"], ["a=2", "b=x"]]
+
+
+def test_plan_with_configured_step_time_and_price():
+    plan = build(
+        [
+            *CLUSTER,
+            "compute=p5.48xlarge",
+            "compute.nodes=2",
+            "compute.step_time_s=1.5",
+            "compute.hourly_usd=40",
+            "trainer.max_steps=2400",
+        ]
+    ).plan
+    assert plan.hourly_usd == 80 and plan.hours == pytest.approx(1.0)
+    assert plan.cost_usd == pytest.approx(80.0)
+    assert "compute.step_time_s" in str(plan) and "compute.hourly_usd" in str(plan)
+
+
+def test_plan_estimates_step_time_from_flops_and_says_so():
+    plan = build(["experiment=llama3_8b_p5x4", *CLUSTER]).plan
+    assert plan.hourly_usd == pytest.approx(4 * 55.04)
+    assert plan.step_time_source.startswith("estimated")
+    # 8B x 6 FLOPs x 524k tokens / (32 x 989 TFLOP/s x MFU): on the order of seconds.
+    assert 1 < plan.step_time_s < 10
+    assert "estimated" in str(plan)
