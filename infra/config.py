@@ -93,9 +93,9 @@ CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn")
 def _sizes(
     reader: SettingsReader, default_min: int = 0, default_max: int = 1
 ) -> tuple[int, int, int]:
-    low = reader.int("minSize", default_min)
-    desired = reader.int("desiredSize", low)
-    high = reader.int("maxSize", max(desired, default_max), minimum=1)
+    low = reader.get_int("minSize", default_min)
+    desired = reader.get_int("desiredSize", low)
+    high = reader.get_int("maxSize", max(desired, default_max), minimum=1)
     rule = f"need minSize <= desiredSize <= maxSize, got {low} / {desired} / {high}"
     if low > desired:
         raise fail(reader.key("minSize"), rule)
@@ -116,21 +116,21 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
     if not isinstance(item, dict):
         raise fail(prefix.rstrip("."), f"expected an object, got {item!r}")
     reader = SettingsReader(item, prefix, GPU_GROUP_KEYS)
-    name = reader.str("name", required=True)
+    name = reader.get_str("name", required=True)
     if not _GROUP_NAME.match(name):
         raise fail(reader.key("name"), f"{name!r} must be lowercase letters, digits, '-' (<=31)")
-    type_name = reader.str("instanceType", required=True)
+    type_name = reader.get_str("instanceType", required=True)
     if type_name not in INSTANCE_TYPES:
         raise fail(
             reader.key("instanceType"),
             f"unknown instance type {type_name!r}; allowed: {', '.join(sorted(INSTANCE_TYPES))}",
         )
     low, desired, high = _sizes(reader)
-    reservation = reader.str("capacityReservationId")
+    reservation = reader.get_str("capacityReservationId")
     if reservation is not None and not _RESERVATION_ID.match(reservation):
         raise fail(reader.key("capacityReservationId"), f"{reservation!r} is not cr-<hex id>")
-    capacity_block = reader.bool("capacityBlock", False)
-    spot = reader.bool("spot", False)
+    capacity_block = reader.get_bool("capacityBlock", False)
+    spot = reader.get_bool("spot", False)
     if capacity_block and reservation is None:
         raise fail(reader.key("capacityBlock"), "needs capacityReservationId (the block's id)")
     if spot and reservation is not None:
@@ -141,86 +141,86 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
         min_size=low,
         desired_size=desired,
         max_size=high,
-        root_volume_gib=reader.int("rootVolumeGiB", 500, minimum=100),
+        root_volume_gib=reader.get_int("rootVolumeGiB", 500, minimum=100),
         capacity_reservation_id=reservation,
         capacity_block=capacity_block,
         spot=spot,
-        placement_group=reader.bool("placementGroup", reservation is None),
+        placement_group=reader.get_bool("placementGroup", reservation is None),
     )
 
 
 def _parse_fsx(reader: SettingsReader) -> FsxConfig | None:
-    values = reader.object("fsx")
+    values = reader.get_object("fsx")
     if values is None:
         return None
     fsx = SettingsReader(values, f"{NAMESPACE}:fsx.", FSX_KEYS)
-    capacity = fsx.int("storageCapacityGiB", FSX_MIN_GIB, minimum=FSX_MIN_GIB)
+    capacity = fsx.get_int("storageCapacityGiB", FSX_MIN_GIB, minimum=FSX_MIN_GIB)
     if capacity != FSX_MIN_GIB and capacity % FSX_STEP_GIB:
         raise fail(
             fsx.key("storageCapacityGiB"),
             f"{capacity} is not a PERSISTENT_2 size; allowed: {FSX_MIN_GIB} or a multiple of "
             f"{FSX_STEP_GIB}",
         )
-    throughput = fsx.int("throughputPerTiB", 250)
+    throughput = fsx.get_int("throughputPerTiB", 250)
     if throughput not in FSX_THROUGHPUTS_PER_TIB:
         raise fail(
             fsx.key("throughputPerTiB"),
             f"{throughput} not allowed; allowed: {', '.join(map(str, FSX_THROUGHPUTS_PER_TIB))}",
         )
-    prefix = fsx.str("dataPrefix", "datasets").strip("/")
+    prefix = fsx.get_str("dataPrefix", "datasets").strip("/")
     if not re.match(r"^[\w.-]+(/[\w.-]+)*$", prefix) or prefix.split("/")[0] == "runs":
         raise fail(fsx.key("dataPrefix"), f"{prefix!r}: a bucket prefix other than runs/")
     return FsxConfig(capacity, throughput, prefix)
 
 
 def _parse_ci(reader: SettingsReader) -> CiConfig | None:
-    values = reader.object("ci")
+    values = reader.get_object("ci")
     if values is None:
         return None
     ci = SettingsReader(values, f"{NAMESPACE}:ci.", CI_KEYS)
-    url = ci.str("githubUrl", required=True)
+    url = ci.get_str("githubUrl", required=True)
     if not _GITHUB_URL.match(url):
         raise fail(ci.key("githubUrl"), f"{url!r} is not https://github.com/<owner>/<repo>")
-    schedule = ci.str("nightlySchedule", "cron(0 3 * * ? *)")
+    schedule = ci.get_str("nightlySchedule", "cron(0 3 * * ? *)")
     if not _SCHEDULE.match(schedule):
         raise fail(ci.key("nightlySchedule"), f"{schedule!r}: expected cron(...) or rate(...)")
-    connection = ci.str("connectionArn")
+    connection = ci.get_str("connectionArn")
     if connection is not None and not _CONNECTION_ARN.match(connection):
         raise fail(ci.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
-    return CiConfig(url, ci.str("branch", "main"), schedule, connection)
+    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection)
 
 
 def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
-    name = reader.str("clusterName", f"trainstack-{stack}")
+    name = reader.get_str("clusterName", f"trainstack-{stack}")
     # Resource names (IAM roles <= 64, S3 buckets lowercase) are derived from it.
     if not re.match(r"^[a-z][-a-z0-9]{0,30}[a-z0-9]$", name):
         raise fail(
             reader.key("clusterName"), f"{name!r}: lowercase letters, digits, '-' (2-32 chars)"
         )
-    version = reader.str("kubernetesVersion", "1.33")
+    version = reader.get_str("kubernetesVersion", "1.33")
     if not _K8S_VERSION.match(version):
         raise fail(reader.key("kubernetesVersion"), f"{version!r}: expected 1.NN, e.g. 1.33")
-    admin = reader.str("adminRoleArn", required=True)
+    admin = reader.get_str("adminRoleArn", required=True)
     if not _ROLE_ARN.match(admin):
         raise fail(
             reader.key("adminRoleArn"), f"{admin!r} is not arn:aws:iam::<account>:role/<name>"
         )
     cidrs = tuple(
         _cidr(f"{reader.key('publicAccessCidrs')}[{i}]", c)
-        for i, c in enumerate(reader.list("publicAccessCidrs"))
+        for i, c in enumerate(reader.get_list("publicAccessCidrs"))
     )
     if "0.0.0.0/0" in cidrs:
         raise fail(
             reader.key("publicAccessCidrs"), "0.0.0.0/0 opens the API to the world; list CIDRs"
         )
-    log_types = reader.list("clusterLogTypes", CLUSTER_LOG_TYPES)
+    log_types = reader.get_list("clusterLogTypes", CLUSTER_LOG_TYPES)
     for i, log_type in enumerate(log_types):
         if log_type not in CLUSTER_LOG_TYPES:
             raise fail(
                 f"{reader.key('clusterLogTypes')}[{i}]",
                 f"{log_type!r} unknown; allowed: {', '.join(CLUSTER_LOG_TYPES)}",
             )
-    cni = reader.str("vpcCniVersion", "v1.20.1-eksbuild.3")
+    cni = reader.get_str("vpcCniVersion", "v1.20.1-eksbuild.3")
     match = _CNI_VERSION.match(cni)
     if not match or tuple(int(g) for g in match.groups()) < MIN_VPC_CNI:
         raise fail(
@@ -235,21 +235,21 @@ def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
         public_access_cidrs=cidrs,
         log_types=log_types,
         vpc_cni_version=cni,
-        log_retention_days=reader.int("logRetentionDays", 30, minimum=1),
+        log_retention_days=reader.get_int("logRetentionDays", 30, minimum=1),
     )
 
 
 def _parse_network(reader: SettingsReader, region: str) -> NetworkConfig:
-    vpc_cidr = _cidr(reader.key("vpcCidr"), reader.str("vpcCidr", "10.0.0.0/16"))
+    vpc_cidr = _cidr(reader.key("vpcCidr"), reader.get_str("vpcCidr", "10.0.0.0/16"))
     if ipaddress.IPv4Network(vpc_cidr).prefixlen > 20:
         raise fail(reader.key("vpcCidr"), f"{vpc_cidr} is too small; use /20 or larger")
-    zones = reader.list("availabilityZones")
+    zones = reader.get_list("availabilityZones")
     if not 2 <= len(set(zones)) == len(zones) <= 7:
         raise fail(reader.key("availabilityZones"), f"need 2 to 7 distinct AZs, got {list(zones)}")
     for zone in zones:
         if not zone.startswith(region):
             raise fail(reader.key("availabilityZones"), f"{zone!r} is not in region {region}")
-    gpu_zone = reader.str("gpuAvailabilityZone", zones[0])
+    gpu_zone = reader.get_str("gpuAvailabilityZone", zones[0])
     if gpu_zone not in zones:
         raise fail(
             reader.key("gpuAvailabilityZone"),
@@ -266,11 +266,11 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
     network = _parse_network(reader, region)
     cluster = _parse_cluster(reader, stack)
 
-    system_values = reader.object("systemNodeGroup") or {}
+    system_values = reader.get_object("systemNodeGroup") or {}
     system = SettingsReader(system_values, f"{NAMESPACE}:systemNodeGroup.", SYSTEM_GROUP_KEYS)
     # Operators (training operator, CoreDNS) need a node at all times.
     low, desired, high = _sizes(system, default_min=2, default_max=3)
-    system_type = system.str("instanceType", "m6i.xlarge")
+    system_type = system.get_str("instanceType", "m6i.xlarge")
     if not re.match(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", system_type):
         raise fail(system.key("instanceType"), f"{system_type!r} is not an EC2 instance type")
     system_nodes = SystemNodeGroupConfig(
@@ -278,7 +278,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         low,
         desired,
         high,
-        system.int("rootVolumeGiB", 100, minimum=20),
+        system.get_int("rootVolumeGiB", 100, minimum=20),
     )
 
     groups_raw = reader.raw("gpuNodeGroups")
@@ -289,11 +289,11 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
     if len(set(names)) != len(names):
         raise fail(reader.key("gpuNodeGroups"), f"names must be unique, got {names}")
 
-    repository = reader.str("repositoryName", "trainstack/trainer")
+    repository = reader.get_str("repositoryName", "trainstack/trainer")
     if not _REPOSITORY.match(repository):
         raise fail(reader.key("repositoryName"), f"{repository!r} is not an ECR repository name")
-    namespace = reader.str("namespace", "training")
-    service_account = reader.str("serviceAccount", "trainer")
+    namespace = reader.get_str("namespace", "training")
+    service_account = reader.get_str("serviceAccount", "trainer")
     for key, value in (("namespace", namespace), ("serviceAccount", service_account)):
         if not _DNS_LABEL.match(value):
             raise fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
@@ -306,7 +306,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         system_nodes=system_nodes,
         gpu_node_groups=groups,
         repository_name=repository,
-        untagged_image_days=reader.int("untaggedImageDays", 7, minimum=1),
+        untagged_image_days=reader.get_int("untaggedImageDays", 7, minimum=1),
         fsx=_parse_fsx(reader),
         ci=_parse_ci(reader),
         namespace=namespace,

@@ -42,7 +42,7 @@ class SettingsReader:
                 raise fail(self.key(name), f"not valid JSON ({exc.msg})") from None
         return value
 
-    def str(self, name: str, default: str | None = None, *, required: bool = False) -> str:
+    def get_str(self, name: str, default: str | None = None, *, required: bool = False) -> str:
         value = self.raw(name)
         if value is None or value == "":
             if required:
@@ -52,7 +52,7 @@ class SettingsReader:
             raise fail(self.key(name), f"expected a string, got {value!r}")
         return value
 
-    def int(self, name: str, default: int, *, minimum: int = 0) -> int:
+    def get_int(self, name: str, default: int, *, minimum: int = 0) -> int:
         value = self.raw(name)
         if value is None:
             return default
@@ -66,7 +66,7 @@ class SettingsReader:
             raise fail(self.key(name), f"must be >= {minimum}, got {number}")
         return number
 
-    def bool(self, name: str, default: bool) -> bool:
+    def get_bool(self, name: str, default: bool) -> bool:
         value = self.raw(name)
         if value is None:
             return default
@@ -76,7 +76,7 @@ class SettingsReader:
             return str(value).lower() == "true"
         raise fail(self.key(name), f"expected true or false, got {value!r}")
 
-    def list(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    def get_list(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         value = self.raw(name)
         if value is None:
             return default
@@ -84,7 +84,7 @@ class SettingsReader:
             raise fail(self.key(name), f"expected a list of strings, got {value!r}")
         return tuple(value)
 
-    def object(self, name: str) -> dict[str, Any] | None:
+    def get_object(self, name: str) -> dict[str, Any] | None:
         value = self.raw(name)
         if value is None:
             return None
