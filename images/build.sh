@@ -160,11 +160,16 @@ cmd_push() {
     digest=$(<"$STATE_DIR/reused-digest")
   else
     existing=$(remote_digest "$sha")
-    [[ $existing != sha256:* ]] ||
-      die "tag $sha appeared in ECR during this build: refusing to overwrite it; re-run to reuse it"
-    docker push "$REPOSITORY_URI:$sha"
-    digest=$(remote_digest "$sha")
-    [[ $digest == sha256:* ]] || die "pushed $REPOSITORY_URI:$sha but ECR reports no digest for it"
+    if [[ $existing == sha256:* ]]; then
+      # Another build of the same commit (a webhook and a workflow both started one) pushed
+      # first: its image is this commit's, already self-tested. Adopt it, never overwrite it.
+      echo "tag $sha appeared in ECR during this build ($existing): using that image"
+      digest=$existing
+    else
+      docker push "$REPOSITORY_URI:$sha"
+      digest=$(remote_digest "$sha")
+      [[ $digest == sha256:* ]] || die "pushed $REPOSITORY_URI:$sha but ECR has no digest for it"
+    fi
   fi
   [[ -z $version ]] || add_version_tag "$sha" "$digest" "$version"
   write_outputs "$sha" "$digest" true "$version"

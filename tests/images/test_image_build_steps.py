@@ -148,6 +148,18 @@ def test_commit_already_in_ecr_is_reused_not_rebuilt_or_overwritten(build):
     assert build.outputs()["digest"] == OTHER_DIGEST
 
 
+def test_commit_pushed_by_a_concurrent_build_is_adopted_not_overwritten(build):
+    for name in ("login", "build", "selftest"):
+        assert build(name).returncode == 0
+    (build.tags / SHA).write_text(OTHER_DIGEST)  # the other build of this commit pushed first
+    result = build("push")
+    assert result.returncode == 0, result.stderr
+    assert "appeared in ECR during this build" in result.stdout
+    assert not any(c.startswith("docker push") for c in build.calls())
+    assert (build.tags / SHA).read_text() == OTHER_DIGEST
+    assert build.outputs()["digest"] == OTHER_DIGEST
+
+
 def test_semver_tag_is_added_to_the_same_digest(build):
     run_all(build, GIT_TAG="v1.2.3")
     digest = (build.tags / SHA).read_text()
