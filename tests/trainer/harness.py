@@ -32,7 +32,10 @@ SMALL_MODEL = [
     "trainer.log_interval=1",
     "trainer.eval_interval=0",
     "trainer.max_steps=8",
+    "trainer.peak_flops=1e11",  # skips the start-up matmul measurement
 ]
+SAMPLE = REPO / "data/sample/train.jsonl"
+SMALL_CORPUS_DOCS = 120  # the first chapters of the sample: ~0.4 MB, quick to tokenize
 
 
 @dataclass
@@ -143,4 +146,10 @@ def launch_trainer(
     config.write_text(f"run_dir: {run_dir}\nseed: 0\n")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     args = [*(SMALL_MODEL if small else []), *overrides]
+    if small:
+        corpus = work_dir / "corpus.jsonl"
+        if not corpus.exists():
+            lines = SAMPLE.read_text().splitlines(keepends=True)[:SMALL_CORPUS_DOCS]
+            corpus.write_text("".join(lines))
+        args.insert(0, f"data.path={corpus}")
     return TrainerProcess(trainer_command(nproc, config, args), full_env, run_dir, log_dir)

@@ -1,0 +1,133 @@
+"""Each bad input: one line naming the key and what is allowed, exit 2, nothing written.
+
+The checks run before the process group exists, so most cases call the CLI entry point in
+this process; one case runs a real process to check the exit code and the lone stderr line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.harness import REPO
+from trainer.__main__ import main
+from trainer.config import EXIT_BAD_INPUT, DataConfig
+from trainer.data import read_documents
+from trainer.errors import ConfigError
+
+
+def snapshot(run_dir: Path) -> dict[str, tuple[int, bytes]]:
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """A config whose run dir already holds a committed checkpoint that must stay untouched."""
+    run_dir = tmp_path / "run"
+    step = run_dir / "checkpoints/step-00000002"
+    step.mkdir(parents=True)
+    (step / ".metadata").write_bytes(b"metadata")
+    (step / "__0_0.distcp").write_bytes(b"shard")
+    (step / "COMMITTED").write_text("2\n")
+    corpus = tmp_path / "ok.jsonl"
+    docs = (json.dumps({"text": f"document {i} " * 50}) for i in range(40))
+    corpus.write_text("".join(doc + "\n" for doc in docs))
+    config = tmp_path / "job.yaml"
+    config.write_text(f"run_dir: {run_dir}\ndata:\n  path: {corpus}\n")
+    return config
+
+
+def write_lines(tmp_path: Path, lines: list[str]) -> str:
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+GOOD = json.dumps({"text": "In the beginning was the word"})
+
+CASES = {
+    "missing dataset": (["data.path=/nonexistent/train.jsonl"], "data.path: no such file"),
+    "unknown key": (["trainer.max_stepz=5"], "trainer.max_stepz: unknown key; allowed keys here:"),
+    "unknown top-level key": (["epochs=5"], "epochs: unknown key; allowed keys here: run_dir,"),
+    "wrong type": (["trainer.max_steps=many"], "trainer.max_steps: Value 'many' of type 'str'"),
+    "seq_len above the model's maximum": (
+        ["data.seq_len=4096"],
+        "data.seq_len: 4096 exceeds the model's maximum sequence length 2048 (model 'tiny'); "
+        "allowed: 1..2048",
+    ),
+    "closed choice": (
+        ["trainer.mixed_precision=fp16"],
+        "trainer.mixed_precision: 'fp16' is not allowed; allowed: auto, fp32, bf16",
+    ),
+    "unknown model": (["model.name=gpt5"], "model.name: unknown model 'gpt5'; allowed: tiny,"),
+    "out of range": (["trainer.checkpoint.keep=0"], "trainer.checkpoint.keep: 0 is out of range"),
+    "not key=value": (["max_steps"], "override 'max_steps': expected key=value"),
+}
+
+
+@pytest.mark.parametrize("overrides, message", CASES.values(), ids=CASES.keys())
+def test_bad_config_gets_one_line_and_exit_2(job, capsys, overrides, message):
+    before = snapshot(job.parent / "run")
+    assert main(["--config", str(job), *overrides]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}"), err
+    assert err.count("\n") == 1
+    assert snapshot(job.parent / "run") == before  # no config.yaml, no checkpoint touched
+
+
+def test_global_batch_not_divisible_by_ranks(job, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun would set it; checked before any rank
+    overrides = ["trainer.micro_batch_size=4", "trainer.global_batch_size=12"]
+    assert main(["--config", str(job), *overrides]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (
+        "error: trainer.global_batch_size: 12 is not divisible by trainer.micro_batch_size (4) "
+        "x data-parallel ranks (2) = 8; allowed: a positive multiple of 8\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        ([], "holds no documents"),
+        ([json.dumps({"body": "no text field"})] * 3, "3 of 3 lines (100.0%)"),
+        ([GOOD] * 8 + ["not json", '["a list"]'], "2 of 10 lines (20.0%)"),
+    ],
+    ids=["empty", "no text field", "malformed lines"],
+)
+def test_bad_dataset(job, tmp_path, capsys, lines, message):
+    before = snapshot(job.parent / "run")
+    data = write_lines(tmp_path, lines)
+    assert main(["--config", str(job), f"data.path={data}"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("error: data.path: ") and message in err, err
+    assert err.count("\n") == 1
+    assert snapshot(job.parent / "run") == before
+
+
+def test_malformed_lines_below_the_limit_are_counted_and_skipped(tmp_path):
+    data = write_lines(tmp_path, [GOOD] * 9 + ["{broken"])
+    texts, bad = read_documents(DataConfig(path=data, max_bad_fraction=0.2))
+    assert (len(texts), bad) == (9, 1)
+    with pytest.raises(ConfigError, match=r"1 of 10 lines .*\(first: line 10\)"):
+        read_documents(DataConfig(path=data, max_bad_fraction=0.05))
+
+
+def test_real_process_exit_code_and_single_line(job):
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(job), "trainer.lr=-1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr == "error: trainer.lr: -1.0 is out of range; allowed: a number > 0\n"
+    assert not (job.parent / "run/config.yaml").exists()
