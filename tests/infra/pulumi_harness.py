@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pytest
 import yaml
 from pulumi.runtime.mocks import MockMonitor
 
@@ -123,9 +122,3 @@ def run_program(
     for declared in mocks.declared:
         declared.urn = by_key.get((declared.type, declared.name), "")
     return StackRun(mocks.declared, exported, mocks.invokes)
-
-
-@pytest.fixture(scope="session")
-def stack_runs() -> dict[str, StackRun]:
-    """Both example stacks, run once per session (each run re-installs the mocks)."""
-    return {stack: run_program(stack_file_config(stack), stack) for stack in ("dev", "prod")}

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from infra.config import ConfigError, parse_stack_config
-from tests.infra.conftest import RecordingMocks, run_program, stack_file_config
+from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 
 
 def group(**changes):

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from catalog import INSTANCE_TYPES
-from tests.infra.conftest import REPO, StackRun, run_program, stack_file_config
+from tests.infra.pulumi_harness import REPO, StackRun, run_program, stack_file_config
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

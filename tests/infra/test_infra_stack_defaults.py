@@ -13,7 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from infra.stack_defaults import main
-from tests.infra.conftest import REPO
+from tests.infra.pulumi_harness import REPO
 
 
 @pytest.fixture
