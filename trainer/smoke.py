@@ -11,6 +11,8 @@ and what was found, and the exit code is 1. What it checks:
   silent mismatch.
 - the EFA libfabric provider when the node has EFA (`/dev/infiniband/uverbs*` present, or
   `FI_PROVIDER=efa`): `fi_info -p efa` must list it, and the aws-ofi-nccl plugin must be there.
+- every module of the trainer package imports (a dependency missing from the image's lock
+  shows up here, not in the first pod);
 - a tiny forward/backward of the trainer's own model on the device present, and a one-rank
   all-reduce through the collective backend the trainer would use (NCCL on CUDA, gloo on CPU).
 
@@ -132,6 +134,28 @@ def check_nccl(opts: SmokeOptions) -> str:
         )
     source = f"matches {wheel[0]}=={wheel[1]}" if wheel else "no nvidia-nccl wheel to compare"
     return f"NCCL {loaded} ({source})"
+
+
+def check_trainer_imports(opts: SmokeOptions) -> str:
+    import pkgutil
+
+    import trainer
+
+    skipped = {"trainer.__main__", "trainer.smoke"}  # the entry point runs on import; this file
+    names = [
+        module.name
+        for module in pkgutil.walk_packages(trainer.__path__, prefix="trainer.")
+        if module.name not in skipped
+    ]
+    broken = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            broken.append(f"{name} ({error})")
+    if broken:
+        raise SmokeFailure(f"trainer modules fail to import: {'; '.join(broken)}")
+    return f"{len(names)} trainer modules import"
 
 
 def _efa_expected(opts: SmokeOptions) -> str | None:
@@ -271,6 +295,7 @@ def check_collective(opts: SmokeOptions) -> str:
 CHECKS: tuple[tuple[str, Callable[[SmokeOptions], str]], ...] = (
     ("versions", check_versions),
     ("nccl", check_nccl),
+    ("trainer_imports", check_trainer_imports),
     ("efa", check_efa),
     ("device", check_device),
     ("train_step", check_train_step),

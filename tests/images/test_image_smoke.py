@@ -112,3 +112,14 @@ def test_bad_option_from_the_environment_names_the_variable(capsys, monkeypatch)
         smoke.main([])
     assert exited.value.code == 2
     assert "TRAINSTACK_SMOKE_DEVICE='gpu': allowed: auto, cpu, cuda" in capsys.readouterr().err
+
+
+def test_trainer_dependency_missing_from_the_image_fails(capsys, monkeypatch):
+    # As in an image whose lock lacks omegaconf: importing it raises ImportError.
+    monkeypatch.setitem(sys.modules, "omegaconf", None)
+    for name in [n for n in sys.modules if n.startswith("trainer.") and n != "trainer.smoke"]:
+        monkeypatch.delitem(sys.modules, name)
+    code, out = run_smoke(capsys)
+    assert code == smoke.EXIT_FAILED
+    assert "FAIL trainer_imports: trainer modules fail to import: " in out
+    assert "import of omegaconf halted" in out
