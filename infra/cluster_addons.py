@@ -25,9 +25,10 @@ EFA_DEVICE_PLUGIN = {
     "repo": "https://aws.github.io/eks-charts",
 }
 TRAINING_OPERATOR_VERSION = "v1.9.2"
+# kustomize's remote form (repo//path?ref=tag); the provider clones it with `git`.
 TRAINING_OPERATOR_OVERLAY = (
-    "https://github.com/kubeflow/trainer/tree/"
-    f"{TRAINING_OPERATOR_VERSION}/manifests/overlays/standalone"
+    "https://github.com/kubeflow/trainer//manifests/overlays/standalone"
+    f"?ref={TRAINING_OPERATOR_VERSION}"
 )
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 

@@ -295,7 +295,7 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"} <= set(addons)
     assert addons["vpc-cni"]["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
     operator = run.one("kubernetes:kustomize/v2:Directory").inputs
-    assert "?ref=" in operator["directory"] or "/tree/v1." in operator["directory"]
+    assert operator["directory"].endswith("/manifests/overlays/standalone?ref=v1.9.2")
     project = run.one("aws:codebuild/project:Project").inputs
     assert project["environment"]["privilegedMode"] is True
     assert project["source"]["buildspec"] == "images/buildspec.yml"
