@@ -131,6 +131,9 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
         """Fill every parameter (and the RoPE tables) deterministically from `seed`."""
+        if self.args.tie_embeddings and self.output.weight is not self.tok_embeddings.weight:
+            # A plain `to_empty()` (no FSDP) gives each module its own new tensor: re-tie.
+            self.output.weight = self.tok_embeddings.weight
         for name, param in self.named_parameters():
             name = plain_name(name)
             full = self._initial_value(name, tuple(param.shape), param.device, seed)
