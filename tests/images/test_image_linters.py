@@ -73,3 +73,13 @@ def test_zizmor_finds_nothing_even_when_pedantic():
 
 def _all_workflow_text() -> str:
     return "".join(p.read_text() for p in (REPO / ".github/workflows").glob("*.yml"))
+
+
+def test_zizmor_also_validates_workflow_structure(tmp_path):
+    """zizmor checks each workflow against GitHub's schema first: a misspelled key fails it."""
+    broken = tmp_path / "deploy.yml"
+    text = (REPO / ".github/workflows/deploy.yml").read_text()
+    broken.write_text(text.replace("runs-on:", "runs_on:", 1))
+    result = run(BIN / "zizmor", "--offline", tmp_path)
+    assert result.returncode != 0
+    assert "does not match expected validation schema" in result.stdout + result.stderr
