@@ -133,7 +133,11 @@ def read_outputs(stack: str, source: str | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.stack_defaults", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.stack_defaults",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--stack", required=True, help="Pulumi stack name, e.g. dev")
     parser.add_argument(
         "-o",
