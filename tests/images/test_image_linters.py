@@ -77,9 +77,11 @@ def _all_workflow_text() -> str:
 
 def test_zizmor_also_validates_workflow_structure(tmp_path):
     """zizmor checks each workflow against GitHub's schema first: a misspelled key fails it."""
-    broken = tmp_path / "deploy.yml"
     text = (REPO / ".github/workflows/deploy.yml").read_text()
+    intact, broken = tmp_path / "intact.yml", tmp_path / "broken.yml"
+    intact.write_text(text)
     broken.write_text(text.replace("runs-on:", "runs_on:", 1))
-    result = run(BIN / "zizmor", "--offline", tmp_path)
+    assert run(BIN / "zizmor", "--offline", intact).returncode == 0
+    result = run(BIN / "zizmor", "--offline", broken)
     assert result.returncode != 0
     assert "does not match expected validation schema" in result.stdout + result.stderr
