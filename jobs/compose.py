@@ -38,3 +38,38 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
         return hydra_compose(CONFIG_NAME, overrides=list(overrides))
     with composer():
         return hydra_compose(CONFIG_NAME, overrides=list(overrides))
+
+
+def _group_names() -> frozenset[str]:
+    from hydra.core.config_store import ConfigStore
+
+    stored = {name for name, node in ConfigStore.instance().repo.items() if isinstance(node, dict)}
+    return frozenset({p.name for p in CONF_DIR.iterdir() if p.is_dir()} | stored | {"hydra"})
+
+
+def compose_points(points: Sequence[Sequence[str]]) -> Iterator[DictConfig]:
+    """`compose(point)` for every point of a sweep, without recomposing what they share.
+
+    Points with the same config-group choices (model=..., compute=...) share one Hydra
+    composition; each point's key=value overrides are then applied to a copy with Hydra's own
+    override logic, exactly as `compose` applies them after the defaults list. Call inside
+    `composer()`.
+    """
+    import copy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    groups = _group_names()
+    bases: dict[tuple[str, ...], DictConfig] = {}
+    for point in points:
+        parsed = parser.parse_overrides(list(point))
+        is_group = [o.key_or_group.split("/")[0] in groups for o in parsed]
+        choices = tuple(o.input_line for o, g in zip(parsed, is_group, strict=True) if g)
+        if choices not in bases:
+            bases[choices] = compose(choices)
+        cfg = copy.deepcopy(bases[choices])
+        values = [o for o, g in zip(parsed, is_group, strict=True) if not g]
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        yield cfg

@@ -91,15 +91,16 @@ def materialize_points(
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from jobs.compose import compose, composer
+    from jobs.compose import compose_points, composer
     from jobs.errors import one_line
     from jobs.materialize import materialize
 
     jobs = []
     with composer():
+        configs = compose_points(points)
         for index, point in enumerate(points):
             try:
-                cfg = compose(point)
+                cfg = next(configs)
                 run_id = cfg.run_id or sweep_point_run_id(sweep_id, index)
                 jobs.append(
                     materialize(cfg, now=now, git_sha=git_sha, run_id=run_id, sweep_id=sweep_id)

@@ -130,10 +130,14 @@ def check_trainer(cfg: Any) -> None:
     from trainer.errors import ConfigError
     from trainer.job_config import make_plan
 
-    sections = {k: cfg[k] for k in ("seed", "model", "data", "trainer")}
+    # The composed sections are already typed by the schema: turn them into the trainer's
+    # dataclasses directly (a fresh OmegaConf merge would double the cost of a sweep point).
     try:
-        trainer_cfg = OmegaConf.to_object(
-            OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), sections)
+        trainer_cfg = TrainerJobConfig(
+            seed=cfg.seed,
+            model=OmegaConf.to_object(cfg.model),
+            data=OmegaConf.to_object(cfg.data),
+            trainer=OmegaConf.to_object(cfg.trainer),
         )
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "config"

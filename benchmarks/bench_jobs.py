@@ -1,0 +1,122 @@
+"""Jobs benchmarks.
+
+1. Rendering a 1,000-point sweep (`trainstack launch -m ... backend=render`: compose, validate,
+   materialize, check and write every point, plus the summary) against composing the same
+   1,000 configs with Hydra alone. Target: <= 1.25x.
+2. `trainstack launch` on the local backend against bare torchrun on the same trainer config
+   (a few steps). Target: <= 2 s added. Best of two runs each, alternating, since the machine
+   is shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SWEEP = [
+    "trainer.lr=1e-4,2e-4,3e-4,4e-4,5e-4,6e-4,7e-4,8e-4,9e-4,1e-3",
+    "trainer.max_steps=100,200,300,400,500,600,700,800,900,1000",
+    "compute.nodes=1,2,3,4,5,6,7,8,9,10",
+    "compute=p5.48xlarge",
+    "backend=render",
+    "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
+    "storage.root=s3://trainstack-runs/runs",
+]
+LOCAL_JOB = [
+    f"data.path={REPO / 'data' / 'sample' / 'train.jsonl'}",
+    "data.seq_len=64",
+    "model.n_layers=2",
+    "trainer.micro_batch_size=2",
+    "trainer.max_steps=2",
+    "trainer.eval_interval=0",
+    "trainer.checkpoint.interval=0",
+]
+
+
+def bench_sweep_render() -> dict:
+    from jobs.compose import compose, composer
+    from jobs.sweep import expand, launch_sweep
+
+    points = expand(SWEEP)
+    assert len(points) == 1000
+    with composer():
+        started = time.perf_counter()
+        for point in points:
+            compose(point)
+        compose_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = launch_sweep(SWEEP, dryrun=False, git_sha="0" * 40)
+        render_s = time.perf_counter() - started
+        written = len(list(Path(tmp).glob("runs/*/manifests.yaml")))
+    assert code == 0 and written == 1000, (code, written)
+    return {"points": 1000, "compose_s": round(compose_s, 2), "render_s": round(render_s, 2)}
+
+
+def timed(argv: list[str], cwd: str, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def bench_local_launch() -> dict:
+    from datetime import UTC, datetime
+
+    from jobs.compose import compose
+    from jobs.manifests import trainer_config_yaml
+    from jobs.materialize import materialize
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+    bare, launched = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for attempt in range(2):
+            run_id = f"bench-{attempt}"
+            job = materialize(
+                compose([*LOCAL_JOB, f"storage.root={tmp}/bare"]),
+                now=datetime.now(UTC),
+                git_sha=None,
+                run_id=run_id,
+            )
+            config = Path(tmp) / f"{run_id}.yaml"
+            config.write_text(trainer_config_yaml(job.spec))
+            bare_argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2"]
+            bare_argv += ["-m", "trainer", "--config", str(config)]
+            bare.append(timed(bare_argv, tmp, env))
+            launch = [str(BIN / "trainstack"), "launch", *LOCAL_JOB, f"run_id={run_id}"]
+            launched.append(timed(launch, tmp, env))
+    return {
+        "bare_torchrun_s": [round(s, 2) for s in bare],
+        "trainstack_launch_s": [round(s, 2) for s in launched],
+    }
+
+
+def run() -> dict:
+    sweep = bench_sweep_render()
+    local = bench_local_launch()
+    ratio = sweep["render_s"] / sweep["compose_s"]
+    added = min(local["trainstack_launch_s"]) - min(local["bare_torchrun_s"])
+    return {
+        "sweep_render": sweep,
+        "local_launch": local,
+        "checks": {
+            "render_1000_vs_compose_ratio": {
+                "value": round(ratio, 3),
+                "target": "<= 1.25",
+                "ok": ratio <= 1.25,
+            },
+            "local_launch_added_s": {
+                "value": round(added, 2),
+                "target": "<= 2.0",
+                "ok": added <= 2.0,
+            },
+        },
+    }
