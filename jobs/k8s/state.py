@@ -1,0 +1,93 @@
+"""What a PyTorchJob object says about its run: state, retries, cancellation, pods per rank.
+
+Pure functions over the job dict as the API returns it, shared by submit, watch, status and
+the sweep launcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RETRIES_ANNOTATION = "trainstack.io/retries"
+"""Auto-restarts so far (resubmissions of the same run id after Failed)."""
+CANCELLED_ANNOTATION = "trainstack.io/cancelled-at"
+"""Set by `trainstack cancel`: a cancelled job is never restarted automatically."""
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+
+FINAL_STATES = ("Succeeded", "Failed", "Cancelled", "Suspended")
+# The operator's condition types, most decisive first.
+_PRECEDENCE = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    reason: str
+    message: str
+    since: str
+
+
+def conditions(job: dict) -> list[Condition]:
+    """The job's conditions that are currently true, in the order the operator added them."""
+    return [
+        Condition(
+            c["type"], c.get("reason", ""), c.get("message", ""), c.get("lastTransitionTime", "")
+        )
+        for c in (job.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    ]
+
+
+def job_state(job: dict) -> str:
+    """Pending, Created, Running, Restarting, Succeeded, Failed, Suspended or Cancelled."""
+    true_types = {c.type for c in conditions(job)}
+    for kind in _PRECEDENCE:
+        if kind in true_types:
+            if kind == "Suspended" and is_cancelled(job):
+                return "Cancelled"
+            return kind
+    return "Cancelled" if is_cancelled(job) else "Pending"
+
+
+def is_final(state: str) -> bool:
+    return state in FINAL_STATES
+
+
+def is_cancelled(job: dict) -> bool:
+    return CANCELLED_ANNOTATION in annotations(job)
+
+
+def annotations(job: dict) -> dict:
+    return (job.get("metadata") or {}).get("annotations") or {}
+
+
+def retries(job: dict) -> int:
+    try:
+        return int(annotations(job).get(RETRIES_ANNOTATION, 0))
+    except ValueError:
+        return 0
+
+
+def failure_message(job: dict) -> str:
+    """The Failed condition's reason and message, for the user's one-line summary."""
+    for cond in reversed(conditions(job)):
+        if cond.type == "Failed":
+            return f"{cond.reason}: {cond.message}".strip(": ")
+    return ""
+
+
+def pod_for_rank(job: dict, rank: int) -> tuple[str, int]:
+    """(replica type, index) of node rank `rank`: rank 0 is the Master when the job has one;
+    elastic jobs are Worker-only."""
+    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    masters = int((specs.get("Master") or {}).get("replicas", 0))
+    workers = int((specs.get("Worker") or {}).get("replicas", 0))
+    if rank < 0 or rank >= masters + workers:
+        raise ValueError(
+            f"--rank {rank} is out of range: the job has ranks 0..{masters + workers - 1}"
+        )
+    if rank < masters:
+        return "master", rank
+    return "worker", rank - masters

@@ -1,0 +1,201 @@
+"""Following a run: its state transitions through a watch stream, and a pod's log.
+
+The watch resumes from the last resourceVersion it saw when the stream ends or drops, so no
+transition is lost or reported twice; a 410 Gone (history expired) re-reads the job and goes
+on from there. Reconnects without progress are bounded; so is waiting for a pod's log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
+from jobs.k8s.state import is_final, job_state, pod_for_rank
+
+MAX_RECONNECTS = 5
+"""Consecutive failed watch/log connections (no event in between) before giving up."""
+WATCH_WINDOW_S = 60
+"""Server-side timeout of one watch request; the watch then reconnects from where it was."""
+CONTAINER = "pytorch"
+
+
+def wait_for_end(
+    cluster: Cluster,
+    name: str,
+    on_state: Callable[[str, dict], None] = lambda state, job: None,
+    timeout_s: float | None = None,
+) -> dict | None:
+    """Block until the job reaches a final state; return it (None when it was deleted).
+
+    `on_state(state, job)` is called once per state transition, starting with the current one.
+    """
+    from kubernetes import watch
+    from urllib3.exceptions import HTTPError
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last_state = None
+
+    def observe(job: dict) -> bool:
+        nonlocal last_state
+        state = job_state(job)
+        if state != last_state:
+            last_state = state
+            on_state(state, job)
+        return is_final(state)
+
+    job = cluster.get_job(name)
+    if job is None or observe(job):
+        return job
+    version = job["metadata"]["resourceVersion"]
+    failures = 0
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise ClusterError(
+                f"PyTorchJob {cluster.namespace}/{name}: still {last_state} after {timeout_s:.0f}s"
+            )
+        window = (
+            WATCH_WINDOW_S
+            if deadline is None
+            else max(1, min(WATCH_WINDOW_S, int(deadline - time.monotonic()) + 1))
+        )
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                cluster.custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                cluster.namespace,
+                PLURAL,
+                field_selector=f"metadata.name={name}",
+                resource_version=version,
+                timeout_seconds=window,
+                _request_timeout=(cluster.retry.connect_timeout_s, window + 10),
+            ):
+                job = event["raw_object"]
+                failures = 0
+                if event["type"] == "DELETED":
+                    stream.stop()
+                    return None
+                version = job["metadata"]["resourceVersion"]
+                if observe(job):
+                    stream.stop()
+                    return job
+        except Exception as exc:
+            if status_of(exc) == 410:
+                # Our resourceVersion fell out of the server's history: re-read, go on from it.
+                job = cluster.get_job(name)
+                if job is None or observe(job):
+                    return job
+                version = job["metadata"]["resourceVersion"]
+                continue
+            transient = isinstance(exc, HTTPError | OSError) or status_of(exc) in (
+                429,
+                500,
+                502,
+                503,
+                504,
+            )
+            if not transient:
+                raise ClusterError(
+                    f"watch PyTorchJob {cluster.namespace}/{name} failed: {describe(exc)}"
+                ) from exc
+            failures += 1
+            if failures > MAX_RECONNECTS:
+                raise ClusterError(
+                    f"watch PyTorchJob {cluster.namespace}/{name} failed {failures} times in a "
+                    f"row: {describe(exc)}"
+                ) from exc
+            cluster.sleep(
+                min(cluster.retry.base_delay_s * 2 ** (failures - 1), cluster.retry.max_delay_s)
+            )
+
+
+def pod_name(job: dict, rank: int) -> str:
+    replica_type, index = pod_for_rank(job, rank)
+    return f"{job['metadata']['name']}-{replica_type}-{index}"
+
+
+def read_log(cluster: Cluster, pod: str) -> list[str]:
+    """The pod's log so far, as lines."""
+    text = cluster.call(
+        f"read log of pod {cluster.namespace}/{pod}",
+        cluster.core.read_namespaced_pod_log,
+        pod,
+        cluster.namespace,
+        container=CONTAINER,
+    )
+    return text.splitlines()
+
+
+def follow_log(
+    cluster: Cluster, name: str, rank: int = 0, poll_s: float = 0.5, start_timeout_s: float = 1800
+) -> Iterator[str]:
+    """Stream rank `rank`'s log until the job ends, across pod restarts, each line once.
+
+    A restarted pod (new uid) is followed from its first line; a reconnect to the same pod
+    skips the lines already yielded. Waiting for a pod to start is bounded by
+    `start_timeout_s` (nodes may have to scale up first); failed connections by MAX_RECONNECTS.
+    """
+    from kubernetes import watch
+
+    yielded: dict[str, int] = {}
+    failures = 0
+    waiting_since = time.monotonic()
+    while True:
+        job = cluster.get_job(name)
+        if job is None:
+            return
+        pod = _get_pod(cluster, pod_name(job, rank))
+        if pod is None or (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            if is_final(job_state(job)):
+                return
+            if time.monotonic() - waiting_since > start_timeout_s:
+                raise ClusterError(
+                    f"pod {pod_name(job, rank)} did not start in {start_timeout_s:.0f}s"
+                )
+            cluster.sleep(poll_s)
+            continue
+        uid, seen = pod["metadata"]["uid"], 0
+        try:
+            for line in watch.Watch().stream(
+                cluster.core.read_namespaced_pod_log,
+                name=pod["metadata"]["name"],
+                namespace=cluster.namespace,
+                container=CONTAINER,
+                _request_timeout=(cluster.retry.connect_timeout_s, None),
+            ):
+                seen += 1
+                if seen > yielded.get(uid, 0):
+                    yielded[uid] = seen
+                    failures = 0
+                    yield line
+        except Exception as exc:
+            failures += 1
+            if failures > MAX_RECONNECTS:
+                raise ClusterError(
+                    f"follow log of pod {cluster.namespace}/{pod['metadata']['name']} failed "
+                    f"{failures} times in a row: {describe(exc)}"
+                ) from exc
+        job = cluster.get_job(name)
+        if job is None or is_final(job_state(job)):
+            return
+        # The pod ended or was replaced while the job goes on: follow its successor.
+        waiting_since = time.monotonic()
+        cluster.sleep(poll_s)
+
+
+def _get_pod(cluster: Cluster, name: str) -> dict | None:
+    try:
+        pod = cluster.call(
+            f"get pod {cluster.namespace}/{name}",
+            cluster.core.read_namespaced_pod,
+            name,
+            cluster.namespace,
+            expect=(404,),
+        )
+    except Exception as exc:
+        if status_of(exc) == 404:
+            return None
+        raise
+    return cluster.core.api_client.sanitize_for_serialization(pod)

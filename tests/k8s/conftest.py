@@ -1,0 +1,90 @@
+"""Fixtures for the cluster tests: the fake apiserver + operator, and a connected `Cluster`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.k8s.fake_apiserver import FakeKubeApiServer
+from tests.k8s.fake_operator import FakeOperator, JobPlan
+
+NAMESPACE = "training"
+GPU_TYPE = "p4d.24xlarge"
+
+
+def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str = GPU_TYPE) -> None:
+    """A ready cluster: the CRD, namespace, service account and GPU nodes with EFA."""
+    server.put(
+        "customresourcedefinitions",
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "metadata": {"name": "pytorchjobs.kubeflow.org"},
+            "spec": {
+                "group": "kubeflow.org",
+                "names": {"kind": "PyTorchJob", "plural": "pytorchjobs"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": True, "storage": True}],
+            },
+            "status": {"conditions": [{"type": "Established", "status": "True"}]},
+        },
+    )
+    server.put("namespaces", {"apiVersion": "v1", "metadata": {"name": NAMESPACE}})
+    server.put("serviceaccounts", {"apiVersion": "v1", "metadata": {"name": "trainer"}}, NAMESPACE)
+    for index in range(nodes):
+        add_node(server, f"gpu-{index}", instance_type)
+
+
+def add_node(server: FakeKubeApiServer, name: str, instance_type: str, gpus: int = 8, efa: int = 4):
+    server.put(
+        "nodes",
+        {
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "labels": {"node.kubernetes.io/instance-type": instance_type},
+            },
+            "spec": {},
+            "status": {
+                "allocatable": {
+                    "cpu": "95",
+                    "memory": "1100Gi",
+                    "nvidia.com/gpu": str(gpus),
+                    "vpc.amazonaws.com/efa": str(efa),
+                }
+            },
+        },
+    )
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeKubeApiServer]:
+    server = FakeKubeApiServer().start()
+    FakeOperator(server, JobPlan())
+    seed_cluster(server)
+    yield server
+    server.operator.wait_idle(timeout=2)
+    server.stop()
+
+
+@pytest.fixture
+def kubeconfig(apiserver: FakeKubeApiServer, tmp_path: Path) -> Path:
+    return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def fast_retry(monkeypatch: pytest.MonkeyPatch):
+    """Bounded retries with short sleeps and timeouts, so fault tests stay quick."""
+    from jobs.k8s import api
+
+    policy = api.RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, read_timeout_s=0.5)
+    monkeypatch.setattr(api, "DEFAULT_RETRY", policy)
+    return policy
+
+
+@pytest.fixture
+def cluster(kubeconfig: Path, fast_retry):
+    from jobs.k8s.api import connect
+
+    return connect(str(kubeconfig), "fake", NAMESPACE, retry=fast_retry)

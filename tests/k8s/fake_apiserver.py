@@ -1,0 +1,469 @@
+"""A Kubernetes REST API test double: a real HTTP server on 127.0.0.1, in a thread.
+
+It speaks just enough of the API for trainstack's cluster code, driven through the official
+client: namespaces, nodes, service accounts, config maps, pods (+ logs, incl. follow), the
+PyTorchJob custom resource (`kubeflow.org/v1`) and the CRD object itself. Objects get uids and
+a global resourceVersion; list/get/create/patch/delete behave like the apiserver (409
+AlreadyExists, 404 NotFound, ownerReference cascades), and `?watch=true` streams chunked JSON
+events from a resourceVersion (410 Gone when it is older than the retained history).
+
+The training operator is simulated by `tests/k8s/fake_operator.py`. Faults are injected through
+`server.faults` (see `Faults`). Test-only: never shipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+CLUSTER_SCOPED = {"namespaces", "nodes", "customresourcedefinitions", "persistentvolumes"}
+KINDS = {
+    "namespaces": "Namespace",
+    "nodes": "Node",
+    "serviceaccounts": "ServiceAccount",
+    "configmaps": "ConfigMap",
+    "pods": "Pod",
+    "pytorchjobs": "PyTorchJob",
+    "customresourcedefinitions": "CustomResourceDefinition",
+}
+
+
+@dataclass
+class Faults:
+    """Faults consumed one request at a time (lists are popped from the front)."""
+
+    conflict_on_create: set[str] = field(default_factory=set)
+    """Object names whose next create races a concurrent submitter: the object is stored as
+    sent (once) and the caller gets 409 AlreadyExists."""
+    read_errors: list[int] = field(default_factory=list)
+    """HTTP statuses (e.g. 500, 503) returned by the next GET requests, in order."""
+    read_stalls: int = 0
+    """The next N GET requests stall `stall_seconds` before answering (client timeouts)."""
+    stall_seconds: float = 3.0
+    drop_watch_after: list[int] = field(default_factory=list)
+    """The next watch streams are cut mid-chunk after this many events each."""
+    gone_on_watch: int = 0
+    """The next N watches answer 410 Gone (an expired resourceVersion)."""
+
+
+class _Dropped(Exception):
+    pass
+
+
+class FakeKubeApiServer:
+    def __init__(self, history: int = 10_000) -> None:
+        self.faults = Faults()
+        self.requests: list[tuple[str, str]] = []
+        self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name)
+        self.events: list[tuple[int, str, str, dict]] = []  # (rv, plural, type, object)
+        self.history = history
+        self.rv = 100
+        self.cond = threading.Condition()
+        self.operator = None  # set by FakeOperator
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> FakeKubeApiServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def write_kubeconfig(self, path: Path, context: str = "fake") -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            "contexts": [
+                {"name": context, "context": {"cluster": "fake", "user": "tester"}},
+            ],
+            "current-context": context,
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # -- store (also used directly by tests and the fake operator) --------------------------
+    def put(self, plural: str, obj: dict, namespace: str = "") -> dict:
+        """Create or replace an object, recording a watch event."""
+        with self.cond:
+            meta = obj.setdefault("metadata", {})
+            key = (plural, "" if plural in CLUSTER_SCOPED else namespace, meta["name"])
+            existing = self.objects.get(key)
+            if key[1]:
+                meta["namespace"] = key[1]
+            meta.setdefault("uid", existing["metadata"]["uid"] if existing else str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            obj.setdefault("kind", KINDS[plural])
+            self.rv += 1
+            meta["resourceVersion"] = str(self.rv)
+            self.objects[key] = obj
+            self._record(plural, "MODIFIED" if existing else "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
+        with self.cond:
+            obj = self.objects.get((plural, "" if plural in CLUSTER_SCOPED else namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def update(self, plural: str, name: str, namespace: str, mutate) -> dict | None:
+        """Apply `mutate(obj)` to a stored object atomically (no-op when it is gone)."""
+        with self.cond:
+            obj = self.get(plural, name, namespace)
+            if obj is None:
+                return None
+            mutate(obj)
+            return self.put(plural, obj, namespace)
+
+    def remove(self, plural: str, name: str, namespace: str = "") -> dict | None:
+        """Delete an object and, like the garbage collector, everything it owns."""
+        with self.cond:
+            key = (plural, "" if plural in CLUSTER_SCOPED else namespace, name)
+            obj = self.objects.pop(key, None)
+            if obj is None:
+                return None
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self._record(plural, "DELETED", obj)
+            uid = obj["metadata"]["uid"]
+            for (dep_plural, dep_ns, dep_name), dep in list(self.objects.items()):
+                owners = dep["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    self.remove(dep_plural, dep_name, dep_ns)
+            return obj
+
+    def list(self, plural: str, namespace: str = "", selector: dict | None = None) -> list[dict]:
+        with self.cond:
+            return [
+                copy.deepcopy(obj)
+                for (p, ns, _), obj in sorted(self.objects.items())
+                if p == plural and (not namespace or ns == namespace) and _matches(obj, selector)
+            ]
+
+    def _record(self, plural: str, event_type: str, obj: dict) -> None:
+        self.events.append((self.rv, plural, event_type, copy.deepcopy(obj)))
+        del self.events[: -self.history]
+        self.cond.notify_all()
+
+    def count(self, method: str, fragment: str) -> int:
+        """How many requests with this method had `fragment` in their path."""
+        return sum(1 for m, p in self.requests if m == method and fragment in p)
+
+
+def _matches(obj: dict, selector: dict | None) -> bool:
+    if not selector:
+        return True
+    labels = obj["metadata"].get("labels") or {}
+    for key, (op, value) in selector.get("labels", {}).items():
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and labels.get(key) == value:
+            return False
+        if op == "exists" and key not in labels:
+            return False
+    name = selector.get("name")
+    return name is None or obj["metadata"]["name"] == name
+
+
+def _parse_selector(query: dict) -> dict:
+    selector: dict = {"labels": {}}
+    for term in filter(None, (query.get("labelSelector", [""])[0]).split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            selector["labels"][key] = ("!=", value)
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            selector["labels"][key] = ("=", value.lstrip("="))
+        else:
+            selector["labels"][term] = ("exists", None)
+    for term in filter(None, (query.get("fieldSelector", [""])[0]).split(",")):
+        key, value = term.split("=", 1)
+        if key == "metadata.name":
+            selector["name"] = value.lstrip("=")
+    return selector
+
+
+def _merge_patch(target: dict, patch: dict) -> dict:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+def _status(code: int, reason: str, message: str) -> dict:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _handler_for(server: FakeKubeApiServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # keep test output quiet
+            pass
+
+        # -- plumbing -----------------------------------------------------------------------
+        def _send(self, code: int, body: dict | str, content_type="application/json") -> None:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, reason: str, message: str) -> None:
+            self._send(code, _status(code, reason, message))
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _start_stream(self, content_type: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def _end_stream(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _body(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length) or b"null")
+
+        def _route(self):
+            url = urlsplit(self.path)
+            query = parse_qs(url.query)
+            parts = [p for p in url.path.split("/") if p]
+            if parts[:1] == ["api"]:
+                parts = parts[2:]
+            elif parts[:1] == ["apis"]:
+                parts = parts[3:]
+            else:
+                return None
+            namespace = ""
+            if len(parts) >= 3 and parts[0] == "namespaces":
+                namespace, parts = parts[1], parts[2:]
+            plural = parts[0] if parts else ""
+            name = parts[1] if len(parts) > 1 else None
+            sub = parts[2] if len(parts) > 2 else None
+            return plural, namespace, name, sub, query
+
+        def _faulted_read(self) -> bool:
+            faults = server.faults
+            if faults.read_stalls > 0:
+                faults.read_stalls -= 1
+                time.sleep(faults.stall_seconds)
+            if faults.read_errors:
+                code = faults.read_errors.pop(0)
+                self._error(code, "InternalError", "injected server error")
+                return True
+            return False
+
+        # -- verbs ----------------------------------------------------------------------------
+        def do_GET(self) -> None:
+            server.requests.append(("GET", self.path))
+            route = self._route()
+            if route is None:
+                return self._error(404, "NotFound", self.path)
+            plural, namespace, name, sub, query = route
+            if self._faulted_read():
+                return None
+            if query.get("watch", ["false"])[0].lower() == "true":
+                return self._watch(plural, namespace, query)
+            if sub == "log":
+                return self._log(namespace, name, query)
+            if name is None:
+                items = server.list(plural, namespace, _parse_selector(query))
+                return self._send(
+                    200,
+                    {
+                        "kind": f"{KINDS.get(plural, 'Object')}List",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": str(server.rv)},
+                        "items": items,
+                    },
+                )
+            obj = server.get(plural, name, namespace)
+            if obj is None:
+                return self._error(404, "NotFound", f'{plural} "{name}" not found')
+            return self._send(200, obj)
+
+        def do_POST(self) -> None:
+            server.requests.append(("POST", self.path))
+            plural, namespace, _, _, _ = self._route()
+            obj = self._body()
+            name = obj["metadata"]["name"]
+            if name in server.faults.conflict_on_create:
+                server.faults.conflict_on_create.discard(name)
+                if server.get(plural, name, namespace) is None:
+                    self._create(plural, namespace, copy.deepcopy(obj))
+                return self._error(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            if server.get(plural, name, namespace) is not None:
+                return self._error(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            return self._send(201, self._create(plural, namespace, obj))
+
+        def _create(self, plural: str, namespace: str, obj: dict) -> dict:
+            created = server.put(plural, obj, namespace)
+            if plural == "pytorchjobs" and server.operator is not None:
+                server.operator.job_created(created)
+            return created
+
+        def do_PATCH(self) -> None:
+            server.requests.append(("PATCH", self.path))
+            plural, namespace, name, _, _ = self._route()
+            patch = self._body()
+            if not isinstance(patch, dict):
+                return self._error(415, "UnsupportedMediaType", "only merge patches are served")
+            updated = server.update(plural, name, namespace, lambda o: _merge_patch(o, patch))
+            if updated is None:
+                return self._error(404, "NotFound", f'{plural} "{name}" not found')
+            if plural == "pytorchjobs" and server.operator is not None:
+                server.operator.job_patched(updated)
+            return self._send(200, updated)
+
+        def do_PUT(self) -> None:
+            server.requests.append(("PUT", self.path))
+            plural, namespace, name, _, _ = self._route()
+            obj = self._body()
+            existing = server.get(plural, name, namespace)
+            if existing is None:
+                return self._error(404, "NotFound", f'{plural} "{name}" not found')
+            obj["metadata"]["uid"] = existing["metadata"]["uid"]
+            return self._send(200, server.put(plural, obj, namespace))
+
+        def do_DELETE(self) -> None:
+            server.requests.append(("DELETE", self.path))
+            plural, namespace, name, _, _ = self._route()
+            self._body()  # delete options: always cascade (as Foreground/Background would)
+            if plural == "pytorchjobs" and server.operator is not None:
+                server.operator.job_deleted(name)
+            obj = server.remove(plural, name, namespace)
+            if obj is None:
+                return self._error(404, "NotFound", f'{plural} "{name}" not found')
+            return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
+
+        # -- streams --------------------------------------------------------------------------
+        def _watch(self, plural: str, namespace: str, query: dict) -> None:
+            faults = server.faults
+            if faults.gone_on_watch > 0:
+                faults.gone_on_watch -= 1
+                self._start_stream("application/json")
+                gone = _status(410, "Expired", "too old resource version")
+                self._chunk(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                return self._end_stream()
+            selector = _parse_selector(query)
+            timeout = float(query.get("timeoutSeconds", ["30"])[0])
+            drop_after = faults.drop_watch_after.pop(0) if faults.drop_watch_after else None
+            since = query.get("resourceVersion", [""])[0]
+            self._start_stream("application/json")
+            sent = 0
+            deadline = time.monotonic() + timeout
+            try:
+                with server.cond:
+                    if since in ("", "0"):
+                        pending = [
+                            (server.rv, plural, "ADDED", o)
+                            for o in server.list(plural, namespace, selector)
+                        ]
+                        cursor = server.rv
+                    else:
+                        cursor = int(since)
+                        if server.events and cursor < server.events[0][0] - 1:
+                            gone = _status(410, "Expired", "too old resource version")
+                            pending = [(cursor, plural, "ERROR", gone)]
+                        else:
+                            pending = []
+                while True:
+                    for _, _, event_type, obj in pending:
+                        if drop_after is not None and sent >= drop_after:
+                            raise _Dropped
+                        line = json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
+                        self._chunk(line)
+                        sent += 1
+                        if event_type == "ERROR":
+                            return self._end_stream()
+                    with server.cond:
+                        pending = self._events_after(cursor, plural, namespace, selector)
+                        while not pending and time.monotonic() < deadline:
+                            server.cond.wait(timeout=min(0.2, deadline - time.monotonic()))
+                            if getattr(server, "stopped", False):
+                                break
+                            pending = self._events_after(cursor, plural, namespace, selector)
+                        if not pending:
+                            return self._end_stream()
+                        cursor = max(rv for rv, *_ in pending)
+            except _Dropped:
+                # Cut the connection mid-stream: no terminating chunk, as on a network drop.
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(2)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def _events_after(self, cursor, plural, namespace, selector) -> list:
+            return [
+                e
+                for e in server.events
+                if e[0] > cursor
+                and e[1] == plural
+                and (not namespace or e[3]["metadata"].get("namespace") == namespace)
+                and _matches(e[3], selector)
+            ]
+
+        def _log(self, namespace: str, name: str, query: dict) -> None:
+            operator = server.operator
+            pod = server.get("pods", name, namespace)
+            if pod is None or operator is None:
+                return self._error(404, "NotFound", f'pods "{name}" not found')
+            uid = pod["metadata"]["uid"]
+            if query.get("follow", ["false"])[0].lower() != "true":
+                text = "".join(line + "\n" for line in operator.log_lines(uid))
+                return self._send(200, text, "text/plain")
+            self._start_stream("text/plain")
+            sent = 0
+            try:
+                while True:
+                    lines = operator.log_lines(uid)
+                    for line in lines[sent:]:
+                        self._chunk(line.encode() + b"\n")
+                    sent = len(lines)
+                    if operator.log_closed(uid):
+                        return self._end_stream()
+                    with server.cond:
+                        server.cond.wait(timeout=0.05)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+    return Handler

@@ -1,0 +1,215 @@
+"""The Kubeflow training operator, simulated inside the fake apiserver (test-only).
+
+Each created PyTorchJob gets a thread that walks it through the operator's conditions
+(Created -> Running [-> Restarting -> Running] -> Succeeded | Failed), creates its pods
+(`<job>-master-0`, `<job>-worker-<i>`, owned by the job) and writes their logs. What happens
+to a job is scripted per name with `JobPlan`s (one per submission, in order). Setting
+`spec.runPolicy.suspend` deletes the pods and adds the Suspended condition, as the operator does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tests.k8s.fake_apiserver import FakeKubeApiServer
+
+JOB_LABEL = "training.kubeflow.org/job-name"
+
+
+@dataclass
+class JobPlan:
+    outcome: str = "Succeeded"
+    """Final condition: Succeeded or Failed."""
+    steps: int = 4
+    """Log lines (training steps) each pod writes before the job ends."""
+    step_seconds: float = 0.05
+    kill_pod_at: int | None = None
+    """Kill the master pod at this step; the operator restarts it (condition Restarting)."""
+    hold: bool = False
+    """Keep running after the last step until the job is suspended or deleted."""
+
+
+@dataclass
+class _Run:
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class FakeOperator:
+    def __init__(self, server: FakeKubeApiServer, default: JobPlan | None = None) -> None:
+        self.server = server
+        self.default = default or JobPlan()
+        self.plans: dict[str, list[JobPlan]] = {}
+        self.created: dict[str, int] = {}
+        """Submissions per job name (what the tests count duplicates with)."""
+        self._runs: dict[str, _Run] = {}
+        self._logs: dict[str, list[str]] = {}
+        self._closed: set[str] = set()
+        server.operator = self
+
+    # -- hooks called by the apiserver ---------------------------------------------------------
+    def job_created(self, job: dict) -> None:
+        name = job["metadata"]["name"]
+        self.created[name] = self.created.get(name, 0) + 1
+        queue = self.plans.get(name) or []
+        plan = queue.pop(0) if queue else self.default
+        run = _Run()
+        run.thread = threading.Thread(target=self._run, args=(job, plan, run.stop), daemon=True)
+        self._runs[name] = run
+        run.thread.start()
+
+    def job_patched(self, job: dict) -> None:
+        suspended = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend")
+        run = self._runs.get(job["metadata"]["name"])
+        if suspended and run and not run.stop.is_set():
+            run.stop.set()
+            if run.thread is not threading.current_thread():
+                run.thread.join(timeout=5)
+            name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+            self._delete_pods(name, namespace)
+            self._condition(name, namespace, "Suspended", "PyTorchJobSuspended", "suspended")
+
+    def job_deleted(self, name: str) -> None:
+        run = self._runs.pop(name, None)
+        if run:
+            run.stop.set()
+            run.thread.join(timeout=5)
+        for pod in self.server.list("pods", selector={"labels": {JOB_LABEL: ("=", name)}}):
+            self._closed.add(pod["metadata"]["uid"])
+
+    def log_lines(self, pod_uid: str) -> list[str]:
+        return list(self._logs.get(pod_uid, []))
+
+    def log_closed(self, pod_uid: str) -> bool:
+        return pod_uid in self._closed
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Block until every simulated job thread has finished."""
+        for run in list(self._runs.values()):
+            run.thread.join(timeout=timeout)
+
+    # -- the simulation ------------------------------------------------------------------------
+    def _run(self, job: dict, plan: JobPlan, stop: threading.Event) -> None:
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        self._condition(name, namespace, "Created", "PyTorchJobCreated", "created")
+        pods = self._create_pods(job)
+        if stop.wait(plan.step_seconds):
+            return
+        for pod in pods:
+            self._set_phase(pod, namespace, "Running")
+        self._condition(name, namespace, "Running", "PyTorchJobRunning", "running")
+        step = 0
+        while step < plan.steps or plan.hold:
+            step += 1
+            if stop.is_set():
+                return
+            for pod in pods:
+                self._log(pod, namespace, f"step {step} loss {4.0 / step:.3f}")
+            if plan.kill_pod_at == step:
+                self._restart_pod(job, pods[0], namespace)
+            if stop.wait(plan.step_seconds):
+                return
+        if stop.is_set():
+            return
+        phase = "Succeeded" if plan.outcome == "Succeeded" else "Failed"
+        for pod in pods:
+            self._set_phase(pod, namespace, phase)
+            self._closed.add(self._uid(pod, namespace))
+        reason = f"PyTorchJob{phase}"
+        message = "completed" if phase == "Succeeded" else "master-0 exited with code 1"
+        self._condition(name, namespace, phase, reason, message)
+
+    def _create_pods(self, job: dict) -> list[str]:
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        specs = job["spec"].get("pytorchReplicaSpecs", {})
+        names = []
+        for replica_type in ("Master", "Worker"):
+            for index in range(int((specs.get(replica_type) or {}).get("replicas", 0))):
+                pod_name = f"{name}-{replica_type.lower()}-{index}"
+                self._put_pod(job, pod_name, replica_type, index)
+                names.append(pod_name)
+        del namespace
+        return names
+
+    def _put_pod(self, job: dict, pod_name: str, replica_type: str, index: int) -> None:
+        meta = job["metadata"]
+        pod = {
+            "apiVersion": "v1",
+            "metadata": {
+                "name": pod_name,
+                "labels": {
+                    JOB_LABEL: meta["name"],
+                    "training.kubeflow.org/replica-type": replica_type.lower(),
+                    "training.kubeflow.org/replica-index": str(index),
+                },
+                "ownerReferences": [
+                    {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": meta["name"]}
+                    | {"uid": meta["uid"], "controller": True}
+                ],
+            },
+            "spec": {"containers": [{"name": "pytorch", "image": "trainer"}]},
+            "status": {"phase": "Pending"},
+        }
+        self.server.put("pods", pod, meta["namespace"])
+
+    def _restart_pod(self, job: dict, pod_name: str, namespace: str) -> None:
+        job_name = job["metadata"]["name"]
+        old = self.server.remove("pods", pod_name, namespace)
+        if old:
+            self._closed.add(old["metadata"]["uid"])
+        self._condition(job_name, namespace, "Restarting", "PyTorchJobRestarting", "pod killed")
+        self._put_pod(job, pod_name, "Master", 0)
+        self._set_phase(pod_name, namespace, "Running")
+        self._log(pod_name, namespace, "resumed from latest checkpoint")
+        self._condition(job_name, namespace, "Running", "PyTorchJobRunning", "running")
+
+    def _delete_pods(self, job_name: str, namespace: str) -> None:
+        for pod in self.server.list("pods", namespace, {"labels": {JOB_LABEL: ("=", job_name)}}):
+            self._closed.add(pod["metadata"]["uid"])
+            self.server.remove("pods", pod["metadata"]["name"], namespace)
+
+    def _uid(self, pod_name: str, namespace: str) -> str:
+        pod = self.server.get("pods", pod_name, namespace)
+        return pod["metadata"]["uid"] if pod else ""
+
+    def _log(self, pod_name: str, namespace: str, line: str) -> None:
+        uid = self._uid(pod_name, namespace)
+        if uid:
+            self._logs.setdefault(uid, []).append(f"[{pod_name}] {line}")
+            with self.server.cond:
+                self.server.cond.notify_all()
+
+    def _set_phase(self, pod_name: str, namespace: str, phase: str) -> None:
+        self.server.update(
+            "pods", pod_name, namespace, lambda p: p.setdefault("status", {}).update(phase=phase)
+        )
+
+    def _condition(self, name: str, namespace: str, kind: str, reason: str, message: str) -> None:
+        """Append a condition the way the operator does (Running flips off when it ends)."""
+
+        def mutate(job: dict) -> None:
+            status = job.setdefault("status", {})
+            conditions = status.setdefault("conditions", [])
+            for cond in conditions:
+                if cond["type"] == kind:
+                    conditions.remove(cond)
+                    break
+            for cond in conditions:
+                if cond["type"] in ("Running", "Restarting") and kind != "Created":
+                    cond["status"] = "False"
+            conditions.append(
+                {"type": kind, "status": "True", "reason": reason, "message": message}
+                | {"lastUpdateTime": _now(), "lastTransitionTime": _now()}
+            )
+            if kind == "Running":
+                status.setdefault("startTime", _now())
+            if kind in ("Succeeded", "Failed"):
+                status["completionTime"] = _now()
+
+        self.server.update("pytorchjobs", name, namespace, mutate)
