@@ -58,22 +58,27 @@ class SmokeOptions:
     """auto (check when the node looks like EFA), require, or skip."""
 
 
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+EFA_CHOICES = ("auto", "require", "skip")
+
+
 def parse_args(argv: list[str] | None) -> SmokeOptions:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="python -m trainer.smoke", description=__doc__)
     parser.add_argument(
-        "--device", choices=("auto", "cpu", "cuda"), default=env("TRAINSTACK_SMOKE_DEVICE", "auto")
+        "--device", choices=DEVICE_CHOICES, default=env("TRAINSTACK_SMOKE_DEVICE", "auto")
     )
     parser.add_argument("--expect-cuda", default=env("TRAINSTACK_SMOKE_EXPECT_CUDA") or None)
     parser.add_argument("--expect-nccl", default=env("TRAINSTACK_SMOKE_EXPECT_NCCL") or None)
-    parser.add_argument(
-        "--efa", choices=("auto", "require", "skip"), default=env("TRAINSTACK_SMOKE_EFA", "auto")
-    )
+    parser.add_argument("--efa", choices=EFA_CHOICES, default=env("TRAINSTACK_SMOKE_EFA", "auto"))
     args = parser.parse_args(argv)
-    if args.device not in ("auto", "cpu", "cuda"):  # an env default bypasses argparse's choices
-        parser.error(f"TRAINSTACK_SMOKE_DEVICE={args.device!r}: allowed: auto, cpu, cuda")
-    if args.efa not in ("auto", "require", "skip"):
-        parser.error(f"TRAINSTACK_SMOKE_EFA={args.efa!r}: allowed: auto, require, skip")
+    # argparse checks `choices` for typed values only, not for defaults from the environment.
+    for variable, value, allowed in (
+        ("TRAINSTACK_SMOKE_DEVICE", args.device, DEVICE_CHOICES),
+        ("TRAINSTACK_SMOKE_EFA", args.efa, EFA_CHOICES),
+    ):
+        if value not in allowed:
+            parser.error(f"{variable}={value!r}: allowed: {', '.join(allowed)}")
     return SmokeOptions(args.device, args.expect_cuda, args.expect_nccl, args.efa)
 
 
