@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,11 +50,22 @@ def _retry_settings() -> dict[str, Any]:
 
 
 def make_s3_client() -> S3Client:
-    """An S3 client with bounded botocore retries; endpoint and credentials from the env."""
+    """An S3 client with bounded botocore retries; endpoint and credentials from the env.
+
+    One client per distinct AWS_* environment is reused (clients are thread-safe and cost
+    ~0.2 s each to build); a changed environment gets a fresh one.
+    """
+    retries = _retry_settings()
+    aws_env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return _client_for(aws_env, tuple(retries.items()))
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(aws_env: tuple, retries: tuple) -> S3Client:
     import boto3
     from botocore.config import Config
 
-    config = Config(retries=_retry_settings(), connect_timeout=10, read_timeout=120)
+    config = Config(retries=dict(retries), connect_timeout=10, read_timeout=120)
     with s3_errors("connect to", "S3"):
         return boto3.session.Session().client("s3", config=config)
 
