@@ -1,0 +1,318 @@
+"""The kubernetes backend: a job becomes a PyTorchJob (+ its ConfigMap) on the cluster.
+
+A thin adapter over `jobs.k8s`: `dryrun` is the manifests as YAML; `schedule` runs the
+preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read the
+PyTorchJob objects (plus last step and loss from the run dir's metrics.jsonl); `logs` reads
+or follows a rank's pod; `cancel` records the cancellation and suspends the job (the operator
+deletes its pods, the trainer checkpoints on SIGTERM).
+
+Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
+wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
+to `job.max_retries` times with exponential backoff, and resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from jobs.backends.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BackendError,
+    DryRun,
+    RunStatus,
+)
+from jobs.k8s import state as k8s_state
+from jobs.materialize import MaterializedJob
+from jobs.spec import LABEL_PREFIX
+
+RUN_DIR_ANNOTATION = f"{LABEL_PREFIX}/run-dir"
+SWEEP_LABEL = f"{LABEL_PREFIX}/sweep-id"
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=trainstack"
+_STATES = {
+    "Pending": PENDING,
+    "Created": PENDING,
+    "Suspended": PENDING,
+    "Running": RUNNING,
+    "Restarting": RUNNING,
+    "Succeeded": SUCCEEDED,
+    "Failed": FAILED,
+    "Cancelled": CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    kubeconfig: str | None
+    context: str | None
+    namespace: str
+    node_groups: tuple[Any, ...] = ()
+    """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+    restart_backoff_s = 30.0
+    """Sleep before the first automatic resubmission; doubles per retry (capped at 15 min)."""
+
+    def __init__(self, settings: ClusterSettings, preflight: bool = True):
+        self.settings = settings
+        self.run_preflight = preflight
+        self._cluster = None
+        self._scheduled: dict[str, tuple[list[dict], int]] = {}
+        """run id -> (manifests as submitted, job.max_retries), for auto-restart."""
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> KubernetesBackend:
+        from jobs.k8s.preflight import NodeGroup
+
+        cluster = cfg.cluster
+        groups = tuple(
+            NodeGroup(g.name, g.instance_type, int(g.max_size)) for g in cluster.node_groups
+        )
+        settings = ClusterSettings(cluster.kubeconfig, cluster.context, cluster.namespace, groups)
+        return cls(settings, preflight=bool(cfg.backend.preflight))
+
+    @property
+    def cluster(self):
+        if self._cluster is None:
+            from jobs.k8s.api import connect
+
+            s = self.settings
+            self._cluster = connect(s.kubeconfig, s.context, s.namespace)
+        return self._cluster
+
+    # -- the backend verbs ---------------------------------------------------------------------
+    def dryrun(self, job: MaterializedJob) -> DryRun:
+        from jobs.manifests import to_yaml
+
+        if job.manifests is None:
+            raise BackendError(f"{job.run_id}: no manifests were materialized for kubernetes")
+        text = (
+            f"# namespace {self.settings.namespace}; ECR image tags are pinned to their digest "
+            "at submit\n" + to_yaml(job.manifests)
+        )
+        return DryRun(backend=self.name, job=job, request=job.manifests, text=text)
+
+    def schedule(self, dryrun: DryRun) -> str:
+        from jobs.k8s.ecr import pin_images
+        from jobs.k8s.submit import submit
+
+        job: MaterializedJob = dryrun.job
+        if self.run_preflight:
+            self.preflight(job)
+        manifests = pin_images(dryrun.request)
+        submission = submit(self.cluster, manifests)
+        self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
+        print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
+        return job.run_id
+
+    def preflight(self, job: MaterializedJob) -> None:
+        from jobs.k8s.preflight import PreflightRequest, preflight
+
+        spec = job.spec
+        resources = spec.resources
+        request = PreflightRequest(
+            service_account=spec.service_account,
+            instance_type=spec.instance_type,
+            nodes=spec.nodes,
+            gpus_per_node=resources.gpus if resources else 0,
+            efa_per_node=resources.efa if resources else 0,
+            node_groups=self.settings.node_groups,
+        )
+        preflight(self.cluster, request)
+
+    def status(self, run_id: str) -> RunStatus:
+        job = self.cluster.get_job(run_id)
+        if job is None:
+            raise BackendError(
+                f"no run {run_id!r} in namespace {self.settings.namespace} on the cluster"
+            )
+        return to_status(job)
+
+    def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
+        selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
+        runs = [to_status(job) for job in self.cluster.list_jobs(selector)]
+        return [r for r in runs if state is None or r.state == state]
+
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+        """A rank's log. Following a run this backend scheduled also restarts it on failure
+        (see the module docstring) and reports state changes as `[trainstack]` lines."""
+        from jobs.k8s.watch import pod_name, read_log
+
+        job = self.cluster.get_job(run_id)
+        if job is None:
+            raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
+        try:
+            pod_name(job, rank)
+        except ValueError as err:
+            raise BackendError(f"{run_id}: {err}") from None
+        if not follow:
+            yield from read_log(self.cluster, pod_name(job, rank))
+            return
+        while True:
+            outcome: list[RunStatus] = []
+            yield from self._follow(run_id, rank, outcome)
+            final = outcome[0]
+            if final.message:
+                yield f"[trainstack] {run_id}: {final.message}"
+            if not self._restart_due(run_id, final):
+                return
+            yield from self._restart(run_id, final.retries)
+
+    def _follow(self, run_id: str, rank: int, outcome: list[RunStatus]) -> Iterator[str]:
+        """The rank's log lines interleaved with `[trainstack]` state changes, until the job
+        ends; its final status is appended to `outcome`."""
+        from jobs.k8s.watch import follow_log, wait_for_end
+
+        lines: queue.Queue = queue.Queue()
+        done = object()
+
+        def pump_log() -> None:
+            try:
+                for line in follow_log(self.cluster, run_id, rank):
+                    lines.put(line)
+            except Exception as exc:
+                lines.put(exc)
+            lines.put(done)
+
+        final_line: list[str] = []
+
+        def report(state: str, _: dict) -> None:
+            # The final state is shown after the log's last lines.
+            line = f"[trainstack] {run_id}: {state}"
+            (final_line.append if k8s_state.is_final(state) else lines.put)(line)
+
+        def pump_states() -> None:
+            try:
+                job = wait_for_end(self.cluster, run_id, on_state=report)
+                outcome.append(to_status(job) if job else _deleted(run_id))
+            except Exception as exc:
+                lines.put(exc)
+            lines.put(done)
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (pump_log, pump_states)]
+        for thread in threads:
+            thread.start()
+        finished = 0
+        while finished < len(threads):
+            item = lines.get()
+            if item is done:
+                finished += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+        yield from final_line
+
+    def cancel(self, run_id: str) -> None:
+        """Idempotent: unknown and finished runs are left as they are."""
+        job = self.cluster.get_job(run_id)
+        if job is None or k8s_state.is_final(k8s_state.job_state(job)):
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.cluster.patch_job(
+            run_id,
+            {
+                "metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}},
+                "spec": {"runPolicy": {"suspend": True}},
+            },
+        )
+
+    # -- following and restarting --------------------------------------------------------------
+    def wait(self, run_id: str, on_line=print) -> RunStatus:
+        """Block until the run ends, restarting it on failure if it was scheduled here;
+        state changes and restarts go to `on_line` as `[trainstack]` lines."""
+        from jobs.k8s.watch import wait_for_end
+
+        while True:
+            job = wait_for_end(
+                self.cluster,
+                run_id,
+                on_state=lambda state, _: on_line(f"[trainstack] {run_id}: {state}"),
+            )
+            final = to_status(job) if job else _deleted(run_id)
+            if not self._restart_due(run_id, final):
+                return final
+            for line in self._restart(run_id, final.retries):
+                on_line(line)
+
+    def _restart_due(self, run_id: str, final: RunStatus) -> bool:
+        scheduled = self._scheduled.get(run_id)
+        return final.state == FAILED and scheduled is not None and final.retries < scheduled[1]
+
+    def _restart(self, run_id: str, retries_so_far: int) -> Iterator[str]:
+        from jobs.k8s.submit import submit
+
+        manifests, max_retries = self._scheduled[run_id]
+        delay = min(self.restart_backoff_s * 2**retries_so_far, 900.0)
+        attempt = retries_so_far + 1
+        yield f"[trainstack] {run_id}: Failed; restart {attempt}/{max_retries} in {delay:.0f}s"
+        self.cluster.sleep(delay)
+        job = self.cluster.get_job(run_id)
+        if job is not None and k8s_state.is_cancelled(job):
+            yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
+            return
+        submission = submit(self.cluster, manifests, retries=attempt)
+        yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
+
+
+def _deleted(run_id: str) -> RunStatus:
+    return RunStatus(run_id, CANCELLED, "kubernetes", message="the PyTorchJob was deleted")
+
+
+def to_status(job: dict) -> RunStatus:
+    """A RunStatus from the PyTorchJob object (and its run dir's metrics, when readable)."""
+    meta = job["metadata"]
+    status = job.get("status") or {}
+    state = _STATES[k8s_state.job_state(job)]
+    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    step, loss = last_metrics(k8s_state.annotations(job).get(RUN_DIR_ANNOTATION))
+    message = k8s_state.failure_message(job) if state == FAILED else ""
+    return RunStatus(
+        run_id=meta["name"],
+        state=state,
+        backend="kubernetes",
+        sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
+        nodes=sum(int(r.get("replicas", 0)) for r in replicas.values()),
+        started_at=status.get("startTime") or meta.get("creationTimestamp"),
+        finished_at=status.get("completionTime"),
+        last_step=step,
+        last_loss=loss,
+        retries=k8s_state.retries(job),
+        message=message,
+    )
+
+
+def last_metrics(run_dir: str | None) -> tuple[int | None, float | None]:
+    """Step and loss of the last training line of `<run_dir>/logs/metrics.jsonl`, local or
+    s3; (None, None) when there is none yet or it cannot be read from here."""
+    import json
+
+    from trainer.storage import StorageError, open_run_storage
+
+    if not run_dir:
+        return None, None
+    try:
+        storage = open_run_storage(run_dir)
+        if not storage.exists("logs/metrics.jsonl"):
+            return None, None
+        lines = storage.read_text("logs/metrics.jsonl").splitlines()
+    except (StorageError, OSError):
+        return None, None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "loss" in record:
+            return record.get("step"), record.get("loss")
+    return None, None
