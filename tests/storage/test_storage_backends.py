@@ -72,6 +72,19 @@ def test_append_text_creates_then_appends(storage: RunStorage) -> None:
     assert storage.read_text("logs/metrics.jsonl").splitlines() == ['{"step": 1}', '{"step": 2}']
 
 
+def test_append_text_follows_other_writes(storage: RunStorage) -> None:
+    storage.append_text("logs/metrics.jsonl", "a\n")
+    storage.write_text("logs/metrics.jsonl", "replaced\n")
+    storage.append_text("logs/metrics.jsonl", "b\n")
+    assert storage.read_text("logs/metrics.jsonl") == "replaced\nb\n"
+    storage.delete_tree("logs")
+    storage.append_text("logs/metrics.jsonl", "c\n")
+    assert storage.read_text("logs/metrics.jsonl") == "c\n"
+    # A restarted run (a new instance) continues the existing file.
+    open_run_storage(storage.root).append_text("logs/metrics.jsonl", "d\n")
+    assert storage.read_text("logs/metrics.jsonl") == "c\nd\n"
+
+
 def test_exists_and_list_dir(storage: RunStorage) -> None:
     assert not storage.exists("checkpoints")
     assert storage.list_dir("checkpoints") == []

@@ -155,3 +155,14 @@ def test_failed_multipart_upload_is_aborted(
     uploads = moto_s3.client().list_multipart_uploads(Bucket=s3_bucket)
     assert uploads.get("Uploads", []) == []
     assert any(r.method == "DELETE" and "uploadId=" in r.path for r in fault_proxy.seen)
+
+
+def test_appends_cost_one_put_each_after_the_first_read(
+    fault_proxy: FaultProxy, s3_bucket: str
+) -> None:
+    storage = open_run_storage(f"s3://{s3_bucket}/run")
+    for step in range(5):
+        storage.append_text("logs/metrics.jsonl", f'{{"step": {step}}}\n')
+    methods = [r.method for r in fault_proxy.seen if "metrics.jsonl" in r.path]
+    assert methods == ["GET"] + ["PUT"] * 5
+    assert storage.read_text("logs/metrics.jsonl").count("step") == 5

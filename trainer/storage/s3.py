@@ -120,6 +120,8 @@ class S3Storage(RunStorage):
         self.root = f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
         self._client = client or make_s3_client()
         self._transfer_config = transfer_config
+        self._appended: dict[str, bytes] = {}
+        """Content of objects this instance appends to, so an append needs no GET."""
 
     def key(self, rel: str) -> str:
         return "/".join(p for p in (self.prefix, clean_rel(rel)) if p)
@@ -133,17 +135,29 @@ class S3Storage(RunStorage):
             return _get_object(self._client, self.bucket, self.key(rel))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
+        self._forget_appended(self.key(rel))
         with s3_errors("write", self.uri(rel)):
             self._client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data)
 
     def append_text(self, rel: str, text: str) -> None:
-        # S3 has no append: read-modify-write of the whole object. Fine for metrics.jsonl
-        # (small, one writer); each append costs a GET and a PUT of the file so far.
-        try:
-            current = self.read_bytes(rel)
-        except StorageNotFoundError:
-            current = b""
-        self.write_bytes(rel, current + text.encode("utf-8"))
+        # S3 has no append: the whole object is rewritten. This instance is the only writer
+        # (rank 0), so after one GET the content stays in memory and each append is one PUT
+        # of the file so far: fine for metrics.jsonl (a few MB over a long run).
+        key = self.key(rel)
+        current = self._appended.get(key)
+        if current is None:
+            try:
+                current = self.read_bytes(rel)
+            except StorageNotFoundError:
+                current = b""
+        data = current + text.encode("utf-8")
+        self.write_bytes(rel, data)
+        self._appended[key] = data
+
+    def _forget_appended(self, key: str) -> None:
+        """Another write replaced or removed `key` (or the tree under it): drop cached text."""
+        for cached in [k for k in self._appended if k == key or k.startswith(f"{key}/")]:
+            del self._appended[cached]
 
     def exists(self, rel: str) -> bool:
         rel = clean_rel(rel)
@@ -191,9 +205,10 @@ class S3Storage(RunStorage):
         # The transfer manager runs the uploads concurrently and splits big files into
         # multipart uploads, which it aborts on failure (no half object ever appears).
         with s3_errors("upload to", target):
-            for source, _ in pairs:
+            for source, rel in pairs:
                 if not source.is_file():
                     raise StorageNotFoundError(f"cannot upload {source}: no such file")
+                self._forget_appended(self.key(rel))
             with self._transfer_manager() as manager:
                 futures = [
                     manager.upload(str(source), self.bucket, self.key(rel)) for source, rel in pairs
@@ -211,6 +226,8 @@ class S3Storage(RunStorage):
             with self._transfer_manager() as manager:
                 futures = []
                 for key in keys:
+                    if key.endswith("/"):
+                        continue  # a "folder" placeholder made by a console, not a file
                     target = local_dir / clean_rel(key[len(prefix) :])
                     target.parent.mkdir(parents=True, exist_ok=True)
                     futures.append(manager.download(self.bucket, key, str(target)))
@@ -220,6 +237,7 @@ class S3Storage(RunStorage):
     def delete_tree(self, rel: str) -> None:
         rel = clean_rel(rel)
         refuse_root(self, rel)
+        self._forget_appended(self.key(rel))
         with s3_errors("delete", self.uri(rel)):
             keys = [self.key(rel), *self._keys_under(rel)]
             for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
