@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"jobs.commands.{name}")
     command_parser = argparse.ArgumentParser(prog=f"trainstack {name}")
     module.add_arguments(command_parser)
-    args = command_parser.parse_args(rest)
+    args = command_parser.parse_intermixed_args(rest)  # options may follow overrides
     return int(module.run(args) or 0)
 
 

@@ -1,0 +1,46 @@
+"""`trainstack cancel RUN | --sweep ID`: stop runs (idempotent: finished or unknown runs are
+left alone). The trainer gets SIGTERM and checkpoints; cancelled runs are never auto-restarted."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.backends.base import BackendError
+from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sweep", metavar="ID", help="every unfinished run of this sweep")
+    add_common_arguments(parser)
+    parser.usage = "trainstack cancel (RUN | --sweep ID) [--backend B] [overrides ...]"
+
+
+def run(args: argparse.Namespace) -> int:
+    # RUN is the one argument that is not a `key=value` override.
+    names = [a for a in args.overrides if "=" not in a]
+    args.overrides = [a for a in args.overrides if "=" in a]
+    if len(names) + (args.sweep is not None) != 1:
+        return fail("cancel", "give exactly one of RUN or --sweep ID", 2)
+    args.run_id = names[0] if names else None
+    try:
+        backends = backends_for(args)
+        if args.sweep is None:
+            try:
+                backend, status = find_run(backends, args.run_id)
+            except BackendError:
+                print(f"{args.run_id}: no such run; nothing to cancel")
+                return 0
+            targets = [(backend, status)]
+        else:
+            targets = [(b, s) for b in backends for s in b.list_runs(sweep_id=args.sweep)]
+        for backend, status in targets:
+            if status.finished:
+                print(f"{status.run_id}: already {status.state}")
+                continue
+            backend.cancel(status.run_id)
+            print(f"{status.run_id}: cancel requested ({backend.name})")
+    except BackendError as err:
+        return fail("cancel", str(err))
+    if args.sweep is not None and not targets:
+        print(f"sweep {args.sweep}: no runs found; nothing to cancel")
+    return 0

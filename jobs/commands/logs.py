@@ -1,0 +1,28 @@
+"""`trainstack logs RUN [-f] [--rank N]`: a run's log; on the cluster, rank N's pod (rank 0 is
+the master) — `-f` follows it across pod restarts until the run ends."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.backends.base import BackendError
+from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN")
+    parser.add_argument("-f", "--follow", action="store_true", help="stream until the run ends")
+    parser.add_argument("--rank", type=int, default=0, help="node rank (default 0: master)")
+    add_common_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        backend, _ = find_run(backends_for(args), args.run_id)
+        for line in backend.logs(args.run_id, rank=args.rank, follow=args.follow):
+            print(line, flush=True)
+    except BackendError as err:
+        return fail("logs", str(err))
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,79 @@
+"""Shared by `runs`, `status`, `logs` and `cancel`: which backends hold runs, and finding one.
+
+Runs live in two places: local (and rendered) runs under `storage.root` on this machine, and
+PyTorchJobs on the cluster named by `cluster.*` (a stack group or overrides select it). The
+cluster is asked only when a kubeconfig is configured or present, or `--backend kubernetes`
+says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from jobs.backends.base import BackendError
+
+BACKENDS = ("local", "kubernetes")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="only this backend (default: local, and the cluster when a kubeconfig is configured)",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
+    )
+
+
+def compose_for(overrides: list[str]) -> Any:
+    from jobs.compose import compose
+
+    return compose(overrides)
+
+
+def cluster_configured(cfg: Any) -> bool:
+    kubeconfig = cfg.cluster.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return os.path.exists(os.path.expanduser(kubeconfig.split(os.pathsep)[0])) or bool(
+        os.environ.get("KUBERNETES_SERVICE_HOST")
+    )
+
+
+def backends_for(args: argparse.Namespace) -> list[Any]:
+    """The backends to consult, in order (local first: it answers without the network)."""
+    cfg = compose_for(args.overrides)
+    chosen = (
+        [args.backend]
+        if args.backend
+        else [name for name in BACKENDS if name == "local" or cluster_configured(cfg)]
+    )
+    backends = []
+    for name in chosen:
+        if name == "local":
+            from jobs.backends.local import LocalBackend
+
+            backends.append(LocalBackend(runs_root=cfg.storage.root))
+        else:
+            from jobs.backends.kubernetes import KubernetesBackend
+
+            backends.append(KubernetesBackend.from_config(cfg))
+    return backends
+
+
+def find_run(backends: list[Any], run_id: str) -> tuple[Any, Any]:
+    """(backend, RunStatus) of the first backend that knows `run_id`."""
+    problems = []
+    for backend in backends:
+        try:
+            return backend, backend.status(run_id)
+        except BackendError as err:
+            problems.append(str(err))
+    raise BackendError(f"run {run_id!r} not found: " + "; ".join(problems))
+
+
+def fail(command: str, message: str, code: int = 1) -> int:
+    print(f"trainstack {command}: {message}", file=sys.stderr)
+    return code

@@ -1,0 +1,82 @@
+"""`trainstack runs [--sweep ID] [--state S]`: a table of runs, here and on the cluster.
+
+Columns: run, sweep, backend, state, nodes, retries, age, and the last step and loss from the
+run dir's metrics.jsonl when known. A cluster that cannot be reached is one warning line; the
+local runs are still listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+from jobs.backends.base import STATES, BackendError, RunStatus
+from jobs.commands.run_lookup import add_common_arguments, backends_for, fail
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sweep", metavar="ID", help="only the runs of this sweep")
+    parser.add_argument("--state", choices=STATES, help="only runs in this state")
+    add_common_arguments(parser)
+
+
+def age(started_at: str | None, now: datetime) -> str:
+    """`3d4h`, `2h5m`, `7m`: time since `started_at` (ISO-8601 UTC)."""
+    if not started_at:
+        return "-"
+    try:
+        started = datetime.strptime(started_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return "-"
+    minutes = max(0, int((now - started).total_seconds() // 60))
+    days, hours, mins = minutes // 1440, minutes // 60 % 24, minutes % 60
+    if days:
+        return f"{days}d{hours}h"
+    return f"{hours}h{mins}m" if hours else f"{mins}m"
+
+
+def table(runs: list[RunStatus], now: datetime):
+    from rich.table import Table
+
+    grid = Table(box=None, header_style="bold")
+    for column in ("run", "sweep", "backend", "state", "nodes", "retries", "age", "step", "loss"):
+        grid.add_column(
+            column, justify="right" if column in ("nodes", "retries", "step") else "left"
+        )
+    for run in runs:
+        grid.add_row(
+            run.run_id,
+            run.sweep_id or "-",
+            run.backend,
+            run.state,
+            str(run.nodes),
+            str(run.retries),
+            age(run.started_at, now),
+            "-" if run.last_step is None else str(run.last_step),
+            "-" if run.last_loss is None else f"{run.last_loss:.4f}",
+        )
+    return grid
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    runs: list[RunStatus] = []
+    failed = False
+    try:
+        backends = backends_for(args)
+    except BackendError as err:
+        return fail("runs", str(err))
+    for backend in backends:
+        try:
+            runs += backend.list_runs(sweep_id=args.sweep, state=args.state)
+        except BackendError as err:
+            failed = True
+            print(f"trainstack runs: {backend.name}: {err}", file=sys.stderr)
+    runs.sort(key=lambda r: r.started_at or "")
+    Console(width=160).print(table(runs, datetime.now(UTC)))
+    if args.sweep:
+        done = sum(r.finished for r in runs)
+        print(f"sweep {args.sweep}: {done}/{len(runs)} finished")
+    return 1 if failed and not runs else 0
