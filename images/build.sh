@@ -94,7 +94,7 @@ cmd_build() {
   docker buildx inspect trainstack >/dev/null 2>&1 ||
     docker buildx create --name trainstack --driver docker-container >/dev/null
   # --load: the self-test runs this exact image before anything is pushed. A failed cache
-  # export (e.g. the cache tag is immutable) must not fail the build, hence ignore-error.
+  # export (a registry hiccup) must not fail the build, hence ignore-error.
   docker buildx build --builder trainstack --file "$DOCKERFILE" --load \
     --tag "$REPOSITORY_URI:$sha" \
     --build-arg "GIT_SHA=$sha" \

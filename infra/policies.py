@@ -81,7 +81,9 @@ def codebuild_policy(
         {
             "Sid": "PushTrainerImage",
             "Effect": "Allow",
-            "Action": ECR_PUSH_ACTIONS,
+            # DescribeImages: build.sh checks whether a tag exists before pushing, so an
+            # immutable tag is reused, never overwritten.
+            "Action": [*ECR_PUSH_ACTIONS, "ecr:DescribeImages"],
             "Resource": repository_arn,
         },
         {"Sid": "EcrLogin", **ECR_LOGIN},

@@ -8,6 +8,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+BUILD_CACHE_TAG = "buildcache"
+"""The one mutable tag: must match BUILD_CACHE_REF's default in images/build.sh."""
+
 
 def untagged_expiry_policy(days: int) -> str:
     return json.dumps(
@@ -52,7 +55,12 @@ class Registry(pulumi.ComponentResource):
         repository = aws.ecr.Repository(
             f"{name}-trainer",
             name=repository_name,
-            image_tag_mutability="IMMUTABLE",
+            # Every release tag is immutable; only the BuildKit layer-cache tag is rewritten
+            # by each build (images/build.sh), so it alone is excluded.
+            image_tag_mutability="IMMUTABLE_WITH_EXCLUSION",
+            image_tag_mutability_exclusion_filters=[
+                {"filter": BUILD_CACHE_TAG, "filter_type": "WILDCARD"}
+            ],
             image_scanning_configuration={"scan_on_push": True},
             encryption_configurations=[{"encryption_type": "KMS", "kms_key": key.arn}],
             opts=child,

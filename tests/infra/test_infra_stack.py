@@ -148,7 +148,11 @@ def check_encryption_and_access(run: StackRun) -> None:
     assert any("noncurrentVersionExpiration" in r for r in rules)
 
     repository = run.one("aws:ecr/repository:Repository").inputs
-    assert repository["imageTagMutability"] == "IMMUTABLE"
+    assert repository["imageTagMutability"] == "IMMUTABLE_WITH_EXCLUSION"
+    # Only the layer-cache tag may be rewritten; every release tag stays immutable.
+    assert repository["imageTagMutabilityExclusionFilters"] == [
+        {"filter": "buildcache", "filterType": "WILDCARD"}
+    ]
     assert repository["imageScanningConfiguration"]["scanOnPush"] is True
     assert repository["encryptionConfigurations"][0]["encryptionType"] == "KMS"
     expiry = json.loads(run.one("aws:ecr/lifecyclePolicy:LifecyclePolicy").inputs["policy"])
