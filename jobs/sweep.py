@@ -226,7 +226,10 @@ def hydra_multirun(overrides: list[str]) -> int:
     from jobs.schema import register
 
     register()
-    sweep_id = new_sweep_id(datetime.now(UTC))
+    # A sweep_id given on the command line is kept: re-running it finds the same points.
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep_id=")]
+    sweep_id = given[-1] if given else new_sweep_id(datetime.now(UTC))
+    overrides = [o for o in overrides if not o.startswith("sweep_id=")]
     main = hydra.main(
         config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=HYDRA_VERSION_BASE
     )(launch_point)

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from jobs.backends.base import (
     CANCELLED,
@@ -62,13 +62,15 @@ class KubernetesBackend:
     name = "kubernetes"
     restart_backoff_s = 30.0
     """Sleep before the first automatic resubmission; doubles per retry (capped at 15 min)."""
+    _scheduled: ClassVar[dict[str, tuple[list[dict], int]]] = {}
+    """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
+    the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
+    can restart points that `launch_point` scheduled."""
 
     def __init__(self, settings: ClusterSettings, preflight: bool = True):
         self.settings = settings
         self.run_preflight = preflight
         self._cluster = None
-        self._scheduled: dict[str, tuple[list[dict], int]] = {}
-        """run id -> (manifests as submitted, job.max_retries), for auto-restart."""
 
     @classmethod
     def from_config(cls, cfg: Any) -> KubernetesBackend:

@@ -1,0 +1,128 @@
+"""The PyTorchJob launcher: submit every point of a Hydra multirun, optionally follow them all.
+
+Each point runs the task function (`jobs.sweep.launch_point`: materialize, schedule) through
+Hydra's own `run_job`, so callbacks (the sweep summary) see every point. A point that fails to
+submit is reported and the others go on. Run ids are `<sweep_id>-<point index>` unless set, so
+re-running a sweep with the same `sweep_id` finds its points again and skips those already
+submitted. In wait mode the points are followed concurrently (with auto-restart on failure)
+and each final state becomes the JobReturn's status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import CompactHydraException
+from hydra.plugins.launcher import Launcher
+
+from hydra_plugins.pytorchjob_launcher.config import MODES
+
+log = logging.getLogger(__name__)
+
+
+class PointFailed(CompactHydraException):
+    """The JobReturn value of a point that could not be submitted or did not succeed (compact:
+    Hydra prints its message alone, not a traceback)."""
+
+
+class PyTorchJobLauncher(Launcher):
+    def __init__(self, mode: str = "submit", max_parallel: int = 16, skip_submitted: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"hydra.launcher.mode: {mode!r} is not allowed; allowed: {MODES}")
+        if max_parallel < 1:
+            raise ValueError(f"hydra.launcher.max_parallel: {max_parallel} must be at least 1")
+        self.mode = mode
+        self.max_parallel = max_parallel
+        self.skip_submitted = skip_submitted
+        self.config = self.task_function = self.hydra_context = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> list[JobReturn]:
+        from hydra.core.utils import setup_globals
+        from omegaconf import open_dict
+
+        setup_globals()
+        returns, configs = [], []
+        for offset, overrides in enumerate(job_overrides):
+            index = initial_job_idx + offset
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(cfg):
+                cfg.hydra.job.id = cfg.hydra.job.num = index
+            returns.append(self._submit(index, cfg))
+            configs.append(cfg)
+        if self.mode == "wait":
+            with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
+                returns = list(pool.map(self._follow, returns, configs))
+        return returns
+
+    def _submit(self, index: int, cfg: Any) -> JobReturn:
+        from hydra.core.utils import run_job
+
+        from jobs.naming import sweep_point_run_id
+        from jobs.sweep import PointResult
+
+        run_id = cfg.run_id or sweep_point_run_id(cfg.sweep_id, index)
+        overrides = list(cfg.hydra.overrides.task)
+        existing = self._existing(cfg, run_id) if self.skip_submitted else None
+        if existing is not None:
+            print(f"point {index}: {run_id} already submitted ({existing.state}); skipped")
+            ret = JobReturn(overrides=overrides, cfg=cfg, status=JobStatus.COMPLETED)
+            ret.return_value = PointResult(index, overrides, run_id, state=existing.state)
+            self.hydra_context.callbacks.on_job_end(config=cfg, job_return=ret)
+            return ret
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=cfg,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        point = ret._return_value
+        if ret.status == JobStatus.COMPLETED and getattr(point, "error", None):
+            print(f"point {index}: not submitted: {point.error}")
+            ret.status, ret._return_value = JobStatus.FAILED, PointFailed(point.error)
+        elif ret.status == JobStatus.COMPLETED:
+            print(f"point {index}: {point.run_id} {point.state}")
+        return ret
+
+    @staticmethod
+    def _existing(cfg: Any, run_id: str) -> Any:
+        from jobs.backends import backend_for
+        from jobs.backends.base import CANCELLED, FAILED, BackendError
+
+        try:
+            status = backend_for(cfg).status(run_id)
+        except BackendError:
+            return None
+        return None if status.state in (FAILED, CANCELLED) else status
+
+    def _follow(self, ret: JobReturn, cfg: Any) -> JobReturn:
+        """Block until the point's run ends; COMPLETED only when it succeeded."""
+        from jobs.backends import backend_for
+        from jobs.backends.base import SUCCEEDED, BackendError
+
+        if ret.status != JobStatus.COMPLETED:
+            return ret
+        point = ret._return_value
+        backend = backend_for(cfg)
+        try:
+            wait = getattr(backend, "wait", None)
+            final = wait(point.run_id, on_line=print) if wait else backend.status(point.run_id)
+        except BackendError as err:
+            final_state, message = "unknown", str(err)
+        else:
+            final_state, message = final.state, final.message
+        point.state = final_state
+        if final_state != SUCCEEDED:
+            detail = f" ({message})" if message else ""
+            ret.status = JobStatus.FAILED
+            ret._return_value = PointFailed(f"{point.run_id}: {final_state}{detail}")
+        return ret
