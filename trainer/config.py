@@ -54,7 +54,7 @@ class DataConfig:
     """Key of each JSON line holding the document text."""
     tokenizer: str = "byte"
     """`byte` (built in, no download) or a local path to a Hugging Face tokenizer directory."""
-    seq_len: int = 256
+    seq_len: int = 128
     """Tokens per packed training sequence."""
     eval_fraction: float = 0.05
     """Fraction of documents held out for the validation loss (chosen deterministically)."""
@@ -85,11 +85,13 @@ class MetricsConfig:
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 300
+    # The defaults are the default job (`make run`: 2 CPU processes, about 2 minutes; the
+    # loss falls from ~5.6 to below 2.1, the held-out loss below 2.0).
+    max_steps: int = 150
     """Optimizer steps to train for."""
-    lr: float = 1e-3
+    lr: float = 2e-3
     """Peak learning rate (the key users type; see also `trainer.optim`)."""
-    warmup_steps: int = 20
+    warmup_steps: int = 10
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -105,7 +107,7 @@ class TrainerConfig:
     micro_batch_size * data-parallel size. Null means micro * accum * dp."""
     log_interval: int = 10
     """Log metrics every this many steps."""
-    eval_interval: int = 100
+    eval_interval: int = 50
     """Validation loss every this many steps (and at the end); 0 disables."""
     eval_batches: int = 4
     """Micro batches per rank in each validation pass."""
