@@ -64,7 +64,7 @@ def apiserver() -> Iterator[FakeKubeApiServer]:
     FakeOperator(server, JobPlan())
     seed_cluster(server)
     yield server
-    server.operator.wait_idle(timeout=2)
+    server.operator.shutdown()
     server.stop()
 
 
@@ -88,3 +88,63 @@ def cluster(kubeconfig: Path, fast_retry):
     from jobs.k8s.api import connect
 
     return connect(str(kubeconfig), "fake", NAMESPACE, retry=fast_retry)
+
+
+@pytest.fixture
+def fast_restarts(monkeypatch: pytest.MonkeyPatch):
+    from jobs.backends.kubernetes import KubernetesBackend
+
+    monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.01)
+    monkeypatch.setattr(KubernetesBackend, "_scheduled", {})
+
+
+@pytest.fixture
+def trainstack(kubeconfig: Path, fast_retry, fast_restarts, tmp_path: Path, monkeypatch):
+    """Run `trainstack ARGS...` in-process against the fake cluster; returns the exit code.
+
+    Every call gets the cluster's kubeconfig and a local storage root under tmp_path."""
+    from jobs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    where = [f"cluster.kubeconfig={kubeconfig}", f"storage.root={tmp_path / 'runs'}"]
+
+    def run(*args: str, launch: bool = False) -> int:
+        extra = [*LAUNCH_ARGS, *where] if launch else where
+        try:
+            return main([*args, *extra])
+        except SystemExit as exit_:  # hydra.main exits on errors
+            return int(exit_.code or 0)
+
+    return run
+
+
+LAUNCH_ARGS = [
+    "backend=kubernetes",
+    f"compute={GPU_TYPE}",
+    "job.image=registry.example.com/trainer:v1",
+]
+
+
+def pytorch_job(name: str, workers: int = 1, labels: dict | None = None) -> dict:
+    """A minimal PyTorchJob manifest (what materialization would produce, trimmed)."""
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/t:v1"}]}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template},
+                "Worker": {"replicas": workers, "template": template},
+            }
+        },
+    }
+
+
+def config_map(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-config"},
+        "data": {"config.yaml": "seed: 0\n"},
+    }

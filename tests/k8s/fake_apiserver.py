@@ -51,6 +51,8 @@ class Faults:
     stall_seconds: float = 3.0
     drop_watch_after: list[int] = field(default_factory=list)
     """The next watch streams are cut mid-chunk after this many events each."""
+    reject_create: dict[str, int] = field(default_factory=dict)
+    """Object name -> HTTP status (e.g. 403, 422) its creates are refused with."""
     gone_on_watch: int = 0
     """The next N watches answer 410 Gone (an expired resourceVersion)."""
 
@@ -71,7 +73,9 @@ class FakeKubeApiServer:
         self.operator = None  # set by FakeOperator
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -325,6 +329,9 @@ def _handler_for(server: FakeKubeApiServer):
             plural, namespace, _, _, _ = self._route()
             obj = self._body()
             name = obj["metadata"]["name"]
+            if name in server.faults.reject_create:
+                code = server.faults.reject_create[name]
+                return self._error(code, "Forbidden" if code == 403 else "Invalid", "injected")
             if name in server.faults.conflict_on_create:
                 server.faults.conflict_on_create.discard(name)
                 if server.get(plural, name, namespace) is None:

@@ -89,6 +89,12 @@ class FakeOperator:
     def log_closed(self, pod_uid: str) -> bool:
         return pod_uid in self._closed
 
+    def shutdown(self) -> None:
+        """Stop every simulated job (held ones included)."""
+        for run in list(self._runs.values()):
+            run.stop.set()
+        self.wait_idle(timeout=2)
+
     def wait_idle(self, timeout: float = 10.0) -> None:
         """Block until every simulated job thread has finished."""
         for run in list(self._runs.values()):
