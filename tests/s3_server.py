@@ -99,8 +99,11 @@ class SeenRequest:
     fault: int | None = None
 
 
+CUT_STREAM = -1
+"""A fault that is no status: forward the request, then hang up halfway through the body."""
 Rule = Callable[[SeenRequest], int | None]
-"""Given a request (fault unset), the HTTP status to inject (503 or 500), or None to forward."""
+"""Given a request (fault unset), the HTTP status to inject (503 or 500), `CUT_STREAM`, or
+None to forward it untouched."""
 
 
 def fail_every_nth(n: int, status: int = 503, methods: tuple[str, ...] = ()) -> Rule:
@@ -118,24 +121,29 @@ def fail_matching(
     status: int = 503,
     methods: tuple[str, ...] = ("PUT", "POST"),
     after: int = 0,
+    times: int | None = None,
     first_attempt_only: bool = False,
 ) -> Rule:
     """Faults for requests whose path (with query) matches `pattern`: every attempt (a
-    persistent outage) unless `first_attempt_only`; the first `after` matching requests pass,
-    so an outage can start midway through a directory upload."""
+    persistent outage) unless `first_attempt_only` or `times` (at most that many faults).
+    The first `after` matching requests pass, so an outage can start midway through a
+    directory upload."""
     regex = re.compile(pattern)
-    passed = 0
+    seen = faults = 0
     lock = threading.Lock()
 
     def rule(req: SeenRequest) -> int | None:
-        nonlocal passed
+        nonlocal seen, faults
         if req.method not in methods or not regex.search(req.path):
             return None
+        if first_attempt_only and req.attempt > 1:
+            return None
         with lock:
-            if passed < after:
-                passed += 1
+            seen += 1
+            if seen <= after or (times is not None and faults >= times):
                 return None
-        return status if req.attempt == 1 or not first_attempt_only else None
+            faults += 1
+        return status
 
     return rule
 
@@ -224,10 +232,10 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
                 request = SeenRequest(self.command, self.path, attempt, index)
                 fault = state.rule(request) if state.rule else None
                 state.seen.append(SeenRequest(self.command, self.path, attempt, index, fault))
-            if fault is not None:
-                self._send_fault(fault)
+            if fault is None or fault == CUT_STREAM:
+                self._forward(body, cut=fault == CUT_STREAM)
             else:
-                self._forward(body)
+                self._send_fault(fault)
 
         def _send_fault(self, status: int) -> None:
             code, message = _FAULT_BODIES.get(status, ("InternalError", "Injected fault"))
@@ -239,7 +247,7 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(payload)
 
-        def _forward(self, body: bytes) -> None:
+        def _forward(self, body: bytes, cut: bool = False) -> None:
             conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
             try:
                 conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
@@ -260,7 +268,10 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
                 length = response.getheader("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
-                if self.command != "HEAD":
+                if cut:  # the full length was promised: the client sees a short read
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                elif self.command != "HEAD":
                     self.wfile.write(data)
             except (OSError, http.client.HTTPException):
                 self.close_connection = True  # the client sees a dropped connection and retries

@@ -6,12 +6,20 @@ half-written left behind."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from tests.s3_server import DUMMY_SECRET_KEY, FaultProxy, MotoS3, fail_every_nth, fail_matching
+from tests.s3_server import (
+    CUT_STREAM,
+    DUMMY_SECRET_KEY,
+    FaultProxy,
+    MotoS3,
+    fail_every_nth,
+    fail_matching,
+)
 from trainer.storage import S3Storage, StorageError, open_run_storage, read_uri_bytes
 
 MIB = 1024 * 1024
@@ -164,5 +172,43 @@ def test_appends_cost_one_put_each_after_the_first_read(
     for step in range(5):
         storage.append_text("logs/metrics.jsonl", f'{{"step": {step}}}\n')
     methods = [r.method for r in fault_proxy.seen if "metrics.jsonl" in r.path]
-    assert methods == ["GET"] + ["PUT"] * 5
+    assert methods == ["HEAD"] + ["PUT"] * 5  # one look (not there yet), then only writes
     assert storage.read_text("logs/metrics.jsonl").count("step") == 5
+
+
+@pytest.mark.parametrize("fault", [503, CUT_STREAM], ids=["slowdown", "stream-cut-midway"])
+def test_reads_survive_a_failed_or_cut_off_response(
+    fault_proxy: FaultProxy, s3_bucket: str, moto_s3: MotoS3, fault: int
+) -> None:
+    corpus = os.urandom(2 * MIB)
+    moto_s3.client().put_object(Bucket=s3_bucket, Key="data/train.jsonl", Body=corpus)
+    moto_s3.client().put_object(Bucket=s3_bucket, Key="run/checkpoints/.metadata", Body=corpus)
+    storage = open_run_storage(f"s3://{s3_bucket}/run")
+    reads = {
+        "/data/train.jsonl": lambda: read_uri_bytes(f"s3://{s3_bucket}/data/train.jsonl"),
+        "/.metadata": lambda: storage.read_bytes("checkpoints/.metadata"),
+    }
+    for path, read in reads.items():
+        fault_proxy.set_rule(fail_matching(re.escape(path), fault, ("GET",), times=1))
+        assert read() == corpus
+    assert fault_proxy.faults == 2
+
+
+def test_unreachable_endpoint_is_one_clear_line(
+    s3_direct: MotoS3, monkeypatch: pytest.MonkeyPatch, few_attempts: int
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # discard port: refused
+    storage = open_run_storage("s3://some-bucket/run")
+    with pytest.raises(StorageError) as excinfo:
+        storage.write_text("config.yaml", "x")
+    message = str(excinfo.value)
+    assert message.startswith("cannot write s3://some-bucket/run/config.yaml: Could not connect")
+    assert "\n" not in message and DUMMY_SECRET_KEY not in message
+
+
+def test_malformed_endpoint_names_the_variable(
+    s3_direct: MotoS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "not-a-url")
+    with pytest.raises(StorageError, match=r"Invalid endpoint: not-a-url.*AWS_ENDPOINT_URL_S3"):
+        open_run_storage("s3://some-bucket/run")

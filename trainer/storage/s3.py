@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,7 +68,10 @@ def _client_for(aws_env: tuple, retries: tuple) -> S3Client:
 
     config = Config(retries=dict(retries), connect_timeout=10, read_timeout=120)
     with s3_errors("connect to", "S3"):
-        return boto3.session.Session().client("s3", config=config)
+        try:
+            return boto3.session.Session().client("s3", config=config)
+        except ValueError as exc:  # botocore's word for a malformed endpoint URL
+            raise StorageError(f"cannot connect to S3: {exc} (check AWS_ENDPOINT_URL_S3)") from exc
 
 
 def _describe(exc: BaseException) -> str:
@@ -132,7 +136,7 @@ class S3Storage(RunStorage):
 
     def read_bytes(self, rel: str) -> bytes:
         with s3_errors("read", self.uri(rel)):
-            return _get_object(self._client, self.bucket, self.key(rel))
+            return _download_bytes(self._client, self.bucket, self.key(rel), self._transfer_config)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self._forget_appended(self.key(rel))
@@ -197,9 +201,7 @@ class S3Storage(RunStorage):
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
     def _transfer_manager(self) -> Any:
-        from boto3.s3.transfer import TransferConfig, create_transfer_manager
-
-        return create_transfer_manager(self._client, self._transfer_config or TransferConfig())
+        return _transfer_manager(self._client, self._transfer_config)
 
     def _upload(self, pairs: list[tuple[Path, str]], target: str) -> None:
         # The transfer manager runs the uploads concurrently and splits big files into
@@ -253,13 +255,25 @@ class S3Storage(RunStorage):
                     )
 
 
-def _get_object(client: Any, bucket: str, key: str) -> bytes:
-    return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+def _transfer_manager(client: Any, config: Any = None) -> Any:
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager
+
+    return create_transfer_manager(client, config or TransferConfig())
+
+
+def _download_bytes(client: Any, bucket: str, key: str, config: Any = None) -> bytes:
+    """Reads go through the transfer manager too: botocore retries a failed request, but only
+    s3transfer retries a body cut off midway (and it fetches large objects in parallel)."""
+    buffer = io.BytesIO()
+    with _transfer_manager(client, config) as manager:
+        manager.download(bucket, key, buffer).result()
+    return buffer.getvalue()
 
 
 def read_s3_object(uri: str) -> bytes:
+    """A data file's bytes from s3://bucket/key."""
     bucket, key = split_s3_uri(uri)
     if not key:
         raise StorageError(f"{uri!r} names a bucket but no object: expected s3://bucket/key")
     with s3_errors("read", uri):
-        return _get_object(make_s3_client(), bucket, key)
+        return _download_bytes(make_s3_client(), bucket, key)
