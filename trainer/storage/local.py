@@ -57,6 +57,8 @@ def _copy_from(source: Path) -> Callable[[BinaryIO], object]:
 
 
 class LocalStorage(RunStorage):
+    """A run dir on a local or mounted filesystem (FSx for Lustre on the cluster)."""
+
     is_remote = False
 
     def __init__(self, run_dir: str | os.PathLike[str]):

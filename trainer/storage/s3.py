@@ -117,6 +117,9 @@ def s3_errors(action: str, uri: str) -> Iterator[None]:
 
 
 class S3Storage(RunStorage):
+    """A run dir under s3://bucket/prefix. `transfer_config` (boto3's TransferConfig) tunes
+    multipart sizes and concurrency; the defaults suit checkpoints."""
+
     is_remote = True
 
     def __init__(self, run_dir: str, client: S3Client | None = None, transfer_config: Any = None):
@@ -145,7 +148,7 @@ class S3Storage(RunStorage):
 
     def append_text(self, rel: str, text: str) -> None:
         # S3 has no append: the whole object is rewritten. This instance is the only writer
-        # (rank 0), so after one GET the content stays in memory and each append is one PUT
+        # (rank 0), so after one read the content stays in memory and each append is one PUT
         # of the file so far: fine for metrics.jsonl (a few MB over a long run).
         key = self.key(rel)
         current = self._appended.get(key)
@@ -200,9 +203,6 @@ class S3Storage(RunStorage):
         )
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
-    def _transfer_manager(self) -> Any:
-        return _transfer_manager(self._client, self._transfer_config)
-
     def _upload(self, pairs: list[tuple[Path, str]], target: str) -> None:
         # The transfer manager runs the uploads concurrently and splits big files into
         # multipart uploads, which it aborts on failure (no half object ever appears).
@@ -211,7 +211,7 @@ class S3Storage(RunStorage):
                 if not source.is_file():
                     raise StorageNotFoundError(f"cannot upload {source}: no such file")
                 self._forget_appended(self.key(rel))
-            with self._transfer_manager() as manager:
+            with _transfer_manager(self._client, self._transfer_config) as manager:
                 futures = [
                     manager.upload(str(source), self.bucket, self.key(rel)) for source, rel in pairs
                 ]
@@ -225,7 +225,7 @@ class S3Storage(RunStorage):
             keys = self._keys_under(rel)
             if not keys:
                 raise StorageNotFoundError(f"cannot download {self.uri(rel)}: nothing there")
-            with self._transfer_manager() as manager:
+            with _transfer_manager(self._client, self._transfer_config) as manager:
                 futures = []
                 for key in keys:
                     if key.endswith("/"):
