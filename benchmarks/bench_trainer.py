@@ -1,0 +1,289 @@
+"""Trainer benchmark (issue 2, section 4), on this machine's CPU with 2 gloo ranks.
+
+- throughput: the trainer's tokens/s against a bare FSDP2 loop (same model, batch and ranks,
+  random tokens, nothing but forward/backward/AdamW) — launched alternately, twice each, so
+  load from other processes hits both alike; medians over the steady-state steps.
+- memory: bytes of the local shards of parameters + gradients + AdamW state after one step of
+  a 55M-parameter model, at 2 ranks (the larger rank) over 1 rank.
+- checkpoint: the trainer's synchronous DCP save (shards, fsync, commit marker) against a raw
+  sequential write + fsync of the same number of bytes to the same directory; then an async
+  save, whose loop stall (the time `save` blocks the loop, plus the commit) is compared with
+  the synchronous save time.
+
+Workers run under torchrun as `python benchmarks/bench_trainer.py MODE OUT_JSON`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+NPROC = 2
+STEPS, WARMUP = 24, 6
+SEQ_LEN, MICRO_BATCH = 128, 8  # the default job's shape (model `tiny`)
+# >= 50M parameters, odd enough that shards are uneven.
+BIG_MODEL = dict(dim=640, n_layers=12, n_heads=10, n_kv_heads=5, ffn_hidden_dim=1728)
+
+
+def run() -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench_trainer_") as tmp:
+        work = Path(tmp)
+        trainer_rates, bare_rates = [], []
+        for round_ in range(2):
+            order = ("bare", "trainer") if round_ == 0 else ("trainer", "bare")
+            for kind in order:
+                if kind == "trainer":
+                    trainer_rates.append(_trainer_tokens_per_s(work / f"run{round_}"))
+                else:
+                    bare_rates.append(_worker(NPROC, "bare", work)["tokens_per_s"])
+        one = _worker(1, "memory", work)
+        two = _worker(NPROC, "memory", work)
+        ckpt = _worker(NPROC, "checkpoint", work)
+
+    trainer_tps, bare_tps = statistics.mean(trainer_rates), statistics.mean(bare_rates)
+    ratio = trainer_tps / bare_tps
+    mem_ratio = two["state_bytes"] / one["state_bytes"]
+    save_ratio = ckpt["dcp_bytes_per_s"] / ckpt["raw_bytes_per_s"]
+    stall_ratio = ckpt["async_stall_s"] / ckpt["sync_save_s"]
+    return {
+        "throughput": {
+            "trainer_tokens_per_s": [round(r, 1) for r in trainer_rates],
+            "bare_fsdp2_tokens_per_s": [round(r, 1) for r in bare_rates],
+            "ranks": NPROC,
+            "batch": f"{MICRO_BATCH} x {SEQ_LEN} tokens per rank, model tiny",
+        },
+        "memory": {
+            "model_params": one["params"],
+            "state_bytes_1_rank": one["state_bytes"],
+            "state_bytes_2_ranks_max": two["state_bytes"],
+        },
+        "checkpoint": ckpt,
+        "checks": {
+            "trainer_vs_bare_fsdp2_tokens_per_s": _check(ratio, ">= 0.95", ratio >= 0.95),
+            "state_memory_2_ranks_vs_1": _check(mem_ratio, "<= 0.55", mem_ratio <= 0.55),
+            "model_params_millions": _check(one["params"] / 1e6, ">= 50", one["params"] >= 50e6),
+            "sync_save_vs_raw_write_speed": _check(save_ratio, ">= 0.5", save_ratio >= 0.5),
+            "async_stall_vs_sync_save_time": _check(stall_ratio, "<= 0.25", stall_ratio <= 0.25),
+        },
+    }
+
+
+def _check(value: float, target: str, ok: bool) -> dict:
+    return {"value": round(value, 3), "target": target, "ok": bool(ok)}
+
+
+def _trainer_tokens_per_s(work: Path) -> float:
+    """Median tokens/s of the real trainer's steady-state steps (every step logged)."""
+    work.mkdir()
+    config = work / "config.yaml"
+    config.write_text(f"run_dir: {work / 'run'}\n")
+    overrides = [
+        f"trainer.max_steps={STEPS}",
+        f"data.seq_len={SEQ_LEN}",
+        f"trainer.micro_batch_size={MICRO_BATCH}",
+        "trainer.log_interval=1",
+        "trainer.eval_interval=0",
+        "trainer.checkpoint.interval=0",
+        "trainer.peak_flops=1e11",
+    ]
+    cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={NPROC}", "-m", "trainer"]
+    _run([*cmd, "--config", str(config), *overrides])
+    lines = (work / "run/logs/metrics.jsonl").read_text().splitlines()
+    rates = [json.loads(line)["tokens_per_s"] for line in lines]
+    return statistics.median(rates[WARMUP:])
+
+
+def _worker(nproc: int, mode: str, work: Path) -> dict:
+    out = work / f"{mode}-{nproc}.json"
+    cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", __file__]
+    _run([*cmd, mode, str(out)])
+    return json.loads(out.read_text())
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:6])}... failed:\n{proc.stderr[-3000:]}")
+
+
+# ---- worker side: runs under torchrun ------------------------------------------------------
+
+
+def _build(model_overrides: dict, env):
+    import torch
+
+    from trainer.model.args import MODEL_PRESETS
+    from trainer.model.model import Transformer
+    from trainer.parallelize import parallelize
+
+    with torch.device("meta"):
+        model = Transformer(replace(MODEL_PRESETS["tiny"], **model_overrides))
+    parallelize(
+        model, env.mesh, mixed_precision="auto", activation_checkpoint="none", compile_blocks=False
+    )
+    model.to_empty(device=env.device)
+    model.init_weights(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    return model, optimizer
+
+
+def _step(model, optimizer, tokens) -> None:
+    import torch.nn.functional as F
+
+    logits = model(tokens[:, :-1])
+    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _bare(env) -> dict:
+    """The bare FSDP2 loop: the same model and batch, no data pipeline, metrics or checks."""
+    import torch
+
+    model, optimizer = _build({}, env)
+    vocab = model.args.vocab_size
+    generator = torch.Generator().manual_seed(env.rank)
+    times = []
+    for _ in range(STEPS):
+        tokens = torch.randint(0, vocab, (MICRO_BATCH, SEQ_LEN + 1), generator=generator)
+        started = time.perf_counter()
+        _step(model, optimizer, tokens)
+        times.append(time.perf_counter() - started)
+    step_time = statistics.median(times[WARMUP:])
+    return {"tokens_per_s": MICRO_BATCH * SEQ_LEN * env.world_size / step_time}
+
+
+def _local_bytes(tensor) -> int:
+    from torch.distributed.tensor import DTensor
+
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return local.numel() * local.element_size()
+
+
+def _trained_big_model(env):
+    """The 55M model after one optimizer step, its gradients still held (as at a step's end)."""
+    import torch
+    import torch.nn.functional as F
+
+    model, optimizer = _build(BIG_MODEL, env)
+    tokens = torch.randint(0, model.args.vocab_size, (1, 17))
+    logits = model(tokens[:, :-1])
+    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def _memory(env) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    model, optimizer = _trained_big_model(env)
+    params = list(model.parameters())
+    param_bytes = sum(_local_bytes(p) for p in params)
+    grad_bytes = sum(_local_bytes(p.grad) for p in params if p.grad is not None)
+    optim_bytes = sum(_local_bytes(v) for state in optimizer.state.values() for v in state.values())
+    total = torch.tensor([param_bytes + grad_bytes + optim_bytes], dtype=torch.float64)
+    dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    return {"state_bytes": int(total.item()), "params": model.args.num_params()}
+
+
+def _checkpoint(env) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from trainer.checkpoint import Checkpointer, step_dir
+    from trainer.config import CheckpointConfig
+    from trainer.storage import open_run_storage
+
+    model, optimizer = _trained_big_model(env)
+    base = Path(tempfile.mkdtemp(prefix="bench_trainer_ckpt_")) if env.is_main else None
+    shared = [str(base) if base else None]
+    dist.broadcast_object_list(shared, src=0)
+    root = Path(shared[0])
+    storage = open_run_storage(str(root / "run"))
+    checkpointer = Checkpointer(storage, env, CheckpointConfig(keep=10))
+
+    def state():
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def timed(fn) -> float:
+        env.barrier()
+        started = time.perf_counter()
+        fn()
+        env.barrier()
+        return time.perf_counter() - started
+
+    sync_s = timed(lambda: checkpointer.save(1, state(), asynchronous=False))
+    ckpt_dir = root / "run" / step_dir(1)
+    nbytes = sum(f.stat().st_size for f in ckpt_dir.iterdir())
+
+    raw_s = timed(lambda: _raw_write(root / "raw.bin", nbytes) if env.is_main else None)
+
+    # Async: the loop is blocked only by `save` (staging a copy) and by the commit.
+    env.barrier()
+    started = time.perf_counter()
+    checkpointer.save(2, state(), asynchronous=True)
+    stall = time.perf_counter() - started
+    tokens = torch.randint(0, model.args.vocab_size, (1, 17))
+    steps_during = 0
+    while not checkpointer.pending_done():
+        _step(model, optimizer, tokens)
+        steps_during += 1
+    started = time.perf_counter()
+    checkpointer.wait()
+    stall += time.perf_counter() - started
+    stalls = torch.tensor([stall])
+    dist.all_reduce(stalls, op=dist.ReduceOp.MAX)
+    checkpointer.close()
+    committed = (root / "run" / step_dir(2) / "COMMITTED").exists()
+    if env.is_main:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "bytes": nbytes,
+        "sync_save_s": round(sync_s, 3),
+        "raw_write_s": round(raw_s, 3),
+        "dcp_bytes_per_s": nbytes / sync_s,
+        "raw_bytes_per_s": nbytes / raw_s,
+        "async_stall_s": round(stalls.item(), 3),
+        "steps_during_async_write": steps_during,
+        "async_committed": committed,
+    }
+
+
+def _raw_write(path: Path, nbytes: int, chunk: int = 8 << 20) -> None:
+    block = os.urandom(chunk)
+    with path.open("wb") as f:
+        written = 0
+        while written < nbytes:
+            f.write(block[: min(chunk, nbytes - written)])
+            written += chunk
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _worker_main(mode: str, out: str) -> None:
+    from trainer.distributed import init_distributed, shutdown
+
+    env = init_distributed()
+    result = {"bare": _bare, "memory": _memory, "checkpoint": _checkpoint}[mode](env)
+    if env.is_main:
+        Path(out).write_text(json.dumps(result))
+    shutdown()
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1], sys.argv[2])
