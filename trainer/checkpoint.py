@@ -24,6 +24,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from trainer.config import CheckpointConfig
 from trainer.distributed import Distributed
@@ -54,6 +55,9 @@ class Checkpointer:
         self.storage, self.dist, self.cfg = storage, dist_env, cfg
         self._pending: tuple[int, Future[Any]] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-upload")
+        # One stager for the whole run: it keeps its CPU copy of the state between saves, so
+        # an async save after the first one only copies (no allocation) while the loop waits.
+        self._stager = DefaultStager(StagingOptions(False, False, False, False))
         self._staging: Path | None = None
         if storage.is_remote:
             base = os.environ.get(STAGING_ENV) or tempfile.gettempdir()
@@ -131,7 +135,9 @@ class Checkpointer:
         target.mkdir(parents=True, exist_ok=True)
         group = self.dist.checkpoint_group
         if asynchronous:
-            save_future = dcp.async_save(state, checkpoint_id=str(target), process_group=group)
+            save_future = dcp.async_save(
+                state, checkpoint_id=str(target), process_group=group, async_stager=self._stager
+            )
             done = self._executor.submit(self._finish_writes, save_future, target, rel)
             self._pending = (step, done)
             return
@@ -159,6 +165,7 @@ class Checkpointer:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        self._stager.close()
 
     def _finish_writes(self, save_future: Future[Any], target: Path, rel: str) -> None:
         save_future.result()

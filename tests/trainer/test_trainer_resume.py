@@ -22,13 +22,16 @@ from trainer.faults import PAUSE_BEFORE_COMMIT_ENV, STEP_DELAY_ENV
 pytestmark = pytest.mark.slow
 
 CHECKPOINT_EVERY_2 = ["trainer.checkpoint.interval=2"]
+ASYNC = ["trainer.checkpoint.async_save=true"]
 ALL_STEPS = list(range(1, 9))
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> TrainerResult:
-    """The uninterrupted 2-rank run, 8 steps, checkpoints at 2, 4, 6 (latest 3 kept) and 8."""
-    result = launch_trainer(tmp_path_factory.mktemp("reference"), 2, CHECKPOINT_EVERY_2).finish()
+    """The uninterrupted 2-rank run, 8 steps, async checkpoints at 2, 4, 6 and a final one at 8
+    (latest 3 kept). Checkpointing never changes the training, so sync runs match it too."""
+    work = tmp_path_factory.mktemp("reference")
+    result = launch_trainer(work, 2, [*CHECKPOINT_EVERY_2, *ASYNC]).finish()
     assert result.returncode == 0, result.stderr
     assert sorted(losses_by_step(result.run_dir)) == ALL_STEPS
     assert committed_steps(Path(result.run_dir)) == [4, 6, 8]
@@ -63,15 +66,16 @@ def test_sigterm_mid_run_checkpoints_exits_143_and_resumes_exactly(
     start_trainer, tmp_path: Path, reference: TrainerResult
 ):
     run_dir = tmp_path / "run"
-    # Slow steps, no periodic checkpoints: the checkpoint must come from the SIGTERM itself.
-    first = start_trainer(2, [], env={STEP_DELAY_ENV: "0.3"})
+    # Slow steps, async checkpoints every 2 steps: SIGTERM waits for one in flight, then saves
+    # the step it stopped at.
+    first = start_trainer(2, [*CHECKPOINT_EVERY_2, *ASYNC], env={STEP_DELAY_ENV: "0.3"})
     first.wait_for(lambda: (run_dir / "logs/metrics.jsonl").is_file())
     first.wait_for(lambda: len(read_metrics(str(run_dir))) >= 2)
     first.signal(signal.SIGTERM)
     stopped = first.finish(timeout=120)
     assert stopped.returncode != 0
     assert f"exit {EXIT_PREEMPTED}" in stopped.stdout, stopped.stdout + stopped.stderr
-    (stop_step,) = committed_steps(run_dir)
+    stop_step = committed_steps(run_dir)[-1]
     assert 2 <= stop_step < 8
     assert [r["step"] for r in read_metrics(str(run_dir))] == list(range(1, stop_step + 1))
 
@@ -81,7 +85,7 @@ def test_sigterm_mid_run_checkpoints_exits_143_and_resumes_exactly(
     assert losses_by_step(str(run_dir)) == losses_by_step(reference.run_dir)
 
 
-def test_two_rank_checkpoint_resumes_on_one_rank(run_trainer, tmp_path, reference):
+def test_two_rank_async_checkpoint_resumes_on_one_rank(run_trainer, tmp_path, reference):
     run_dir = tmp_path / "run"
     source = Path(reference.run_dir) / "checkpoints/step-00000004"
     shutil.copytree(source, run_dir / "checkpoints/step-00000004")
