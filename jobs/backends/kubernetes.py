@@ -216,18 +216,17 @@ class KubernetesBackend:
         yield from final_line
 
     def cancel(self, run_id: str) -> None:
-        """Idempotent: unknown and finished runs are left as they are."""
+        """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
+        marked, so that whoever follows it does not restart it. Unknown, succeeded and
+        already cancelled runs are left as they are."""
         job = self.cluster.get_job(run_id)
-        if job is None or k8s_state.is_final(k8s_state.job_state(job)):
+        if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.cluster.patch_job(
-            run_id,
-            {
-                "metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}},
-                "spec": {"runPolicy": {"suspend": True}},
-            },
-        )
+        patch: dict[str, Any] = {"metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}}}
+        if not k8s_state.is_final(k8s_state.job_state(job)):
+            patch["spec"] = {"runPolicy": {"suspend": True}}
+        self.cluster.patch_job(run_id, patch)
 
     # -- following and restarting --------------------------------------------------------------
     def wait(self, run_id: str, on_line=print) -> RunStatus:

@@ -34,11 +34,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             targets = [(b, s) for b in backends for s in b.list_runs(sweep_id=args.sweep)]
         for backend, status in targets:
-            if status.finished:
-                print(f"{status.run_id}: already {status.state}")
-                continue
-            backend.cancel(status.run_id)
-            print(f"{status.run_id}: cancel requested ({backend.name})")
+            backend.cancel(status.run_id)  # also stops automatic restarts of a failed run
+            done = f"already {status.state}" if status.finished else "cancel requested"
+            print(f"{status.run_id}: {done} ({backend.name})")
     except BackendError as err:
         return fail("cancel", str(err))
     if args.sweep is not None and not targets:

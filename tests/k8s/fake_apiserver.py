@@ -398,6 +398,8 @@ def _handler_for(server: FakeKubeApiServer):
             sent = 0
             deadline = time.monotonic() + timeout
             try:
+                if drop_after == 0:
+                    raise _Dropped
                 with server.cond:
                     if since in ("", "0"):
                         pending = [

@@ -1,0 +1,75 @@
+"""Preflight against the fake cluster: each failure is one line naming what to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.k8s.preflight import NodeGroup, PreflightError, PreflightRequest, preflight
+from tests.k8s.conftest import GPU_TYPE, NAMESPACE, add_node
+
+EFA = 4  # p4d.24xlarge's EFA interfaces in the catalog
+
+
+def request(nodes: int = 2, groups: tuple[NodeGroup, ...] = ()) -> PreflightRequest:
+    return PreflightRequest("trainer", GPU_TYPE, nodes, 8, EFA, groups)
+
+
+def problems(cluster, req: PreflightRequest) -> list[str]:
+    with pytest.raises(PreflightError) as caught:
+        preflight(cluster, req)
+    head, *lines = str(caught.value).splitlines()
+    assert head.startswith(f"preflight failed ({len(lines)} problem(s)")
+    return [line.removeprefix("  - ") for line in lines]
+
+
+def test_a_ready_cluster_passes(cluster):
+    preflight(cluster, request(nodes=2))
+
+
+def test_missing_crd(apiserver, cluster):
+    apiserver.remove("customresourcedefinitions", "pytorchjobs.kubeflow.org")
+    assert problems(cluster, request()) == [
+        "CRD pytorchjobs.kubeflow.org is not installed: install the Kubeflow training operator "
+        "(the infra stack does) before submitting PyTorchJobs"
+    ]
+
+
+def test_missing_namespace_and_service_account(apiserver, cluster):
+    apiserver.remove("serviceaccounts", "trainer", NAMESPACE)
+    apiserver.remove("namespaces", NAMESPACE)
+    assert problems(cluster, request()) == [
+        "namespace 'training' (cluster.namespace) does not exist",
+        "service account 'trainer' (cluster.service_account) does not exist in namespace "
+        "'training'",
+    ]
+
+
+def test_too_few_fitting_nodes_and_no_node_group(apiserver, cluster):
+    add_node(apiserver, "small-efa", GPU_TYPE, gpus=8, efa=1)  # not enough EFA interfaces
+    assert problems(cluster, request(nodes=3)) == [
+        f"compute.nodes=3 needs 3 schedulable {GPU_TYPE} node(s) with 8 nvidia.com/gpu and "
+        f"{EFA} vpc.amazonaws.com/efa allocatable; the cluster has 2 such node(s) (3 of that "
+        f"type) and no node group of {GPU_TYPE} in cluster.node_groups"
+    ]
+
+
+def test_node_group_too_small(cluster):
+    groups = (NodeGroup("gpu-a", GPU_TYPE, 3), NodeGroup("other", "p5.48xlarge", 10))
+    (problem,) = problems(cluster, request(nodes=4, groups=groups))
+    assert problem.endswith("node group(s) gpu-a can grow to 3 (cluster.node_groups[].max_size)")
+
+
+def test_a_node_group_that_can_scale_passes(cluster):
+    preflight(cluster, request(nodes=4, groups=(NodeGroup("gpu-a", GPU_TYPE, 4),)))
+
+
+def test_cli_preflight_failure_is_one_line_and_nothing_is_submitted(apiserver, trainstack, capsys):
+    apiserver.remove("customresourcedefinitions", "pytorchjobs.kubeflow.org")
+    assert trainstack("launch", "run_id=pf1", launch=True) == 2
+    err = capsys.readouterr().err
+    assert "CRD pytorchjobs.kubeflow.org is not installed" in err
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+    assert apiserver.list("configmaps", NAMESPACE) == []
+    # --skip-preflight bypasses the checks (the fake still accepts the job).
+    assert trainstack("launch", "--skip-preflight", "run_id=pf1", launch=True) == 0
+    assert apiserver.get("pytorchjobs", "pf1", NAMESPACE) is not None

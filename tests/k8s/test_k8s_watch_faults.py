@@ -1,0 +1,107 @@
+"""Following a job through faults: dropped/expired watch streams, 5xx and read timeouts."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from jobs.k8s.api import ClusterError
+from jobs.k8s.state import job_state
+from jobs.k8s.submit import submit
+from jobs.k8s.watch import MAX_RECONNECTS, follow_log, wait_for_end
+from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
+from tests.k8s.fake_operator import JobPlan
+
+SLOW = JobPlan(steps=6, step_seconds=0.08, kill_pod_at=3)
+
+
+def state_history(apiserver, name: str) -> list[str]:
+    """Every distinct consecutive state the job went through, from the server's event log."""
+    states: list[str] = []
+    for _, plural, _, obj in apiserver.events:
+        if plural == "pytorchjobs" and obj["metadata"]["name"] == name:
+            state = job_state(obj)
+            if not states or states[-1] != state:
+                states.append(state)
+    return states
+
+
+def follow(apiserver, cluster, name: str) -> list[str]:
+    submit(cluster, [config_map(name), pytorch_job(name)])
+    seen: list[str] = []
+    job = wait_for_end(cluster, name, on_state=lambda state, _: seen.append(state))
+    assert job is not None and job_state(job) == seen[-1]
+    return seen
+
+
+@pytest.mark.parametrize("fault", ["drop", "gone"])
+def test_interrupted_watch_loses_and_repeats_nothing(apiserver, cluster, fault):
+    apiserver.operator.default = SLOW
+    if fault == "drop":
+        apiserver.faults.drop_watch_after = [1, 0, 2]  # cut three streams mid-way
+    else:
+        apiserver.faults.gone_on_watch = 2  # history expired twice
+    seen = follow(apiserver, cluster, "w1")
+    history = state_history(apiserver, "w1")
+    assert seen == history[-len(seen) :]  # nothing skipped after the first look
+    assert seen[-2:] == ["Running", "Succeeded"] and "Restarting" in seen
+    assert all(a != b for a, b in pairwise(seen))  # no repeats
+    assert apiserver.count("GET", "watch=") >= 3
+
+
+def test_a_watch_that_keeps_dropping_gives_up_with_one_line(apiserver, cluster):
+    apiserver.operator.default = JobPlan(hold=True)
+    apiserver.faults.drop_watch_after = [0] * (MAX_RECONNECTS + 1)
+    submit(cluster, [config_map("w2"), pytorch_job("w2")])
+    with pytest.raises(ClusterError) as caught:
+        wait_for_end(cluster, "w2")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"watch PyTorchJob training/w2 failed {MAX_RECONNECTS + 1} times in a row:"
+    )
+    assert apiserver.count("GET", "watch=") == MAX_RECONNECTS + 1
+
+
+def test_server_errors_on_reads_are_retried_then_reported(apiserver, cluster):
+    submit(cluster, [config_map("w3"), pytorch_job("w3")])
+    before = apiserver.count("GET", "/pytorchjobs/w3")
+    apiserver.faults.read_errors = [500, 503, 502]
+    assert cluster.get_job("w3")["metadata"]["name"] == "w3"
+    assert apiserver.count("GET", "/pytorchjobs/w3") - before == 4
+
+    apiserver.faults.read_errors = [503] * 10
+    before = apiserver.count("GET", "/pytorchjobs/w3")
+    with pytest.raises(ClusterError) as caught:
+        cluster.get_job("w3")
+    assert str(caught.value) == (
+        f"get PyTorchJob {NAMESPACE}/w3 failed after {cluster.retry.attempts} attempts: "
+        "503 Service Unavailable: injected server error"
+    )
+    assert apiserver.count("GET", "/pytorchjobs/w3") - before == cluster.retry.attempts
+
+
+def test_read_timeouts_are_retried_then_reported(apiserver, cluster):
+    submit(cluster, [config_map("w4"), pytorch_job("w4")])
+    apiserver.faults.stall_seconds = cluster.retry.read_timeout_s + 0.3
+    apiserver.faults.read_stalls = 1
+    assert cluster.get_job("w4") is not None  # the second attempt answers
+    apiserver.faults.read_stalls = cluster.retry.attempts
+    with pytest.raises(ClusterError) as caught:
+        cluster.list_jobs()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"list PyTorchJobs in {NAMESPACE} failed after 4 attempts: ")
+    assert "timed out" in message
+
+
+def test_log_follows_a_killed_pod_into_its_replacement(apiserver, cluster):
+    apiserver.operator.default = JobPlan(steps=6, step_seconds=0.1, kill_pod_at=3)
+    submit(cluster, [config_map("w5"), pytorch_job("w5")])
+    lines = list(follow_log(cluster, "w5", rank=0, poll_s=0.02))
+    assert lines[-1] == "[w5-master-0] step 6 loss 0.667"
+    assert "[w5-master-0] resumed from latest checkpoint" in lines
+    assert len(lines) == len(set(lines))  # each line once
+    resumed = lines.index("[w5-master-0] resumed from latest checkpoint")
+    assert [line.split()[2] for line in lines[resumed + 1 :]] == ["4", "5", "6"]
