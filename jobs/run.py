@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from jobs.backends.base import SUCCEEDED
+from jobs.backends.base import SUCCEEDED, BackendError
 
 if TYPE_CHECKING:
     from jobs.backends.base import Backend
@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 def follows(job: MaterializedJob) -> bool:
     """Local runs stream their progress; cluster runs only with --wait."""
     return job.cfg.backend.name == "local" or bool(job.cfg.backend.wait)
+
+
+def _exists(backend: Backend, run_id: str) -> bool:
+    try:
+        backend.status(run_id)
+    except BackendError:
+        return False
+    return True
 
 
 def run_job(
@@ -33,6 +41,8 @@ def run_job(
         print(f"--- dry run ({backend.name}): nothing written or started ---")
         print(request, end="" if str(request).endswith("\n") else "\n")
         return 0
+    if _exists(backend, job.run_id):
+        print(f"run {job.run_id} exists: resuming from its latest checkpoint", flush=True)
     run_id = backend.schedule(request)
     if "path" in request.extra:
         print(f"wrote {request.extra['path']}")

@@ -173,7 +173,9 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     return env
 
 
-def torchrun_command(shutdown_timeout_s: int, config_path: str = POD_CONFIG_PATH) -> tuple:
+def torchrun_command(
+    shutdown_timeout_s: int, config_path: str = POD_CONFIG_PATH
+) -> tuple[str, ...]:
     # Nodes, ranks, rendezvous and processes per node come from the PET_* variables the
     # operator sets (and the local backend sets the same way).
     return (

@@ -180,11 +180,15 @@ class LocalBackend:
                 for line in complete.splitlines():
                     if line.startswith(own) or not line.startswith(other_ranks):
                         yield line
-            if not follow or self.status(run_id).state in FINISHED_STATES:
+            if not follow or self._finished(state_dir):
                 if follow and path.exists() and path.stat().st_size > offset:
                     continue  # drain what was written before the end
                 return
             time.sleep(0.2)
+
+    def _finished(self, state_dir: Path) -> bool:
+        state = run_state.read_state(state_dir) or {}
+        return state.get("state") in FINISHED_STATES or not _alive(state)
 
     def cancel(self, run_id: str) -> None:
         """SIGTERM to torchrun, which forwards it to the trainer (checkpoint, exit 143)."""

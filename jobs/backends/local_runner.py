@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from jobs.backends import run_state
@@ -49,8 +50,10 @@ def supervise(state_dir: Path) -> int:
             stderr=subprocess.STDOUT,
             preexec_fn=_default_signals,
         )
+        started = time.monotonic()
         run_state.update_state(state_dir, state=RUNNING, pid=proc.pid)
         code = proc.wait()
+        torchrun_seconds = round(time.monotonic() - started, 3)
     if code < 0:  # killed by a signal: report it the way a shell (and a pod) would
         code = 128 - code
     cancelled = (state_dir / run_state.CANCEL_MARKER).exists()
@@ -65,6 +68,7 @@ def supervise(state_dir: Path) -> int:
         state=state,
         exit_code=code,
         finished_at=run_state.utc_now(),
+        torchrun_seconds=torchrun_seconds,
         message=message,
     )
     return code

@@ -53,6 +53,7 @@ def test_launch_runs_torchrun_locally_and_resumes(cli, workdir):
 
     again = cli("launch", *FAST, "trainer.max_steps=4")
     assert again.code == 0, again.err + again.out[-2000:]
+    assert "resuming" in again.out
     steps = logged_steps(run_dir)
     assert [r["step"] for r in steps] == [1, 2, 3, 4]  # resumed at 3, not restarted at 1
     assert steps[-1]["loss"] < steps[0]["loss"]
@@ -68,3 +69,21 @@ def test_launch_runs_torchrun_locally_and_resumes(cli, workdir):
     backend.cancel("e2e")  # finished: a no-op
     backend.cancel("no-such-run")
     assert backend.status("e2e").state == SUCCEEDED
+
+
+def test_local_launch_path_stays_light(tmp_path):
+    """No Kubernetes client, kubeflow, schema validator or torch in the launcher process."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from jobs.cli import main\n"
+        "assert main(['launch', '--dryrun', 'trainer.max_steps=1']) == 0\n"
+        "heavy = ('kubernetes', 'kubeflow', 'kubernetes_validate', 'jsonschema', 'torch')\n"
+        "print('HEAVY', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
+    assert "HEAVY []" in out
