@@ -193,7 +193,8 @@ def _train(
             }
             metrics.log(record)
             window_time, window_steps, losses = 0.0, 0, []
-        if t.eval_interval and held_out and (step % t.eval_interval == 0 or step == t.max_steps):
+        eval_due = t.eval_interval and (step % t.eval_interval == 0 or step == t.max_steps)
+        if eval_due and held_out and not stopping:  # SIGTERM's grace period is for the save
             metrics.log({"step": step, "eval_loss": _evaluate(model, held_out, env.device)})
 
         if stopping:
