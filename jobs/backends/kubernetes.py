@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -168,7 +168,8 @@ class KubernetesBackend:
                 yield f"[trainstack] {run_id}: {final.message}"
             if not self._restart_due(run_id, final):
                 return
-            yield from self._restart(run_id, final.retries)
+            if not (yield from self._restart(run_id, final.retries)):
+                return
 
     def _follow(self, run_id: str, rank: int, outcome: list[RunStatus]) -> Iterator[str]:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job
@@ -243,14 +244,23 @@ class KubernetesBackend:
             final = to_status(job) if job else _deleted(run_id)
             if not self._restart_due(run_id, final):
                 return final
-            for line in self._restart(run_id, final.retries):
-                on_line(line)
+            restart = self._restart(run_id, final.retries)
+            while True:
+                try:
+                    on_line(next(restart))
+                except StopIteration as done:
+                    resubmitted = done.value
+                    break
+            if not resubmitted:
+                return final
 
     def _restart_due(self, run_id: str, final: RunStatus) -> bool:
         scheduled = self._scheduled.get(run_id)
         return final.state == FAILED and scheduled is not None and final.retries < scheduled[1]
 
-    def _restart(self, run_id: str, retries_so_far: int) -> Iterator[str]:
+    def _restart(self, run_id: str, retries_so_far: int) -> Generator[str, None, bool]:
+        """Back off, then resubmit unless the run was cancelled meanwhile. Yields progress
+        lines; returns whether it resubmitted."""
         from jobs.k8s.submit import submit
 
         manifests, max_retries = self._scheduled[run_id]
@@ -261,9 +271,10 @@ class KubernetesBackend:
         job = self.cluster.get_job(run_id)
         if job is not None and k8s_state.is_cancelled(job):
             yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
-            return
+            return False
         submission = submit(self.cluster, manifests, retries=attempt)
         yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
+        return True
 
 
 def _deleted(run_id: str) -> RunStatus:
