@@ -111,7 +111,7 @@ def trainstack(kubeconfig: Path, fast_retry, fast_restarts, tmp_path: Path, monk
     def run(*args: str, launch: bool = False) -> int:
         extra = [*LAUNCH_ARGS, *where] if launch else where
         try:
-            return main([*args, *extra])
+            return main([*args[:1], *extra, *args[1:]])  # the test's own overrides win
         except SystemExit as exit_:  # hydra.main exits on errors
             return int(exit_.code or 0)
 

@@ -1,0 +1,76 @@
+"""ECR tag -> digest pinning through boto3 against moto's server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.k8s.api import ClusterError
+from jobs.k8s.ecr import pin_images, resolve_digest
+from tests.k8s.conftest import pytorch_job
+from tests.s3_server import s3_env
+
+ACCOUNT = "123456789012"  # moto's default account
+REGISTRY = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
+
+
+@pytest.fixture
+def ecr(moto_s3, monkeypatch):
+    """boto3's ECR client in this process talks to moto; a repository with tag v1 pushed."""
+    import boto3
+
+    for name, value in s3_env(moto_s3.url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_ECR", moto_s3.url)
+    client = boto3.client("ecr", region_name="us-east-1")
+    client.create_repository(repositoryName="trainstack/trainer")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"digest": "sha256:" + "1" * 64, "size": 1, "mediaType": "x"},
+        "layers": [],
+    }
+    pushed = client.put_image(
+        repositoryName="trainstack/trainer", imageManifest=json.dumps(manifest), imageTag="v1"
+    )
+    yield pushed["image"]["imageId"]["imageDigest"]
+    client.delete_repository(repositoryName="trainstack/trainer", force=True)
+
+
+def test_ecr_tag_is_pinned_to_its_digest(ecr):
+    digest = ecr
+    assert digest.startswith("sha256:")
+    job = pytorch_job("e1")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["image"] = f"{REGISTRY}/trainstack/trainer:v1"
+    (pinned,) = pin_images([job])
+    images = {
+        r["template"]["spec"]["containers"][0]["image"]
+        for r in pinned["spec"]["pytorchReplicaSpecs"].values()
+    }
+    assert images == {f"{REGISTRY}/trainstack/trainer@{digest}"}
+    # The input is not modified; other registries are left alone.
+    assert job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
+        "image"
+    ].endswith(":v1")
+    assert resolve_digest("ghcr.io/org/trainer:v1") == "ghcr.io/org/trainer:v1"
+
+
+def test_unknown_tag_is_one_clear_line(ecr):
+    with pytest.raises(ClusterError) as caught:
+        resolve_digest(f"{REGISTRY}/trainstack/trainer:v2")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"job.image {REGISTRY}/trainstack/trainer:v2: cannot resolve the tag to a digest in ECR:"
+    )
+    assert "ImageNotFoundException" in message
+
+
+def test_launch_submits_the_pinned_image(ecr, apiserver, trainstack):
+    image = f"{REGISTRY}/trainstack/trainer:v1"
+    assert trainstack("launch", "run_id=e2", f"job.image={image}", launch=True) == 0
+    job = apiserver.get("pytorchjobs", "e2", "training")
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert master["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
