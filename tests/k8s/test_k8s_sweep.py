@@ -1,0 +1,52 @@
+"""`trainstack launch -m ... hydra/launcher=pytorchjob` through real Hydra multirun."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.k8s.conftest import NAMESPACE
+from tests.k8s.fake_operator import JobPlan
+
+SWEEP = ["-m", "hydra/launcher=pytorchjob", "trainer.lr=1e-4,3e-4,1e-3"]
+
+
+def test_submit_mode_survives_a_failed_point_and_skips_on_rerun(apiserver, trainstack, capsys):
+    apiserver.operator.default = JobPlan(hold=True)
+    apiserver.faults.reject_create["sw1-1"] = 403
+    code = trainstack("launch", *SWEEP, "sweep_id=sw1", launch=True)
+    out, err = capsys.readouterr()
+    assert code == 1  # the sweep reports the failed point ...
+    assert "point 1: not submitted: create PyTorchJob training/sw1-1 failed: 403" in out
+    assert "create PyTorchJob training/sw1-1 failed: 403 Forbidden: injected" in err
+    # ... after submitting every other point, all labelled with the one sweep id.
+    jobs = apiserver.list("pytorchjobs", NAMESPACE)
+    assert sorted(j["metadata"]["name"] for j in jobs) == ["sw1-0", "sw1-2"]
+    assert {j["metadata"]["labels"]["trainstack.io/sweep-id"] for j in jobs} == {"sw1"}
+
+    # Re-running the same sweep submits only what is missing.
+    del apiserver.faults.reject_create["sw1-1"]
+    assert trainstack("launch", *SWEEP, "sweep_id=sw1", launch=True) == 0
+    out = capsys.readouterr().out
+    assert "point 0: sw1-0 already submitted (running); skipped" in out
+    assert "point 2: sw1-2 already submitted (running); skipped" in out
+    assert apiserver.operator.created == {"sw1-0": 1, "sw1-1": 1, "sw1-2": 1}
+
+    assert trainstack("runs", "--backend", "kubernetes", "--sweep", "sw1") == 0
+    assert "sweep sw1: 0/3 finished" in capsys.readouterr().out
+
+
+def test_wait_mode_maps_final_states_onto_job_returns(apiserver, trainstack, capsys, tmp_path):
+    apiserver.operator.plans["sw2-1"] = [JobPlan(outcome="Failed")]
+    args = [*SWEEP, "hydra.launcher.mode=wait", "sweep_id=sw2", "job.max_retries=0"]
+    assert trainstack("launch", *args, launch=True) == 1
+    out, err = capsys.readouterr()
+    assert "[trainstack] sw2-0: Succeeded" in out and "[trainstack] sw2-2: Succeeded" in out
+    assert "sw2-1: failed (PyTorchJobFailed: master-0 exited with code 1)" in err
+    assert "Traceback" not in err
+
+    apiserver.operator.plans["sw3-1"] = [JobPlan(outcome="Failed"), JobPlan()]
+    args = [*SWEEP, "hydra.launcher.mode=wait", "sweep_id=sw3", "job.max_retries=1"]
+    assert trainstack("launch", *args, launch=True) == 0  # the failed point restarted and won
+    assert apiserver.operator.created["sw3-1"] == 2
+    summary = yaml.safe_load((tmp_path / "runs/sweeps/sw3/summary.yaml").read_text())
+    assert [run["state"] for run in summary["runs"]] == ["succeeded"] * 3
