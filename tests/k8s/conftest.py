@@ -109,9 +109,10 @@ def trainstack(kubeconfig: Path, fast_retry, fast_restarts, tmp_path: Path, monk
     where = [f"cluster.kubeconfig={kubeconfig}", f"storage.root={tmp_path / 'runs'}"]
 
     def run(*args: str, launch: bool = False) -> int:
-        extra = [*LAUNCH_ARGS, *where] if launch else where
+        # launch: the test's own overrides come last, so they win.
+        argv = [args[0], *LAUNCH_ARGS, *where, *args[1:]] if launch else [*args, *where]
         try:
-            return main([*args[:1], *extra, *args[1:]])  # the test's own overrides win
+            return main(argv)
         except SystemExit as exit_:  # hydra.main exits on errors
             return int(exit_.code or 0)
 
