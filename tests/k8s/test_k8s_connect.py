@@ -1,0 +1,35 @@
+"""Reaching the cluster: kubeconfig problems and an unreachable API are one line each."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.k8s.api import ClusterError, connect
+from tests.k8s.fake_apiserver import FakeKubeApiServer
+
+
+def test_missing_kubeconfig_names_the_keys_to_set(tmp_path):
+    with pytest.raises(ClusterError) as caught:
+        connect(str(tmp_path / "nope"), None, "training")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot load kubeconfig {tmp_path / 'nope'} (set cluster.kubeconfig")
+
+
+def test_unknown_context(kubeconfig):
+    with pytest.raises(ClusterError) as caught:
+        connect(str(kubeconfig), "prod", "training")
+    assert str(caught.value).startswith(f"cannot load context 'prod' of kubeconfig {kubeconfig}")
+
+
+def test_unreachable_api_server_is_retried_then_one_line(tmp_path, fast_retry):
+    server = FakeKubeApiServer().start()
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    server.stop()  # nobody listens on its port any more
+    cluster = connect(str(tmp_path / "kubeconfig"), None, "training", retry=fast_retry)
+    with pytest.raises(ClusterError) as caught:
+        cluster.list_jobs()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("list PyTorchJobs in training failed after 4 attempts: ")
+    assert "Connection refused" in message
