@@ -39,6 +39,7 @@ class Plan:
     step_time_s: float | None
     step_time_source: str
     run_dir: str
+    warnings: tuple[str, ...] = ()
 
     @property
     def hours(self) -> float | None:
@@ -94,6 +95,7 @@ class Plan:
         else:
             lines.append(f"estimate {self.step_time_source}")
         lines.append(f"run dir  {self.run_dir}")
+        lines.extend(f"warning  {w}" for w in self.warnings)
         return "\n".join(lines)
 
 
@@ -125,6 +127,12 @@ def make_plan(cfg: Any, spec: JobSpec) -> Plan:
         step_source = f"estimated: FLOPs/token at {ASSUMED_MFU:.0%} MFU of {instance.gpu_model}"
     elif step_time is None:
         step_source = "no step time on CPU: set compute.step_time_s for an estimate"
+    warnings = []
+    if instance is not None and not spec.run_dir.startswith("s3://"):
+        warnings.append(
+            f"storage.root={cfg.storage.root!r} is inside the pod: checkpoints and metrics "
+            "vanish with it (use s3://bucket/prefix, e.g. from stack=<name>)"
+        )
     return Plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
@@ -142,4 +150,5 @@ def make_plan(cfg: Any, spec: JobSpec) -> Plan:
         step_time_s=step_time,
         step_time_source=step_source,
         run_dir=spec.run_dir,
+        warnings=tuple(warnings),
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.experimental.callback import Callback
 
 from jobs.errors import EXIT_BAD_INPUT
 from jobs.naming import new_sweep_id, sweep_point_run_id
@@ -199,16 +200,27 @@ def launch_point(cfg: Any) -> PointResult:
     return result
 
 
-class SweepSummary:
+class SweepSummary(Callback):
     """Hydra callback: collect each point's PointResult, write the summary at the end."""
+
+    failed_points = 0
+    """Points of the last sweep that could not be scheduled (read by `hydra_multirun`)."""
 
     def __init__(self) -> None:
         self.results: list[PointResult] = []
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        value = getattr(job_return, "_return_value", None)
+        from hydra.core.utils import JobStatus
+
+        if job_return.status != JobStatus.COMPLETED:
+            SweepSummary.failed_points += 1
+            return
+        value = job_return.return_value
         if isinstance(value, PointResult):
             self.results.append(value)
+            if value.error:
+                SweepSummary.failed_points += 1
+                print(f"sweep point {value.index}: {value.error}", file=sys.stderr)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if not self.results or config.sweep_id is None:
@@ -235,8 +247,9 @@ def hydra_multirun(overrides: list[str]) -> int:
     )(launch_point)
     saved = sys.argv
     sys.argv = ["trainstack-launch", "--multirun", *overrides, f"sweep_id={sweep_id}"]
+    SweepSummary.failed_points = 0
     try:
         main()
     finally:
         sys.argv = saved
-    return 0
+    return 1 if SweepSummary.failed_points else 0

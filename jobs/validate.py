@@ -8,6 +8,7 @@ can't express. The trainer's own checks are reused where it has them.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from catalog import INSTANCE_TYPES
@@ -187,6 +188,26 @@ def check_storage(cfg: Any) -> None:
         raise JobConfigError("storage.root", f"{root!r} is not s3://bucket[/prefix]")
 
 
+def check_local_files(cfg: Any) -> None:
+    """On the local backend the data (and a tokenizer directory) must be here already; the
+    trainer would find out only after torchrun started."""
+    if cfg.backend.name != "local":
+        return
+    if not cfg.data.path.startswith("s3://") and not Path(cfg.data.path).is_file():
+        raise JobConfigError(
+            "data.path",
+            f"no such file {cfg.data.path!r} (relative to "
+            f"{Path.cwd()}); allowed: an existing JSONL file or s3://bucket/key",
+        )
+    tokenizer = cfg.data.tokenizer
+    if tokenizer != "byte" and not Path(tokenizer).is_dir():
+        raise JobConfigError(
+            "data.tokenizer",
+            f"no such directory {tokenizer!r}; allowed: "
+            "byte, or a local Hugging Face tokenizer directory",
+        )
+
+
 def check_job_policy(cfg: Any) -> None:
     job = cfg.job
     if job.clean_pod_policy not in CLEAN_POD_POLICIES:
@@ -226,4 +247,5 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> None:
     check_trainer(cfg)
     check_image(cfg, git_sha)
     check_storage(cfg)
+    check_local_files(cfg)
     check_job_policy(cfg)

@@ -10,7 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
+from jobs.k8s.api import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Cluster,
+    ClusterError,
+    describe,
+    is_transient,
+    status_of,
+)
 from jobs.k8s.state import is_final, job_state, pod_for_rank
 
 MAX_RECONNECTS = 5
@@ -24,16 +33,14 @@ def wait_for_end(
     cluster: Cluster,
     name: str,
     on_state: Callable[[str, dict], None] = lambda state, job: None,
-    timeout_s: float | None = None,
 ) -> dict | None:
     """Block until the job reaches a final state; return it (None when it was deleted).
 
     `on_state(state, job)` is called once per state transition, starting with the current one.
+    How long a run may take is the job's own business (`job.active_deadline_seconds`).
     """
     from kubernetes import watch
-    from urllib3.exceptions import HTTPError
 
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     last_state = None
 
     def observe(job: dict) -> bool:
@@ -50,15 +57,6 @@ def wait_for_end(
     version = job["metadata"]["resourceVersion"]
     failures = 0
     while True:
-        if deadline is not None and time.monotonic() > deadline:
-            raise ClusterError(
-                f"PyTorchJob {cluster.namespace}/{name}: still {last_state} after {timeout_s:.0f}s"
-            )
-        window = (
-            WATCH_WINDOW_S
-            if deadline is None
-            else max(1, min(WATCH_WINDOW_S, int(deadline - time.monotonic()) + 1))
-        )
         stream = watch.Watch()
         try:
             for event in stream.stream(
@@ -69,8 +67,8 @@ def wait_for_end(
                 PLURAL,
                 field_selector=f"metadata.name={name}",
                 resource_version=version,
-                timeout_seconds=window,
-                _request_timeout=(cluster.retry.connect_timeout_s, window + 10),
+                timeout_seconds=WATCH_WINDOW_S,
+                _request_timeout=(cluster.retry.connect_timeout_s, WATCH_WINDOW_S + 10),
             ):
                 job = event["raw_object"]
                 failures = 0
@@ -89,26 +87,16 @@ def wait_for_end(
                     return job
                 version = job["metadata"]["resourceVersion"]
                 continue
-            transient = isinstance(exc, HTTPError | OSError) or status_of(exc) in (
-                429,
-                500,
-                502,
-                503,
-                504,
-            )
-            if not transient:
-                raise ClusterError(
-                    f"watch PyTorchJob {cluster.namespace}/{name} failed: {describe(exc)}"
-                ) from exc
+            what = f"watch PyTorchJob {cluster.namespace}/{name}"
+            if not is_transient(exc):
+                raise ClusterError(f"{what} failed: {describe(exc)}") from exc
             failures += 1
             if failures > MAX_RECONNECTS:
                 raise ClusterError(
-                    f"watch PyTorchJob {cluster.namespace}/{name} failed {failures} times in a "
-                    f"row: {describe(exc)}"
+                    f"{what} failed {failures} times in a row: {describe(exc)}"
                 ) from exc
-            cluster.sleep(
-                min(cluster.retry.base_delay_s * 2 ** (failures - 1), cluster.retry.max_delay_s)
-            )
+            delay = cluster.retry.base_delay_s * 2 ** (failures - 1)
+            cluster.sleep(min(delay, cluster.retry.max_delay_s))
 
 
 def pod_name(job: dict, rank: int) -> str:

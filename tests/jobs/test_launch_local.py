@@ -79,7 +79,7 @@ def test_local_launch_path_stays_light(tmp_path):
     probe = (
         "import sys\n"
         "from jobs.cli import main\n"
-        "assert main(['launch', '--dryrun', 'trainer.max_steps=1']) == 0\n"
+        f"assert main(['launch', '--dryrun', 'data.path={SAMPLE_DATA}']) == 0\n"
         "heavy = ('kubernetes', 'kubeflow', 'kubernetes_validate', 'jsonschema', 'torch')\n"
         "print('HEAVY', sorted(m for m in heavy if m in sys.modules))\n"
     )

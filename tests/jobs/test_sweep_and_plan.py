@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from jobs.sweep import expand
-from tests.jobs.conftest import CLUSTER, build, files_under
+from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build, files_under
 from trainer.config import TrainerConfig
 
 
@@ -43,7 +43,7 @@ def test_render_sweep_one_job_per_point(cli, workdir):
 
 
 def test_sweep_dryrun_writes_nothing(cli, workdir):
-    result = cli("launch", "-m", "--dryrun", "trainer.max_steps=3,4")
+    result = cli("launch", "-m", "--dryrun", "trainer.max_steps=3,4", f"data.path={SAMPLE_DATA}")
     assert result.code == 0, result.err
     assert result.out.count("-m trainer --config") == 2
     assert files_under(workdir) == []
@@ -98,3 +98,23 @@ def test_sweep_composition_equals_hydra_compose_per_point():
         shared = [OmegaConf.to_container(c) for c in compose_points(points)]
         separate = [OmegaConf.to_container(compose(p)) for p in points]
     assert len(shared) == 16 and shared == separate
+
+
+def test_sweep_through_a_hydra_launcher_writes_the_same_summary(cli, workdir):
+    """`hydra/launcher=...` runs the points via hydra.main: task function + callback."""
+    result = cli(
+        "launch",
+        "-m",
+        "hydra/launcher=basic",
+        "trainer.lr=1e-4,3e-4",
+        "compute=g5.12xlarge",
+        "compute.step_time_s=1.0",
+        "trainer.max_steps=300",
+        *CLUSTER,
+    )
+    assert result.code == 0, result.err
+    (summary_path,) = workdir.glob("runs/sweeps/*/summary.yaml")
+    summary = yaml.safe_load(summary_path.read_text())
+    assert summary["points"] == 2 and {r["state"] for r in summary["runs"]} == {"rendered"}
+    assert len(list(workdir.glob("runs/*/manifests.yaml"))) == 2
+    assert summary["total_estimated_cost_usd"] == pytest.approx(2 * 300 / 3600 * 5.672, abs=0.01)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.jobs.conftest import CLUSTER, files_under
+from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, files_under
 
 P5 = ["compute=p5.48xlarge", *CLUSTER]
 
@@ -71,6 +71,12 @@ BAD_INPUTS = {
     ),
     "secret half set": ([*P5, "job.secrets.hf_token.name=hf"], "job.secrets.hf_token", "key"),
     "unknown backend": (["backend.name=slurm"], "backend.name", "kubernetes"),
+    "missing data file": (["data.path=nowhere.jsonl"], "data.path", "s3://bucket/key"),
+    "missing tokenizer": (
+        [f"data.path={SAMPLE_DATA}", "data.tokenizer=no/such/dir"],
+        "data.tokenizer",
+        "byte",
+    ),
     "unsupported kubernetes version": (
         [*P5, "cluster.kubernetes_version=2.5"],
         "cluster.kubernetes_version",
