@@ -7,7 +7,8 @@ a global resourceVersion; list/get/create/patch/delete behave like the apiserver
 AlreadyExists, 404 NotFound, ownerReference cascades), and `?watch=true` streams chunked JSON
 events from a resourceVersion (410 Gone when it is older than the retained history).
 
-The training operator is simulated by `tests/k8s/fake_operator.py`. Faults are injected through
+Objects live in `fake_store.ObjectStore`; the training operator is simulated by
+`fake_operator.py`. Faults are injected through
 `server.faults` (see `Faults`). Test-only: never shipped.
 """
 
@@ -17,7 +18,6 @@ import copy
 import json
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,16 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-CLUSTER_SCOPED = {"namespaces", "nodes", "customresourcedefinitions", "persistentvolumes"}
-KINDS = {
-    "namespaces": "Namespace",
-    "nodes": "Node",
-    "serviceaccounts": "ServiceAccount",
-    "configmaps": "ConfigMap",
-    "pods": "Pod",
-    "pytorchjobs": "PyTorchJob",
-    "customresourcedefinitions": "CustomResourceDefinition",
-}
+from tests.k8s.fake_store import KINDS, ObjectStore, matches, merge_patch, parse_selector
 
 
 @dataclass
@@ -61,15 +52,12 @@ class _Dropped(Exception):
     pass
 
 
-class FakeKubeApiServer:
+class FakeKubeApiServer(ObjectStore):
     def __init__(self, history: int = 10_000) -> None:
+        super().__init__(history)
         self.faults = Faults()
         self.requests: list[tuple[str, str]] = []
-        self.objects: dict[tuple[str, str, str], dict] = {}  # (plural, namespace, name)
-        self.events: list[tuple[int, str, str, dict]] = []  # (rv, plural, type, object)
-        self.history = history
-        self.rv = 100
-        self.cond = threading.Condition()
+        """(method, path with query) of every request, for counting retries."""
         self.operator = None  # set by FakeOperator
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
@@ -107,115 +95,9 @@ class FakeKubeApiServer:
         path.write_text(yaml.safe_dump(config))
         return path
 
-    # -- store (also used directly by tests and the fake operator) --------------------------
-    def put(self, plural: str, obj: dict, namespace: str = "") -> dict:
-        """Create or replace an object, recording a watch event."""
-        with self.cond:
-            meta = obj.setdefault("metadata", {})
-            key = (plural, "" if plural in CLUSTER_SCOPED else namespace, meta["name"])
-            existing = self.objects.get(key)
-            if key[1]:
-                meta["namespace"] = key[1]
-            meta.setdefault("uid", existing["metadata"]["uid"] if existing else str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            obj.setdefault("kind", KINDS[plural])
-            self.rv += 1
-            meta["resourceVersion"] = str(self.rv)
-            self.objects[key] = obj
-            self._record(plural, "MODIFIED" if existing else "ADDED", obj)
-            return copy.deepcopy(obj)
-
-    def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
-        with self.cond:
-            obj = self.objects.get((plural, "" if plural in CLUSTER_SCOPED else namespace, name))
-            return copy.deepcopy(obj) if obj else None
-
-    def update(self, plural: str, name: str, namespace: str, mutate) -> dict | None:
-        """Apply `mutate(obj)` to a stored object atomically (no-op when it is gone)."""
-        with self.cond:
-            obj = self.get(plural, name, namespace)
-            if obj is None:
-                return None
-            mutate(obj)
-            return self.put(plural, obj, namespace)
-
-    def remove(self, plural: str, name: str, namespace: str = "") -> dict | None:
-        """Delete an object and, like the garbage collector, everything it owns."""
-        with self.cond:
-            key = (plural, "" if plural in CLUSTER_SCOPED else namespace, name)
-            obj = self.objects.pop(key, None)
-            if obj is None:
-                return None
-            self.rv += 1
-            obj["metadata"]["resourceVersion"] = str(self.rv)
-            self._record(plural, "DELETED", obj)
-            uid = obj["metadata"]["uid"]
-            for (dep_plural, dep_ns, dep_name), dep in list(self.objects.items()):
-                owners = dep["metadata"].get("ownerReferences") or []
-                if any(o.get("uid") == uid for o in owners):
-                    self.remove(dep_plural, dep_name, dep_ns)
-            return obj
-
-    def list(self, plural: str, namespace: str = "", selector: dict | None = None) -> list[dict]:
-        with self.cond:
-            return [
-                copy.deepcopy(obj)
-                for (p, ns, _), obj in sorted(self.objects.items())
-                if p == plural and (not namespace or ns == namespace) and _matches(obj, selector)
-            ]
-
-    def _record(self, plural: str, event_type: str, obj: dict) -> None:
-        self.events.append((self.rv, plural, event_type, copy.deepcopy(obj)))
-        del self.events[: -self.history]
-        self.cond.notify_all()
-
     def count(self, method: str, fragment: str) -> int:
         """How many requests with this method had `fragment` in their path."""
         return sum(1 for m, p in self.requests if m == method and fragment in p)
-
-
-def _matches(obj: dict, selector: dict | None) -> bool:
-    if not selector:
-        return True
-    labels = obj["metadata"].get("labels") or {}
-    for key, (op, value) in selector.get("labels", {}).items():
-        if op == "=" and labels.get(key) != value:
-            return False
-        if op == "!=" and labels.get(key) == value:
-            return False
-        if op == "exists" and key not in labels:
-            return False
-    name = selector.get("name")
-    return name is None or obj["metadata"]["name"] == name
-
-
-def _parse_selector(query: dict) -> dict:
-    selector: dict = {"labels": {}}
-    for term in filter(None, (query.get("labelSelector", [""])[0]).split(",")):
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            selector["labels"][key] = ("!=", value)
-        elif "=" in term:
-            key, value = term.split("=", 1)
-            selector["labels"][key] = ("=", value.lstrip("="))
-        else:
-            selector["labels"][term] = ("exists", None)
-    for term in filter(None, (query.get("fieldSelector", [""])[0]).split(",")):
-        key, value = term.split("=", 1)
-        if key == "metadata.name":
-            selector["name"] = value.lstrip("=")
-    return selector
-
-
-def _merge_patch(target: dict, patch: dict) -> dict:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -309,7 +191,7 @@ def _handler_for(server: FakeKubeApiServer):
             if sub == "log":
                 return self._log(namespace, name, query)
             if name is None:
-                items = server.list(plural, namespace, _parse_selector(query))
+                items = server.list(plural, namespace, parse_selector(query))
                 return self._send(
                     200,
                     {
@@ -353,7 +235,7 @@ def _handler_for(server: FakeKubeApiServer):
             patch = self._body()
             if not isinstance(patch, dict):
                 return self._error(415, "UnsupportedMediaType", "only merge patches are served")
-            updated = server.update(plural, name, namespace, lambda o: _merge_patch(o, patch))
+            updated = server.update(plural, name, namespace, lambda o: merge_patch(o, patch))
             if updated is None:
                 return self._error(404, "NotFound", f'{plural} "{name}" not found')
             if plural == "pytorchjobs" and server.operator is not None:
@@ -390,7 +272,7 @@ def _handler_for(server: FakeKubeApiServer):
                 gone = _status(410, "Expired", "too old resource version")
                 self._chunk(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
                 return self._end_stream()
-            selector = _parse_selector(query)
+            selector = parse_selector(query)
             timeout = float(query.get("timeoutSeconds", ["30"])[0])
             drop_after = faults.drop_watch_after.pop(0) if faults.drop_watch_after else None
             since = query.get("resourceVersion", [""])[0]
@@ -448,7 +330,7 @@ def _handler_for(server: FakeKubeApiServer):
                 if e[0] > cursor
                 and e[1] == plural
                 and (not namespace or e[3]["metadata"].get("namespace") == namespace)
-                and _matches(e[3], selector)
+                and matches(e[3], selector)
             ]
 
         def _log(self, namespace: str, name: str, query: dict) -> None:
