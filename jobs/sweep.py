@@ -133,13 +133,20 @@ def launch_sweep(overrides: list[str], *, dryrun: bool, git_sha: str | None) -> 
     if any(o.startswith("hydra/launcher=") for o in overrides):
         return hydra_multirun(overrides)
     now = datetime.now(UTC)
-    sweep_id = new_sweep_id(now)
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep_id=")]
+    sweep_id = given[-1] if given else new_sweep_id(now)
     try:
         points = expand(overrides)
         jobs = materialize_points(points, sweep_id=sweep_id, git_sha=git_sha, now=now)
     except (HydraException, SweepPointError) as err:
         print(f"trainstack launch: {str(err).splitlines()[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not dryrun and all(job.cfg.backend.name == "kubernetes" for job in jobs):
+        # Every point is valid: the cluster launcher submits them (concurrent --wait, skip on
+        # re-run of the same sweep_id, auto-restart).
+        mode = "wait" if jobs[0].cfg.backend.wait else "submit"
+        launcher = ["hydra/launcher=pytorchjob", f"hydra.launcher.mode={mode}"]
+        return hydra_multirun([*overrides, *launcher, f"sweep_id={sweep_id}"])
     return run_points(jobs, points, sweep_id=sweep_id, dryrun=dryrun)
 
 

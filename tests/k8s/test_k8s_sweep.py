@@ -36,8 +36,9 @@ def test_submit_mode_survives_a_failed_point_and_skips_on_rerun(apiserver, train
 
 
 def test_wait_mode_maps_final_states_onto_job_returns(apiserver, trainstack, capsys, tmp_path):
+    # Plain `launch -m --wait` on kubernetes picks the launcher in wait mode by itself.
     apiserver.operator.plans["sw2-1"] = [JobPlan(outcome="Failed")]
-    args = [*SWEEP, "hydra.launcher.mode=wait", "sweep_id=sw2", "job.max_retries=0"]
+    args = ["-m", "--wait", "trainer.lr=1e-4,3e-4,1e-3", "sweep_id=sw2", "job.max_retries=0"]
     assert trainstack("launch", *args, launch=True) == 1
     out, err = capsys.readouterr()
     assert "[trainstack] sw2-0: Succeeded" in out and "[trainstack] sw2-2: Succeeded" in out
