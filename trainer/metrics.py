@@ -36,6 +36,7 @@ class MetricsLogger:
         self.storage, self.enabled = storage, enabled
         self._sinks: list[Any] = []
         self._progress = None
+        self._latest: dict[str, Any] = {}
         if not enabled:
             return
         if sys.stdout.isatty():
@@ -58,7 +59,8 @@ class MetricsLogger:
             sink(numbers, step)
         line = " ".join(f"{k}={_short(v)}" for k, v in record.items())
         if self._progress is not None:
-            self._progress.update(self._task, completed=step, info=_headline(record))
+            self._latest.update(record)  # an eval line keeps the last training figures shown
+            self._progress.update(self._task, completed=step, info=_headline(self._latest))
         else:
             print(f"[trainer] {line}", flush=True)
 
