@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import MISSING
+
 from catalog import INSTANCE_TYPES
 from trainer.config import DataConfig, ModelConfig, TrainerConfig
 
@@ -58,8 +60,9 @@ class BackendConfig:
 
 @dataclass
 class StorageConfig:
-    root: str = "runs"
-    """A local directory or `s3://bucket/prefix`; the run dir is `<root>/<run_id>`."""
+    root: str = MISSING
+    """A local directory or `s3://bucket/prefix`; the run dir is `<root>/<run_id>`. Set by the
+    storage group (`local`: runs) or a stack; `storage=s3` alone leaves it to you."""
 
 
 @dataclass

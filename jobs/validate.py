@@ -193,11 +193,13 @@ def check_local_files(cfg: Any) -> None:
     trainer would find out only after torchrun started."""
     if cfg.backend.name != "local":
         return
-    if not cfg.data.path.startswith("s3://") and not Path(cfg.data.path).is_file():
+    path = Path(cfg.data.path)
+    if not cfg.data.path.startswith("s3://") and not path.is_file():
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         raise JobConfigError(
             "data.path",
-            f"no such file {cfg.data.path!r} (relative to "
-            f"{Path.cwd()}); allowed: an existing JSONL file or s3://bucket/key",
+            f"no such file {cfg.data.path!r}{where}; allowed: an existing JSONL file or "
+            "s3://bucket/key",
         )
     tokenizer = cfg.data.tokenizer
     if tokenizer != "byte" and not Path(tokenizer).is_dir():

@@ -71,6 +71,11 @@ BAD_INPUTS = {
     ),
     "secret half set": ([*P5, "job.secrets.hf_token.name=hf"], "job.secrets.hf_token", "key"),
     "unknown backend": (["backend.name=slurm"], "backend.name", "kubernetes"),
+    "s3 storage without a root": (
+        ["storage=s3", "compute=g5.12xlarge", "backend=render", "job.image=r/t:v1"],
+        "storage.root",
+        "Missing mandatory value",
+    ),
     "missing data file": (["data.path=nowhere.jsonl"], "data.path", "s3://bucket/key"),
     "missing tokenizer": (
         [f"data.path={SAMPLE_DATA}", "data.tokenizer=no/such/dir"],
