@@ -11,7 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trainer.config import CHOICES, TrainerJobConfig
@@ -26,14 +27,30 @@ def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:
     if bad:
         raise ConfigError(f"override {bad[0]!r}: expected key=value, e.g. trainer.max_steps=100")
     try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(TrainerJobConfig),
-            OmegaConf.load(path),
-            OmegaConf.from_dotlist(overrides),
-        )
+        from_file = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config: {path!r} is not valid YAML: {_yaml_problem(exc)}") from None
+    if not isinstance(from_file, DictConfig):
+        allowed = ", ".join(f.name for f in dataclasses.fields(TrainerJobConfig))
+        raise ConfigError(f"--config: {path!r} must be a mapping with the keys {allowed}")
+    from_cli = []
+    for override in overrides:
+        try:
+            from_cli.append(OmegaConf.from_dotlist([override]))
+        except yaml.YAMLError as exc:
+            problem = f"value is not valid YAML: {_yaml_problem(exc)}"
+            raise ConfigError(f"override {override!r}: {problem}") from None
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), from_file, *from_cli)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
         raise ConfigError(_describe(exc)) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    return f"{getattr(exc, 'problem', None) or exc}{where}"
 
 
 def _describe(exc: OmegaConfBaseException) -> str:

@@ -70,6 +70,7 @@ CASES = {
     "unknown model": (["model.name=gpt5"], "model.name: unknown model 'gpt5'; allowed: tiny,"),
     "out of range": (["trainer.checkpoint.keep=0"], "trainer.checkpoint.keep: 0 is out of range"),
     "not key=value": (["max_steps"], "override 'max_steps': expected key=value"),
+    "override not YAML": (["trainer.max_steps=[1"], "override 'trainer.max_steps=[1': value is"),
 }
 
 
@@ -118,6 +119,23 @@ def test_malformed_lines_below_the_limit_are_counted_and_skipped(tmp_path):
     assert (len(texts), bad) == (9, 1)
     with pytest.raises(ConfigError, match=r"1 of 10 lines .*\(first: line 10\)"):
         read_documents(DataConfig(path=data, max_bad_fraction=0.05))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("run_dir: [unclosed\n", "is not valid YAML: expected ',' or ']'"),
+        ("- a list\n", "must be a mapping with the keys run_dir, seed, model, data, trainer"),
+    ],
+    ids=["not YAML", "not a mapping"],
+)
+def test_bad_config_file(tmp_path, capsys, text, message):
+    config = tmp_path / "job.yaml"
+    config.write_text(text)
+    assert main(["--config", str(config)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("error: --config: ") and message in err, err
+    assert err.count("\n") == 1
 
 
 def test_real_process_exit_code_and_single_line(job):
