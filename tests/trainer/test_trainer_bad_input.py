@@ -149,3 +149,10 @@ def test_real_process_exit_code_and_single_line(job):
     assert proc.returncode == EXIT_BAD_INPUT
     assert proc.stderr == "error: trainer.lr: -1.0 is out of range; allowed: a number > 0\n"
     assert not (job.parent / "run/config.yaml").exists()
+
+
+def test_config_checks_stay_torch_free():
+    """`jobs` runs these checks at launch; they must not pull in torch."""
+    code = "import sys, trainer.job_config; print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.stdout.strip() == "False", proc.stderr
