@@ -121,9 +121,10 @@ def follow_log(
 ) -> Iterator[str]:
     """Stream rank `rank`'s log until the job ends, across pod restarts, each line once.
 
-    A restarted pod (new uid) is followed from its first line; a reconnect to the same pod
-    skips the lines already yielded. Waiting for a pod to start is bounded by
-    `start_timeout_s` (nodes may have to scale up first); failed connections by MAX_RECONNECTS.
+    A replaced pod (new uid) or restarted container is followed from its first line; a
+    reconnect to the same container skips the lines already yielded. Waiting for a pod or
+    container to start is bounded by `start_timeout_s` (nodes may have to scale up first);
+    failed connections by MAX_RECONNECTS.
     """
     from kubernetes import watch
 
@@ -144,7 +145,8 @@ def follow_log(
                 )
             cluster.sleep(poll_s)
             continue
-        uid, seen = pod["metadata"]["uid"], 0
+        container = f"{pod['metadata']['uid']}/{_restarts(pod)}"
+        seen = 0
         try:
             for line in watch.Watch().stream(
                 cluster.core.read_namespaced_pod_log,
@@ -154,11 +156,14 @@ def follow_log(
                 _request_timeout=(cluster.retry.connect_timeout_s, None),
             ):
                 seen += 1
-                if seen > yielded.get(uid, 0):
-                    yielded[uid] = seen
+                if seen > yielded.get(container, 0):
+                    yielded[container] = seen
                     failures = 0
                     yield line
         except Exception as exc:
+            if status_of(exc) == 400 and time.monotonic() - waiting_since < start_timeout_s:
+                cluster.sleep(poll_s)  # the container is (re)starting: no log to read yet
+                continue
             failures += 1
             if failures > MAX_RECONNECTS:
                 raise ClusterError(
@@ -171,6 +176,11 @@ def follow_log(
         # The pod ended or was replaced while the job goes on: follow its successor.
         waiting_since = time.monotonic()
         cluster.sleep(poll_s)
+
+
+def _restarts(pod: dict) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((c.get("restartCount", 0) for c in statuses if c.get("name") == CONTAINER), 0)
 
 
 def _get_pod(cluster: Cluster, name: str) -> dict | None:
