@@ -309,7 +309,7 @@ def last_metrics(run_dir: str | None) -> tuple[int | None, float | None]:
     s3; (None, None) when there is none yet or it cannot be read from here."""
     import json
 
-    from trainer.storage import StorageError, open_run_storage
+    from trainer.storage import open_run_storage
 
     if not run_dir:
         return None, None
@@ -318,7 +318,7 @@ def last_metrics(run_dir: str | None) -> tuple[int | None, float | None]:
         if not storage.exists("logs/metrics.jsonl"):
             return None, None
         lines = storage.read_text("logs/metrics.jsonl").splitlines()
-    except (StorageError, OSError):
+    except Exception:  # progress is decoration: never fail a listing over it
         return None, None
     for line in reversed(lines):
         try:
