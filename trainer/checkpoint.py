@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -104,12 +105,19 @@ class Checkpointer:
     def load(self, step: int, state: dict[str, Any]) -> None:
         """Fill `state` (tensors in place, other values replaced) from checkpoint `step`."""
         rel = step_dir(step)
+        group = self.dist.checkpoint_group
         local = self.storage.local_path(rel)
-        if local is None:
-            assert self._staging is not None
-            local = self._staging / f"load-rank{self.dist.rank}" / rel
-            self.storage.download_dir(rel, local)
-        dcp.load(state, checkpoint_id=str(local), process_group=self.dist.checkpoint_group)
+        if local is not None:
+            dcp.load(state, checkpoint_id=str(local), process_group=group)
+            return
+        assert self._staging is not None
+        cache = self._staging / f"load-rank{self.dist.rank}"
+        shutil.rmtree(cache, ignore_errors=True)
+        try:
+            self.storage.download_dir(rel, cache / rel)
+            dcp.load(state, checkpoint_id=str(cache / rel), process_group=group)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)  # a full copy of the checkpoint
 
     # ---- saving --------------------------------------------------------------------------
 
@@ -132,6 +140,8 @@ class Checkpointer:
         if target is None:
             assert self._staging is not None
             target = self._staging / rel
+            for stale in target.glob(f"__{self.dist.rank}_*"):  # left by a crashed attempt
+                stale.unlink()
         target.mkdir(parents=True, exist_ok=True)
         group = self.dist.checkpoint_group
         if asynchronous:
