@@ -132,7 +132,7 @@ class FakeOperator:
         self._condition(name, namespace, phase, reason, message)
 
     def _create_pods(self, job: dict) -> list[str]:
-        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        name = job["metadata"]["name"]
         specs = job["spec"].get("pytorchReplicaSpecs", {})
         names = []
         for replica_type in ("Master", "Worker"):
@@ -140,7 +140,6 @@ class FakeOperator:
                 pod_name = f"{name}-{replica_type.lower()}-{index}"
                 self._put_pod(job, pod_name, replica_type, index)
                 names.append(pod_name)
-        del namespace
         return names
 
     def _put_pod(self, job: dict, pod_name: str, replica_type: str, index: int) -> None:

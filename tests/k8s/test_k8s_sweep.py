@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from tests.k8s.conftest import NAMESPACE
@@ -51,3 +52,12 @@ def test_wait_mode_maps_final_states_onto_job_returns(apiserver, trainstack, cap
     assert apiserver.operator.created["sw3-1"] == 2
     summary = yaml.safe_load((tmp_path / "runs/sweeps/sw3/summary.yaml").read_text())
     assert [run["state"] for run in summary["runs"]] == ["succeeded"] * 3
+
+
+def test_launcher_settings_are_checked():
+    from hydra_plugins.pytorchjob_launcher.launcher import PyTorchJobLauncher
+
+    with pytest.raises(ValueError, match=r"hydra.launcher.mode: 'later' is not allowed"):
+        PyTorchJobLauncher(mode="later")
+    with pytest.raises(ValueError, match=r"hydra.launcher.max_parallel: 0 must be at least 1"):
+        PyTorchJobLauncher(max_parallel=0)
