@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import OmegaConf
+from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
@@ -77,20 +79,10 @@ def run(cfg: TrainerJobConfig) -> int:
         )
         if env.is_main:
             storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
+        parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics)
+        eval_seqs = PackedSequences(corpus.eval_tokens, cfg.data.seq_len)
         try:
-            return _train(
-                cfg,
-                plan,
-                env,
-                model,
-                optimizer,
-                scheduler,
-                checkpointer,
-                metrics,
-                train_seqs,
-                PackedSequences(corpus.eval_tokens, cfg.data.seq_len),
-                stop,
-            )
+            return _train(parts, train_seqs, eval_seqs, stop)
         finally:
             checkpointer.close()
             metrics.close()
@@ -99,19 +91,26 @@ def run(cfg: TrainerJobConfig) -> int:
         shutdown()
 
 
+@dataclass
+class Parts:
+    """What the loop works with, built by `run`."""
+
+    cfg: TrainerJobConfig
+    plan: Plan
+    env: Distributed
+    model: Transformer
+    optimizer: torch.optim.Optimizer
+    scheduler: LRScheduler
+    checkpointer: Checkpointer
+    metrics: MetricsLogger
+
+
 def _train(
-    cfg,
-    plan: Plan,
-    env: Distributed,
-    model,
-    optimizer,
-    scheduler,
-    checkpointer,
-    metrics: MetricsLogger,
-    train_seqs: PackedSequences,
-    eval_seqs: PackedSequences,
-    stop: StopSignal,
+    parts: Parts, train_seqs: PackedSequences, eval_seqs: PackedSequences, stop: StopSignal
 ) -> int:
+    cfg, plan, env, model = parts.cfg, parts.plan, parts.env, parts.model
+    optimizer, scheduler = parts.optimizer, parts.scheduler
+    checkpointer, metrics = parts.checkpointer, parts.metrics
     t = cfg.trainer
     metrics.note(plan.describe())
 
