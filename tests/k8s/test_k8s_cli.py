@@ -21,6 +21,16 @@ def test_wait_streams_the_master_log_and_exits_with_success(trainstack, capsys):
     assert "ok1: succeeded" in out
 
 
+def test_wait_rides_out_a_pod_killed_mid_run(apiserver, trainstack, capsys):
+    apiserver.operator.plans["pk1"] = [JobPlan(steps=5, step_seconds=0.08, kill_pod_at=2)]
+    assert trainstack("launch", "--wait", "run_id=pk1", launch=True) == 0
+    out = capsys.readouterr().out
+    assert "[trainstack] pk1: Restarting" in out
+    assert "[pk1-master-0] resumed from latest checkpoint" in out
+    assert out.index("resumed from latest checkpoint") < out.index("[pk1-master-0] step 5 ")
+    assert apiserver.operator.created["pk1"] == 1  # the operator restarted the pod, not us
+
+
 def test_failed_runs_restart_bounded_and_counted(apiserver, trainstack, capsys):
     apiserver.operator.plans["rf1"] = [FAILED, FAILED, FAILED, JobPlan()]
     code = trainstack("launch", "--wait", "run_id=rf1", "job.max_retries=2", launch=True)
@@ -43,8 +53,8 @@ def test_a_restart_that_succeeds_exits_zero(apiserver, trainstack, capsys):
     assert "rf2: resumed (retry 1/1)" in capsys.readouterr().out
 
 
-def test_cancelled_runs_are_not_restarted(apiserver, trainstack, capsys, monkeypatch):
-    from jobs.backends.kubernetes import KubernetesBackend
+def test_cancelled_runs_are_not_restarted(apiserver, trainstack, capsys, monkeypatch, kubeconfig):
+    from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
 
     # Cancelled while running: suspended, reported cancelled, never resubmitted.
     apiserver.operator.plans["rc1"] = [JobPlan(hold=True)]
@@ -55,10 +65,12 @@ def test_cancelled_runs_are_not_restarted(apiserver, trainstack, capsys, monkeyp
     assert "[trainstack] rc1: Cancelled" in capsys.readouterr().out
     assert apiserver.list("pods", NAMESPACE) == []  # the operator removed them on suspend
 
-    # Failed, then cancelled during the restart backoff: the restart is called off.
-    monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 1.0)
+    # Failed, then cancelled during the restart backoff: the restart is called off. (The
+    # backend's cancel directly: the CLI's config composition could outlast the backoff.)
+    monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.5)
     apiserver.operator.plans["rc2"] = [FAILED, JobPlan()]
-    canceller = _when_failed(apiserver, "rc2", lambda: trainstack("cancel", "rc2"))
+    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), None, NAMESPACE))
+    canceller = _when_failed(apiserver, "rc2", lambda: backend.cancel("rc2"))
     code = trainstack("launch", "--wait", "run_id=rc2", "job.max_retries=3", launch=True)
     canceller.join()
     assert code != 0 and apiserver.operator.created["rc2"] == 1
