@@ -13,7 +13,7 @@ from jobs.k8s.watch import MAX_RECONNECTS, follow_log, wait_for_end
 from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
 from tests.k8s.fake_operator import JobPlan
 
-SLOW = JobPlan(steps=6, step_seconds=0.08, kill_pod_at=3)
+SLOW = JobPlan(steps=8, step_seconds=0.1, kill_pod_at=4)
 
 
 def state_history(apiserver, name: str) -> list[str]:
