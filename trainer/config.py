@@ -11,7 +11,6 @@ torch-free on purpose: `jobs` imports it to validate and plan without loading to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 # OmegaConf 2.3 has no Literal support: closed choices are plain strings, listed here and
 # checked by `validate_choices` with a message naming the key.
@@ -34,16 +33,16 @@ class ModelConfig:
     name: str = "tiny"
     """Preset in `trainer.model.args.MODEL_PRESETS`: tiny, llama3_1b, llama3_8b, llama3_70b."""
     # Optional overrides of the preset's fields (null keeps the preset's value).
-    dim: Optional[int] = None
-    n_layers: Optional[int] = None
-    n_heads: Optional[int] = None
-    n_kv_heads: Optional[int] = None
-    vocab_size: Optional[int] = None
-    ffn_hidden_dim: Optional[int] = None
-    max_seq_len: Optional[int] = None
-    norm_eps: Optional[float] = None
-    rope_theta: Optional[float] = None
-    tie_embeddings: Optional[bool] = None
+    dim: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    vocab_size: int | None = None
+    ffn_hidden_dim: int | None = None
+    max_seq_len: int | None = None
+    norm_eps: float | None = None
+    rope_theta: float | None = None
+    tie_embeddings: bool | None = None
 
 
 @dataclass
@@ -77,9 +76,9 @@ class CheckpointConfig:
 class MetricsConfig:
     tensorboard: bool = False
     """Write TensorBoard events under <run_dir>/logs/tensorboard (needs `tensorboard`)."""
-    wandb_project: Optional[str] = None
+    wandb_project: str | None = None
     """Log to this Weights & Biases project (needs `wandb` and WANDB_API_KEY)."""
-    mlflow_tracking_uri: Optional[str] = None
+    mlflow_tracking_uri: str | None = None
     """Log to this MLflow tracking server (needs `mlflow`)."""
 
 
@@ -102,7 +101,7 @@ class TrainerConfig:
     """Sequences per rank per forward/backward."""
     grad_accum_steps: int = 1
     """Micro batches per optimizer step; ignored when `global_batch_size` is set."""
-    global_batch_size: Optional[int] = None
+    global_batch_size: int | None = None
     """Sequences per optimizer step across all ranks; must be divisible by
     micro_batch_size * data-parallel size. Null means micro * accum * dp."""
     log_interval: int = 10
@@ -117,7 +116,7 @@ class TrainerConfig:
     """One of none, full, selective. selective: recompute every other block."""
     compile: bool = False
     """torch.compile each transformer block."""
-    peak_flops: Optional[float] = None
+    peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU; null uses the known-GPU table, or on CPU a quick
     measurement (labelled as measured)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

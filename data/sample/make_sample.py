@@ -40,7 +40,7 @@ def extract_text(workdir: Path) -> str:
 def chapters(text: str) -> list[dict[str, str]]:
     docs: list[dict[str, str]] = []
     for line in text.splitlines():
-        if header := HEADER.match(line):
+        if HEADER.match(line):
             docs.append({"id": line, "text": ""})
         elif (verse := VERSE.match(line)) and docs:
             sep = "\n" if docs[-1]["text"] else ""
