@@ -68,7 +68,7 @@ def test_sigterm_mid_run_checkpoints_exits_143_and_resumes_exactly(
     run_dir = tmp_path / "run"
     # Slow steps, async checkpoints every 2 steps: SIGTERM waits for one in flight, then saves
     # the step it stopped at.
-    first = start_trainer(2, [*CHECKPOINT_EVERY_2, *ASYNC], env={STEP_DELAY_ENV: "0.3"})
+    first = start_trainer(2, [*CHECKPOINT_EVERY_2, *ASYNC], env={STEP_DELAY_ENV: "0.5"})
     first.wait_for(lambda: (run_dir / "logs/metrics.jsonl").is_file())
     first.wait_for(lambda: len(read_metrics(str(run_dir))) >= 2)
     first.signal(signal.SIGTERM)
