@@ -41,33 +41,42 @@ class PreflightRequest:
 
 def preflight(cluster: Cluster, request: PreflightRequest) -> None:
     """Raise PreflightError listing every failed check; return quietly when all pass."""
-    problems = [
-        problem
-        for problem in (
-            _check_crd(cluster),
-            _check_exists(
-                cluster,
-                f"namespace {cluster.namespace!r} (cluster.namespace) does not exist",
-                cluster.core.read_namespace,
-                cluster.namespace,
-            ),
-            _check_exists(
-                cluster,
-                f"service account {request.service_account!r} (cluster.service_account) does "
-                f"not exist in namespace {cluster.namespace!r}",
-                cluster.core.read_namespaced_service_account,
-                request.service_account,
-                cluster.namespace,
-            ),
-            _check_capacity(cluster, request),
-        )
-        if problem
-    ]
+    namespace = cluster.namespace
+    checks = (
+        lambda: _check_crd(cluster),
+        lambda: _check_exists(
+            cluster,
+            f"namespace {namespace!r} (cluster.namespace) does not exist",
+            cluster.core.read_namespace,
+            namespace,
+        ),
+        lambda: _check_exists(
+            cluster,
+            f"service account {request.service_account!r} (cluster.service_account) does not "
+            f"exist in namespace {namespace!r}",
+            cluster.core.read_namespaced_service_account,
+            request.service_account,
+            namespace,
+        ),
+        lambda: _check_capacity(cluster, request),
+    )
+    problems = [problem for problem in map(_forbidden_as_problem, checks) if problem]
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
         raise PreflightError(
             f"preflight failed ({len(problems)} problem(s); --skip-preflight bypasses):\n{lines}"
         )
+
+
+def _forbidden_as_problem(check) -> str | None:
+    """Run one check; a 403 (RBAC lets the submitter create jobs but not read nodes or CRDs,
+    both cluster-scoped) becomes that check's problem line instead of ending the preflight."""
+    try:
+        return check()
+    except ClusterError as err:
+        if status_of(err.__cause__) == 403:
+            return f"{err} (no permission for this check)"
+        raise
 
 
 def _check_crd(cluster: Cluster) -> str | None:

@@ -73,3 +73,12 @@ def test_cli_preflight_failure_is_one_line_and_nothing_is_submitted(apiserver, t
     # --skip-preflight bypasses the checks (the fake still accepts the job).
     assert trainstack("launch", "--skip-preflight", "run_id=pf1", launch=True) == 0
     assert apiserver.get("pytorchjobs", "pf1", NAMESPACE) is not None
+
+
+def test_a_check_the_submitter_may_not_run_is_reported_not_fatal(apiserver, cluster):
+    apiserver.faults.read_errors = [403]  # the first read: the CRD (cluster-scoped)
+    (problem,) = problems(cluster, request())
+    assert problem == (
+        "get CRD pytorchjobs.kubeflow.org failed: 403 Forbidden: injected server error "
+        "(no permission for this check)"
+    )
