@@ -8,13 +8,17 @@
     cancel(run_id) -> None         idempotent: cancelling a finished or unknown run is a no-op
 
 Local runs keep their state in the run dir so `trainstack runs/status/logs/cancel` work
-without the process that launched them (all paths relative to `<storage.root>/<run_id>/`):
+without the process that launched them (paths relative to `<storage.root>/<run_id>/`, or to
+`runs/<run_id>/` when storage.root is s3://):
 
-    job/state.json   {"run_id", "sweep_id", "backend": "local", "state", "pid", "pgid",
-                      "exit_code", "started_at", "finished_at" (ISO-8601 UTC), "nodes",
-                      "command": [...], "attempt"}   rewritten atomically on every change;
-                      "pid"/"pgid" are torchrun's; cancel = SIGTERM to the process group
-    job/output.log   torchrun's combined stdout+stderr (every rank), appended per attempt
+    job/state.json   {"run_id", "sweep_id", "backend": "local", "state", "run_dir", "nodes",
+                      "command": [...], "attempt", "started_at", "finished_at" (ISO-8601 UTC),
+                      "exit_code", "pid" (torchrun), "supervisor_pid", "torchrun_seconds",
+                      "message"}   rewritten atomically on every change; cancel = touch
+                      job/cancel-requested, then SIGTERM to "pid" (torchrun forwards it; the
+                      trainer checkpoints and exits 143)
+    job/output.log   torchrun's combined stdout+stderr, appended per attempt; worker lines
+                      carry torchrun's `[default<rank>]:` prefix (PET_TEE=3)
     job/config.yaml  the trainer config the run was started with (`--config`)
     logs/metrics.jsonl, checkpoints/, config.yaml   written by the trainer itself
 

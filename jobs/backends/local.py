@@ -128,7 +128,8 @@ class LocalBackend:
                 "pid": None,
             },
         )
-        supervisor = subprocess.Popen(
+        # Detached: the run outlives this shell; the supervisor alone writes state from here.
+        subprocess.Popen(
             [sys.executable, "-m", "jobs.backends.local_runner", str(state_dir.resolve())],
             cwd=request.cwd,
             start_new_session=True,
@@ -136,7 +137,6 @@ class LocalBackend:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        run_state.update_state(state_dir, supervisor_pid=supervisor.pid)
         return job.run_id
 
     def _state(self, run_id: str) -> tuple[Path, dict]:

@@ -36,6 +36,7 @@ def _default_signals() -> None:
 
 
 def supervise(state_dir: Path) -> int:
+    run_state.update_state(state_dir, supervisor_pid=os.getpid())
     request = json.loads((state_dir / "job" / "request.json").read_text())
     # A cancel SIGTERMs torchrun only; ignore strays so the outcome is always recorded.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
