@@ -17,7 +17,6 @@ from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
 from jobs.spec import elastic_of
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-CLUSTER_BACKENDS = ("render", "kubernetes")
 
 
 class JobConfigError(ValueError):
