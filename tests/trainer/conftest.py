@@ -2,7 +2,8 @@
 
 `run_trainer(nproc, overrides)` runs to completion; `start_trainer(...)` returns a live
 `TrainerProcess` for tests that kill or signal it. Both take `run_dir=` (an s3:// URI works,
-with the AWS_* variables in `env=`), `env=` and `small=` (False: the default job's model).
+with the AWS_* variables in `env=`), `env=`, `small=` (False: the default job's model) and
+`launcher=` ("torchrun", or "trainer.launch" for the exit-code-keeping wrapper).
 """
 
 from __future__ import annotations

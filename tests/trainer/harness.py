@@ -94,19 +94,17 @@ class TrainerProcess:
         return TrainerResult(self.proc.returncode, self.output(), self.stderr(), self.run_dir)
 
 
-def trainer_command(nproc: int, config: Path, overrides: list[str]) -> list[str]:
-    if nproc == 0:  # a plain single process, no torchrun
-        return [str(BIN / "python"), "-m", "trainer", "--config", str(config), *overrides]
-    return [
-        str(BIN / "torchrun"),
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "trainer",
-        "--config",
-        str(config),
-        *overrides,
-    ]
+def trainer_command(
+    nproc: int, config: Path, overrides: list[str], launcher: str = "torchrun"
+) -> list[str]:
+    """nproc=0: plain `python -m trainer`; else `torchrun` or `python -m trainer.launch`."""
+    trainer = ["-m", "trainer", "--config", str(config), *overrides]
+    if nproc == 0:
+        return [str(BIN / "python"), *trainer]
+    start = [str(BIN / "python"), "-m", launcher]
+    if launcher == "torchrun":
+        start = [str(BIN / "torchrun")]
+    return [*start, "--standalone", f"--nproc_per_node={nproc}", *trainer]
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -137,6 +135,7 @@ def launch_trainer(
     run_dir: str | None = None,
     env: dict[str, str] | None = None,
     small: bool = True,
+    launcher: str = "torchrun",
 ) -> TrainerProcess:
     """Start the trainer; its config, stdout and stderr go to a fresh folder of `work_dir`."""
     run_dir = run_dir or str(work_dir / "run")
@@ -152,4 +151,5 @@ def launch_trainer(
             lines = SAMPLE.read_text().splitlines(keepends=True)[:SMALL_CORPUS_DOCS]
             corpus.write_text("".join(lines))
         args.insert(0, f"data.path={corpus}")
-    return TrainerProcess(trainer_command(nproc, config, args), full_env, run_dir, log_dir)
+    command = trainer_command(nproc, config, args, launcher)
+    return TrainerProcess(command, full_env, run_dir, log_dir)

@@ -18,6 +18,7 @@ from trainer.__main__ import main
 from trainer.config import EXIT_BAD_INPUT, DataConfig
 from trainer.data import read_documents
 from trainer.errors import ConfigError
+from trainer.launch import exit_code_for
 
 
 def snapshot(run_dir: Path) -> dict[str, tuple[int, bytes]]:
@@ -156,3 +157,15 @@ def test_config_checks_stay_torch_free():
     code = "import sys, trainer.job_config; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_launch_wrapper_keeps_exit_2_of_two_ranks(run_trainer):
+    """torchrun alone exits 1 for any worker failure; trainer.launch passes the 2 through."""
+    result = run_trainer(2, ["trainer.max_steps=0"], launcher="trainer.launch")
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "error: trainer.max_steps: 0 is out of range" in result.stderr
+
+
+@pytest.mark.parametrize("first_code, job_code", [(143, 143), (-15, 143), (2, 2), (1, 1), (-9, 1)])
+def test_launch_wrapper_maps_the_first_failure(first_code, job_code):
+    assert exit_code_for(first_code) == job_code
