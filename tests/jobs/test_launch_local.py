@@ -87,3 +87,33 @@ def test_local_launch_path_stays_light(tmp_path):
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout
     assert "HEAVY []" in out
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_running_local_run_after_a_checkpoint(workdir):
+    import time
+    from datetime import UTC, datetime
+
+    from jobs.backends.base import CANCELLED
+    from jobs.compose import compose
+    from jobs.materialize import materialize
+
+    overrides = [*FAST[:-1], "run_id=cancel-me", "trainer.max_steps=10000"]
+    job = materialize(compose(overrides), now=datetime.now(UTC), git_sha=None)
+    backend = LocalBackend("runs")
+    backend.schedule(backend.dryrun(job))
+    run_dir = workdir / "runs" / "cancel-me"
+    deadline = time.monotonic() + 120
+    while backend.status("cancel-me").last_step is None:
+        assert time.monotonic() < deadline, (run_dir / "job" / "output.log").read_text()
+        time.sleep(0.5)
+    backend.cancel("cancel-me")
+    backend.cancel("cancel-me")  # idempotent
+    while not backend.status("cancel-me").finished:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    status = backend.status("cancel-me")
+    assert status.state == CANCELLED
+    # The trainer saved where it stopped (SIGTERM -> checkpoint), so a relaunch resumes.
+    assert list((run_dir / "checkpoints").glob("step-*/COMMITTED"))
+    backend.cancel("cancel-me")  # finished: still a no-op
