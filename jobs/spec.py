@@ -79,7 +79,8 @@ class JobSpec:
     image: str | None
     """None for `local_cpu` (runs from this checkout)."""
     command: tuple[str, ...]
-    """torchrun ... -m trainer --config POD_CONFIG_PATH; node topology comes from PET_* env."""
+    """python -m trainer.launch (torchrun) ... -m trainer --config POD_CONFIG_PATH; node
+    topology comes from PET_* env."""
     env: dict[str, str]
     secret_env: tuple[SecretEnv, ...]
     nodes: int
@@ -176,10 +177,14 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
 def torchrun_command(
     shutdown_timeout_s: int, config_path: str = POD_CONFIG_PATH
 ) -> tuple[str, ...]:
-    # Nodes, ranks, rendezvous and processes per node come from the PET_* variables the
-    # operator sets (and the local backend sets the same way).
+    """torchrun through `trainer.launch`, which exits with the trainer's code (143 preempted:
+    the `ExitCode` restart policy retries; 2 bad input: it doesn't) where plain torchrun
+    exits 1. Nodes, ranks, rendezvous and processes per node come from the PET_* variables
+    the operator sets (and the local backend sets the same way)."""
     return (
-        "torchrun",
+        "python",
+        "-m",
+        "trainer.launch",
         f"--shutdown-timeout={shutdown_timeout_s}",
         "-m",
         "trainer",

@@ -51,12 +51,6 @@ class LocalRequest:
     config_text: str
 
 
-def torchrun_path() -> str:
-    """The torchrun next to this interpreter (the venv's), else the one on PATH."""
-    beside = Path(sys.executable).with_name("torchrun")
-    return str(beside) if beside.exists() else "torchrun"
-
-
 def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
     """What the operator sets in a pod, for one node here; plus per-rank log prefixes."""
     return {
@@ -83,7 +77,8 @@ class LocalBackend:
         spec = job.spec
         state_dir = str(self.state_dir(spec.name))
         config_path = f"{state_dir}/{CONFIG_FILE}"
-        argv = [torchrun_path(), *spec.command[1:]]
+        # The pod's `python` is the image's; here it is this interpreter (the venv's).
+        argv = [sys.executable if a == "python" else a for a in spec.command]
         argv = [config_path if a == POD_CONFIG_PATH else a for a in argv]
         env = {**spec.env, **operator_env(spec.nproc_per_node, state_dir)}
         request = LocalRequest(argv, env, self.cwd, state_dir, trainer_config_yaml(spec))

@@ -44,6 +44,8 @@ def test_launch_runs_torchrun_locally_and_resumes(cli, workdir):
     assert (state["state"], state["exit_code"], state["attempt"]) == (SUCCEEDED, 0, 1)
     # The pod's command, with the config path pointing at the local copy.
     assert state["command"][1:] == [
+        "-m",
+        "trainer.launch",
         "--shutdown-timeout=270",
         "-m",
         "trainer",
@@ -113,7 +115,7 @@ def test_cancel_stops_a_running_local_run_after_a_checkpoint(workdir):
         assert time.monotonic() < deadline
         time.sleep(0.5)
     status = backend.status("cancel-me")
-    assert status.state == CANCELLED
+    assert (status.state, status.exit_code) == (CANCELLED, 143)
     # The trainer saved where it stopped (SIGTERM -> checkpoint), so a relaunch resumes.
     assert list((run_dir / "checkpoints").glob("step-*/COMMITTED"))
     backend.cancel("cancel-me")  # finished: still a no-op
