@@ -84,6 +84,9 @@ image_build = (
         config.cluster.partition,
         repository_arn=registry.repository_arn,
         repository_url=registry.repository_url,
+        artifacts_bucket=storage.bucket,
+        artifacts_bucket_arn=storage.bucket_arn,
+        artifacts_key_arn=storage.key_arn,
         log_retention_days=config.cluster.log_retention_days,
     )
     if config.ci

@@ -7,7 +7,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.iam import service_role
-from infra.policies import codebuild_policy, start_build_policy
+from infra.policies import BUILD_ARTIFACTS_PREFIX, codebuild_policy, start_build_policy
 from infra.settings import CiConfig
 
 BUILDSPEC = "images/buildspec.yml"
@@ -26,6 +26,9 @@ class ImageBuild(pulumi.ComponentResource):
         partition: str,
         repository_arn: pulumi.Input[str],
         repository_url: pulumi.Input[str],
+        artifacts_bucket: pulumi.Input[str],
+        artifacts_bucket_arn: pulumi.Input[str],
+        artifacts_key_arn: pulumi.Input[str],
         log_retention_days: int,
         opts: pulumi.ResourceOptions | None = None,
     ):
@@ -40,8 +43,12 @@ class ImageBuild(pulumi.ComponentResource):
             "codebuild.amazonaws.com",
             self,
             partition,
-            inline_policy=pulumi.Output.all(repository_arn, log_group.arn).apply(
-                lambda arns: codebuild_policy(arns[0], arns[1], config.connection_arn)
+            inline_policy=pulumi.Output.all(
+                repository_arn, log_group.arn, artifacts_bucket_arn, artifacts_key_arn
+            ).apply(
+                lambda arns: codebuild_policy(
+                    arns[0], arns[1], config.connection_arn, artifacts=(arns[2], arns[3])
+                )
             ),
         )
         source: dict = {
@@ -59,7 +66,16 @@ class ImageBuild(pulumi.ComponentResource):
             service_role=role.arn,
             source=source,
             source_version=config.branch,
-            artifacts={"type": "NO_ARTIFACTS"},
+            # image.json (URI + digest) kept per build, KMS-encrypted with the bucket's key;
+            # deploys also get the digest from the build's exported variables.
+            artifacts={
+                "type": "S3",
+                "location": artifacts_bucket,
+                "path": BUILD_ARTIFACTS_PREFIX,
+                "namespace_type": "BUILD_ID",
+                "packaging": "NONE",
+            },
+            encryption_key=artifacts_key_arn,
             environment={
                 "type": "LINUX_CONTAINER",
                 "compute_type": "BUILD_GENERAL1_LARGE",

@@ -73,10 +73,18 @@ def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_a
     )
 
 
+BUILD_ARTIFACTS_PREFIX = "image-builds"
+"""Bucket prefix for the build's artifact (image.json: URI and digest of each pushed image)."""
+
+
 def codebuild_policy(
-    repository_arn: str, log_group_arn: str, connection_arn: str | None = None
+    repository_arn: str,
+    log_group_arn: str,
+    connection_arn: str | None = None,
+    artifacts: tuple[str, str] | None = None,
 ) -> str:
-    """The image build: push to its repository and write its own log group, nothing else."""
+    """The image build: push to its repository, write its own log group and, with `artifacts`
+    (bucket ARN, bucket KMS key ARN), its artifact under `BUILD_ARTIFACTS_PREFIX` — nothing else."""
     statements = [
         {
             "Sid": "PushTrainerImage",
@@ -94,6 +102,28 @@ def codebuild_policy(
             "Resource": [log_group_arn, f"{log_group_arn}:*"],
         },
     ]
+    if artifacts:
+        bucket_arn, key_arn = artifacts
+        statements += [
+            {
+                "Sid": "BuildArtifact",
+                "Effect": "Allow",
+                "Action": "s3:PutObject",
+                "Resource": f"{bucket_arn}/{BUILD_ARTIFACTS_PREFIX}/*",
+            },
+            {
+                "Sid": "ArtifactBucketLocation",
+                "Effect": "Allow",
+                "Action": ["s3:GetBucketAcl", "s3:GetBucketLocation"],
+                "Resource": bucket_arn,
+            },
+            {
+                "Sid": "ArtifactKey",
+                "Effect": "Allow",
+                "Action": "kms:GenerateDataKey",
+                "Resource": key_arn,
+            },
+        ]
     if connection_arn:
         statements.append(
             {

@@ -180,6 +180,16 @@ def check_iam_scoped(run: StackRun) -> None:
     assert not any(a.startswith("s3:") and a.endswith("*") for s in statements for a in s["Action"])
     association = run.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs
     assert association["roleArn"].endswith("-trainer")
+    builders = [p for p in policies if p.name.endswith("-codebuild-inline")]
+    assert builders
+    for builder in builders:  # the image build writes only its artifact prefix
+        puts = [
+            s
+            for s in json.loads(builder.inputs["policy"])["Statement"]
+            if "s3:PutObject" in s["Action"]
+        ]
+        assert [s["Resource"] for s in puts] == [puts[0]["Resource"]]
+        assert puts[0]["Resource"].endswith("/image-builds/*")
 
 
 def check_device_plugins(run: StackRun) -> None:
@@ -305,6 +315,10 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     assert project["source"]["buildspec"] == "images/buildspec.yml"
     env = {v["name"] for v in project["environment"]["environmentVariables"]}
     assert env == {"REPOSITORY_URI", "AWS_REGION"}
+    # The buildspec's image.json artifact is kept in the runs bucket, under its own prefix.
+    assert project["artifacts"]["type"] == "S3"
+    assert project["artifacts"]["path"] == "image-builds"
+    assert project["encryptionKey"]
     hooks = run.one("aws:codebuild/webhook:Webhook").inputs["filterGroups"]
     patterns = [f["pattern"] for group in hooks for f in group["filters"]]
     assert "^refs/heads/main$" in patterns
