@@ -1,8 +1,9 @@
 """Trainer benchmark (issue 2, section 4), on this machine's CPU with 2 gloo ranks.
 
 - throughput: the trainer's tokens/s against a bare FSDP2 loop (same model, batch and ranks,
-  random tokens, nothing but forward/backward/AdamW) — launched alternately, twice each, so
-  load from other processes hits both alike; medians over the steady-state steps.
+  random tokens, nothing but forward/backward/AdamW) — launched alternately, three times each,
+  so load from other processes hits both alike; medians over the steady-state steps and over
+  the launches.
 - memory: bytes of the local shards of parameters + gradients + AdamW state after one step of
   a 55M-parameter model, at 2 ranks (the larger rank) over 1 rank.
 - checkpoint: the trainer's synchronous DCP save (shards, fsync, commit marker) against a raw
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NPROC = 2
 STEPS, WARMUP = 24, 6
+ROUNDS = 3  # alternating launches of each loop
 SEQ_LEN, MICRO_BATCH = 128, 8  # the default job's shape (model `tiny`)
 # >= 50M parameters, odd enough that shards are uneven.
 BIG_MODEL = dict(dim=640, n_layers=12, n_heads=10, n_kv_heads=5, ffn_hidden_dim=1728)
@@ -39,8 +41,8 @@ def run() -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_trainer_") as tmp:
         work = Path(tmp)
         trainer_rates, bare_rates = [], []
-        for round_ in range(2):
-            order = ("bare", "trainer") if round_ == 0 else ("trainer", "bare")
+        for round_ in range(ROUNDS):
+            order = ("bare", "trainer") if round_ % 2 == 0 else ("trainer", "bare")
             for kind in order:
                 if kind == "trainer":
                     trainer_rates.append(_trainer_tokens_per_s(work / f"run{round_}"))
@@ -50,7 +52,7 @@ def run() -> dict:
         two = _worker(NPROC, "memory", work)
         ckpt = _worker(NPROC, "checkpoint", work)
 
-    trainer_tps, bare_tps = statistics.mean(trainer_rates), statistics.mean(bare_rates)
+    trainer_tps, bare_tps = statistics.median(trainer_rates), statistics.median(bare_rates)
     ratio = trainer_tps / bare_tps
     mem_ratio = two["state_bytes"] / one["state_bytes"]
     save_ratio = ckpt["dcp_bytes_per_s"] / ckpt["raw_bytes_per_s"]
