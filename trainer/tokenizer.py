@@ -48,7 +48,11 @@ class HuggingFaceTokenizer:
         self._tok = HFTokenizer.from_file(str(file))
         self.vocab_size = self._tok.get_vocab_size()
         eos = next(
-            (t for t in ("<|end_of_text|>", "</s>", "<|endoftext|>") if self._tok.token_to_id(t)),
+            (
+                t
+                for t in ("<|end_of_text|>", "</s>", "<|endoftext|>")
+                if self._tok.token_to_id(t) is not None
+            ),
             None,
         )
         self.eos_id = self._tok.token_to_id(eos) if eos else self.vocab_size - 1
