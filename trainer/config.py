@@ -77,7 +77,8 @@ class MetricsConfig:
     tensorboard: bool = False
     """Write TensorBoard events under <run_dir>/logs/tensorboard (needs `tensorboard`)."""
     wandb_project: str | None = None
-    """Log to this Weights & Biases project (needs `wandb` and WANDB_API_KEY)."""
+    """Log to this Weights & Biases project (needs `wandb`, and WANDB_API_KEY unless
+    WANDB_MODE=offline)."""
     mlflow_tracking_uri: str | None = None
     """Log to this MLflow tracking server (needs `mlflow`)."""
 

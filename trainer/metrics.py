@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from trainer.config import MetricsConfig
+from trainer.errors import ConfigError
 from trainer.storage import RunStorage
 
 METRICS_FILE = "logs/metrics.jsonl"
@@ -137,8 +138,14 @@ def _wandb(project: str, run_config: dict[str, Any]) -> list[_Sink]:
     except ImportError:
         warn("trainer.metrics.wandb_project is set but `wandb` is not installed; skipped")
         return []
-    if not os.environ.get("WANDB_API_KEY"):
-        warn("trainer.metrics.wandb_project is set but WANDB_API_KEY is not; skipped")
+    # Offline runs (synced later with `wandb sync`) need no account; online ones do, and
+    # without a key wandb would stop to prompt for a login on a pod with no one to answer.
+    offline = os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled")
+    if not offline and not os.environ.get("WANDB_API_KEY"):
+        warn(
+            "trainer.metrics.wandb_project is set but WANDB_API_KEY is not "
+            "(set it, or WANDB_MODE=offline); skipped"
+        )
         return []
     run = wandb.init(project=project, config=run_config)
     return [_Sink(lambda numbers, step: run.log(numbers, step=step), run.finish)]
@@ -151,6 +158,10 @@ def _mlflow(uri: str, run_config: dict[str, Any]) -> list[_Sink]:
         warn("trainer.metrics.mlflow_tracking_uri is set but `mlflow` is not installed; skipped")
         return []
     mlflow.set_tracking_uri(uri)
-    mlflow.start_run()
+    try:
+        mlflow.start_run()
+    except mlflow.exceptions.MlflowException as exc:
+        # e.g. MLflow 3 refuses `file:` stores unless MLFLOW_ALLOW_FILE_STORE=true.
+        raise ConfigError(f"trainer.metrics.mlflow_tracking_uri={uri!r}: {exc.message}") from None
     mlflow.log_dict(run_config, "config.json")
     return [_Sink(lambda numbers, step: mlflow.log_metrics(numbers, step=step), mlflow.end_run)]
