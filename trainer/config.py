@@ -80,7 +80,8 @@ class MetricsConfig:
     """Log to this Weights & Biases project (needs `wandb`, and WANDB_API_KEY unless
     WANDB_MODE=offline)."""
     mlflow_tracking_uri: str | None = None
-    """Log to this MLflow tracking server (needs `mlflow`)."""
+    """Log to this MLflow tracking server (needs `mlflow`; MLflow 3 takes a `file:` store only
+    with MLFLOW_ALLOW_FILE_STORE=true)."""
 
 
 @dataclass

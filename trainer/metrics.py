@@ -13,7 +13,6 @@ import sys
 from typing import Any
 
 from trainer.config import MetricsConfig
-from trainer.errors import ConfigError
 from trainer.storage import RunStorage
 
 METRICS_FILE = "logs/metrics.jsonl"
@@ -147,7 +146,11 @@ def _wandb(project: str, run_config: dict[str, Any]) -> list[_Sink]:
             "(set it, or WANDB_MODE=offline); skipped"
         )
         return []
-    run = wandb.init(project=project, config=run_config)
+    try:
+        run = wandb.init(project=project, config=run_config)
+    except wandb.errors.Error as exc:  # e.g. a rejected key; skipped like MLflow's failures
+        warn(f"trainer.metrics.wandb_project={project!r}: {exc}; skipped")
+        return []
     return [_Sink(lambda numbers, step: run.log(numbers, step=step), run.finish)]
 
 
@@ -161,7 +164,10 @@ def _mlflow(uri: str, run_config: dict[str, Any]) -> list[_Sink]:
     try:
         mlflow.start_run()
     except mlflow.exceptions.MlflowException as exc:
-        # e.g. MLflow 3 refuses `file:` stores unless MLFLOW_ALLOW_FILE_STORE=true.
-        raise ConfigError(f"trainer.metrics.mlflow_tracking_uri={uri!r}: {exc.message}") from None
+        # e.g. an unreachable server, or MLflow 3 refusing a `file:` store unless
+        # MLFLOW_ALLOW_FILE_STORE=true. Only rank 0 gets here, so failing the job would leave the
+        # other ranks to die on a broken collective; metrics.jsonl still has every figure.
+        warn(f"trainer.metrics.mlflow_tracking_uri={uri!r}: {exc.message}; skipped")
+        return []
     mlflow.log_dict(run_config, "config.json")
     return [_Sink(lambda numbers, step: mlflow.log_metrics(numbers, step=step), mlflow.end_run)]

@@ -18,7 +18,11 @@ from trainer.model.args import ModelArgs
 from trainer.model.model import Transformer
 from trainer.parallelize import parallelize
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Inductor's own imports (torch.utils.mkldnn) use the deprecated torch.jit.script_method.
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
 
 STEPS = 4
 VARIANTS = {
