@@ -60,24 +60,18 @@ class Network(pulumi.ComponentResource):
             routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": gateway.id}],
             opts=child,
         )
-        public_subnets = []
-        for zone, cidr in zip(config.availability_zones, public_cidrs, strict=True):
-            subnet = aws.ec2.Subnet(
+        public_subnets = [
+            _routed_subnet(
                 f"{name}-public-{zone}",
-                vpc_id=vpc.id,
-                cidr_block=cidr,
-                availability_zone=zone,
-                map_public_ip_on_launch=False,
-                tags={"Name": f"{name}-public-{zone}", "kubernetes.io/role/elb": "1"},
-                opts=child,
+                vpc.id,
+                cidr,
+                zone,
+                public_routes,
+                {"kubernetes.io/role/elb": "1"},
+                child,
             )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-public-{zone}",
-                subnet_id=subnet.id,
-                route_table_id=public_routes.id,
-                opts=child,
-            )
-            public_subnets.append(subnet)
+            for zone, cidr in zip(config.availability_zones, public_cidrs, strict=True)
+        ]
 
         nat_ip = aws.ec2.Eip(f"{name}-nat", domain="vpc", opts=child)
         nat = aws.ec2.NatGateway(
@@ -92,23 +86,18 @@ class Network(pulumi.ComponentResource):
             routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
             opts=child,
         )
-        private_subnets = {}
-        for zone, cidr in zip(config.availability_zones, private_cidrs, strict=True):
-            subnet = aws.ec2.Subnet(
+        private_subnets = {
+            zone: _routed_subnet(
                 f"{name}-private-{zone}",
-                vpc_id=vpc.id,
-                cidr_block=cidr,
-                availability_zone=zone,
-                tags={"Name": f"{name}-private-{zone}", "kubernetes.io/role/internal-elb": "1"},
-                opts=child,
+                vpc.id,
+                cidr,
+                zone,
+                private_routes,
+                {"kubernetes.io/role/internal-elb": "1"},
+                child,
             )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-private-{zone}",
-                subnet_id=subnet.id,
-                route_table_id=private_routes.id,
-                opts=child,
-            )
-            private_subnets[zone] = subnet
+            for zone, cidr in zip(config.availability_zones, private_cidrs, strict=True)
+        }
 
         aws.ec2.VpcEndpoint(
             f"{name}-s3",
@@ -149,3 +138,26 @@ class Network(pulumi.ComponentResource):
         self.private_subnet_ids = [s.id for s in private_subnets.values()]
         self.gpu_subnet_id = private_subnets[config.gpu_availability_zone].id
         self.register_outputs({"vpc_id": self.vpc_id, "gpu_subnet_id": self.gpu_subnet_id})
+
+
+def _routed_subnet(
+    name: str,
+    vpc_id: pulumi.Input[str],
+    cidr: str,
+    zone: str,
+    routes: aws.ec2.RouteTable,
+    role_tags: dict[str, str],
+    opts: pulumi.ResourceOptions,
+) -> aws.ec2.Subnet:
+    """A subnet in one zone (never assigning public IPs at launch), joined to its route table."""
+    subnet = aws.ec2.Subnet(
+        name,
+        vpc_id=vpc_id,
+        cidr_block=cidr,
+        availability_zone=zone,
+        map_public_ip_on_launch=False,
+        tags={"Name": name, **role_tags},
+        opts=opts,
+    )
+    aws.ec2.RouteTableAssociation(name, subnet_id=subnet.id, route_table_id=routes.id, opts=opts)
+    return subnet
