@@ -49,17 +49,6 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
 }
 
 
-GPU_PEAK_BF16_TFLOPS: dict[str, float] = {
-    # Dense (no sparsity) BF16 tensor-core peak per GPU, from NVIDIA's data sheets; feeds the
-    # step-time estimate when a job has no measured `compute.step_time_s`.
-    "A10G": 125.0,  # the A10 data sheet's figure
-    "L40S": 362.0,
-    "A100": 312.0,
-    "H100": 989.0,
-    "H200": 989.0,
-}
-
-
 def get_instance_type(name: str) -> InstanceType:
     """Return the catalog entry for `name`, or raise KeyError listing the known types."""
     try:

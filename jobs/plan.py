@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from catalog import GPU_PEAK_BF16_TFLOPS, get_instance_type
+from catalog import get_instance_type
+from trainer.gpu_peaks import gpu_peak_flops
 from trainer.model.args import model_args_from_config
 
 if TYPE_CHECKING:
@@ -120,13 +121,14 @@ def make_plan(cfg: Any, spec: JobSpec) -> Plan:
         hourly = instance.hourly_usd * spec.nodes
         hourly_source = f"catalog on-demand, {spec.nodes} x ${instance.hourly_usd:,.3f}"
     step_time, step_source = compute.step_time_s, "compute.step_time_s"
-    if step_time is None and instance is not None:
-        peak = GPU_PEAK_BF16_TFLOPS[instance.gpu_model] * 1e12
+    known_gpu = gpu_peak_flops(instance.gpu_model) if instance is not None else None
+    if step_time is None and known_gpu is not None:
         flops = args.training_flops_per_token(cfg.data.seq_len) * tokens
-        step_time = flops / (peak * world * ASSUMED_MFU)
+        step_time = flops / (known_gpu[1] * world * ASSUMED_MFU)
         step_source = f"estimated: FLOPs/token at {ASSUMED_MFU:.0%} MFU of {instance.gpu_model}"
     elif step_time is None:
-        step_source = "no step time on CPU: set compute.step_time_s for an estimate"
+        device = f"{instance.gpu_model} (no known peak)" if instance else "CPU"
+        step_source = f"no step time on {device}: set compute.step_time_s for an estimate"
     warnings = []
     if instance is not None and not spec.run_dir.startswith("s3://"):
         warnings.append(

@@ -1,7 +1,7 @@
 """Peak FLOP/s of one device for MFU, always labelled with where it came from.
 
 Sources, in order: `trainer.peak_flops` ("config"); the table of known GPUs below
-("table:<gpu>", dense bf16 tensor-core peaks from NVIDIA's datasheets); on CPU a short matmul
+("table:<gpu>", `trainer.gpu_peaks`); on CPU a short matmul
 measurement ("measured-cpu"). An unknown GPU without a configured peak gets no MFU (null and
 a warning) rather than some other device's number.
 """
@@ -12,13 +12,7 @@ import time
 
 import torch
 
-# Dense (no sparsity) bf16 tensor-core peak per GPU, FLOP/s.
-GPU_PEAK_FLOPS: dict[str, float] = {
-    "H200": 989.4e12,
-    "H100": 989.4e12,  # SXM5, as in p5.48xlarge
-    "A100": 312e12,
-    "L40S": 362.05e12,
-}
+from trainer.gpu_peaks import gpu_peak_flops
 
 
 def measure_cpu_flops(rounds: int = 3, seconds: float = 0.1, size: int = 1024) -> float:
@@ -42,9 +36,8 @@ def peak_flops(device: torch.device, configured: float | None) -> tuple[float | 
         return configured, "config"
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        for gpu, peak in GPU_PEAK_FLOPS.items():
-            if gpu in name:
-                return peak, f"table:{gpu}"
+        if known := gpu_peak_flops(name):
+            return known[1], f"table:{known[0]}"
         return None, f"unknown-gpu:{name}"
     return measure_cpu_flops(), "measured-cpu"
 
