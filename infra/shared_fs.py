@@ -41,18 +41,30 @@ class SharedFileSystem(pulumi.ComponentResource):
             description="Lustre traffic between FSx and cluster nodes",
             opts=child,
         )
-        sources = {"self": fsx_sg.id, "nodes": client_security_group_id}
-        for source, group_id in sources.items():
-            for low, high in LUSTRE_PORTS:
-                aws.vpc.SecurityGroupIngressRule(
-                    f"{name}-lustre-{source}-{low}",
-                    security_group_id=fsx_sg.id,
-                    referenced_security_group_id=group_id,
-                    ip_protocol="tcp",
-                    from_port=low,
-                    to_port=high,
-                    opts=child,
-                )
+        # Lustre needs its ports open from clients and between file servers, and servers also
+        # open connections back to clients on the same ports.
+        for source, group_id in (("self", fsx_sg.id), ("nodes", client_security_group_id)):
+            _allow_lustre_ports(
+                aws.vpc.SecurityGroupIngressRule,
+                f"{name}-lustre-{source}",
+                fsx_sg.id,
+                group_id,
+                child,
+            )
+        _allow_lustre_ports(
+            aws.vpc.SecurityGroupEgressRule,
+            f"{name}-lustre-nodes-out",
+            fsx_sg.id,
+            client_security_group_id,
+            child,
+        )
+        _allow_lustre_ports(
+            aws.vpc.SecurityGroupIngressRule,
+            f"{name}-nodes-from-lustre",
+            client_security_group_id,
+            fsx_sg.id,
+            child,
+        )
         aws.vpc.SecurityGroupEgressRule(
             f"{name}-lustre-self-out",
             security_group_id=fsx_sg.id,
@@ -60,26 +72,6 @@ class SharedFileSystem(pulumi.ComponentResource):
             ip_protocol="-1",
             opts=child,
         )
-        # Lustre servers also open connections back to clients on the same ports.
-        for low, high in LUSTRE_PORTS:
-            aws.vpc.SecurityGroupEgressRule(
-                f"{name}-lustre-nodes-out-{low}",
-                security_group_id=fsx_sg.id,
-                referenced_security_group_id=client_security_group_id,
-                ip_protocol="tcp",
-                from_port=low,
-                to_port=high,
-                opts=child,
-            )
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-nodes-from-lustre-{low}",
-                security_group_id=client_security_group_id,
-                referenced_security_group_id=fsx_sg.id,
-                ip_protocol="tcp",
-                from_port=low,
-                to_port=high,
-                opts=child,
-            )
 
         file_system = aws.fsx.LustreFileSystem(
             f"{name}-lustre",
@@ -148,3 +140,24 @@ class SharedFileSystem(pulumi.ComponentResource):
         self.claim_name = CLAIM_NAME
         self.file_system_id = file_system.id
         self.register_outputs({"file_system_id": self.file_system_id})
+
+
+def _allow_lustre_ports(
+    rule: type[aws.vpc.SecurityGroupIngressRule] | type[aws.vpc.SecurityGroupEgressRule],
+    name: str,
+    group_id: pulumi.Input[str],
+    peer_group_id: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> None:
+    """One `rule` (ingress or egress of `group_id`, to or from `peer_group_id`) per Lustre port
+    range, each named `<name>-<first port>`."""
+    for low, high in LUSTRE_PORTS:
+        rule(
+            f"{name}-{low}",
+            security_group_id=group_id,
+            referenced_security_group_id=peer_group_id,
+            ip_protocol="tcp",
+            from_port=low,
+            to_port=high,
+            opts=opts,
+        )
