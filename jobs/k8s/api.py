@@ -118,24 +118,29 @@ class Cluster:
                 delay = min(delay * 2, self.retry.max_delay_s)
         raise AssertionError("unreachable")
 
-    # -- PyTorchJob shorthands -------------------------------------------------------------
-    def get_job(self, name: str) -> dict | None:
-        """The PyTorchJob `name`, or None when it does not exist."""
+    def call_or_none(
+        self, action: str, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T | None:
+        """`call`, but None when the object does not exist (404)."""
         try:
-            return self.call(
-                f"get PyTorchJob {self.namespace}/{name}",
-                self.custom.get_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self.namespace,
-                PLURAL,
-                name,
-                expect=(404,),
-            )
+            return self.call(action, fn, *args, expect=(404,), **kwargs)
         except Exception as exc:
             if status_of(exc) == 404:
                 return None
             raise
+
+    # -- PyTorchJob shorthands -------------------------------------------------------------
+    def get_job(self, name: str) -> dict | None:
+        """The PyTorchJob `name`, or None when it does not exist."""
+        return self.call_or_none(
+            f"get PyTorchJob {self.namespace}/{name}",
+            self.custom.get_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+        )
 
     def list_jobs(self, label_selector: str = "") -> list[dict]:
         listing = self.call(
@@ -151,22 +156,16 @@ class Cluster:
 
     def patch_job(self, name: str, patch: dict) -> dict | None:
         """Merge-patch the PyTorchJob; None when it no longer exists."""
-        try:
-            return self.call(
-                f"patch PyTorchJob {self.namespace}/{name}",
-                self.custom.patch_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self.namespace,
-                PLURAL,
-                name,
-                patch,
-                expect=(404,),
-            )
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
+        return self.call_or_none(
+            f"patch PyTorchJob {self.namespace}/{name}",
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            patch,
+        )
 
 
 def connect(

@@ -84,17 +84,11 @@ def _check_crd(cluster: Cluster) -> str | None:
         f"CRD {CRD_NAME} is not installed: install the Kubeflow training operator "
         "(the infra stack does) before submitting PyTorchJobs"
     )
-    try:
-        crd = cluster.call(
-            f"get CRD {CRD_NAME}",
-            cluster.extensions.read_custom_resource_definition,
-            CRD_NAME,
-            expect=(404,),
-        )
-    except Exception as exc:
-        if status_of(exc) == 404:
-            return missing
-        raise
+    crd = cluster.call_or_none(
+        f"get CRD {CRD_NAME}", cluster.extensions.read_custom_resource_definition, CRD_NAME
+    )
+    if crd is None:
+        return missing
     crd = cluster.extensions.api_client.sanitize_for_serialization(crd)
     served = [v["name"] for v in crd["spec"].get("versions", []) if v.get("served")]
     if VERSION not in served:
@@ -106,13 +100,8 @@ def _check_crd(cluster: Cluster) -> str | None:
 
 
 def _check_exists(cluster: Cluster, message: str, read, *args) -> str | None:
-    try:
-        cluster.call(message.split(" (")[0], read, *args, expect=(404,))
-    except Exception as exc:
-        if status_of(exc) == 404:
-            return message
-        raise
-    return None
+    found = cluster.call_or_none(message.split(" (")[0], read, *args)
+    return message if found is None else None
 
 
 def _check_capacity(cluster: Cluster, request: PreflightRequest) -> str | None:

@@ -82,21 +82,16 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0) -> None:
     """Delete the job and wait (bounded) until it and its dependents are gone (Foreground)."""
     from kubernetes.client import V1DeleteOptions
 
-    try:
-        cluster.call(
-            f"delete PyTorchJob {cluster.namespace}/{name}",
-            cluster.custom.delete_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            cluster.namespace,
-            PLURAL,
-            name,
-            body=V1DeleteOptions(propagation_policy="Foreground"),
-            expect=(404,),
-        )
-    except Exception as exc:
-        if status_of(exc) != 404:
-            raise
+    cluster.call_or_none(
+        f"delete PyTorchJob {cluster.namespace}/{name}",
+        cluster.custom.delete_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        PLURAL,
+        name,
+        body=V1DeleteOptions(propagation_policy="Foreground"),
+    )
     deadline = time.monotonic() + timeout_s
     delay = 0.1
     while cluster.get_job(name) is not None:
@@ -156,14 +151,9 @@ def _own(cluster: Cluster, config_maps: list[str], job: dict) -> None:
 
 
 def _delete_config_map(cluster: Cluster, name: str) -> None:
-    try:
-        cluster.call(
-            f"delete ConfigMap {cluster.namespace}/{name}",
-            cluster.core.delete_namespaced_config_map,
-            name,
-            cluster.namespace,
-            expect=(404,),
-        )
-    except Exception as exc:
-        if status_of(exc) != 404:
-            raise
+    cluster.call_or_none(
+        f"delete ConfigMap {cluster.namespace}/{name}",
+        cluster.core.delete_namespaced_config_map,
+        name,
+        cluster.namespace,
+    )

@@ -184,16 +184,10 @@ def _restarts(pod: dict) -> int:
 
 
 def _get_pod(cluster: Cluster, name: str) -> dict | None:
-    try:
-        pod = cluster.call(
-            f"get pod {cluster.namespace}/{name}",
-            cluster.core.read_namespaced_pod,
-            name,
-            cluster.namespace,
-            expect=(404,),
-        )
-    except Exception as exc:
-        if status_of(exc) == 404:
-            return None
-        raise
-    return cluster.core.api_client.sanitize_for_serialization(pod)
+    pod = cluster.call_or_none(
+        f"get pod {cluster.namespace}/{name}",
+        cluster.core.read_namespaced_pod,
+        name,
+        cluster.namespace,
+    )
+    return None if pod is None else cluster.core.api_client.sanitize_for_serialization(pod)
