@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +28,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from trainer.config import CheckpointConfig
 from trainer.distributed import Distributed
+from trainer.errors import warn
 from trainer.faults import maybe_pause_before_commit
 from trainer.storage import RunStorage, StorageError
 
@@ -45,10 +45,6 @@ def step_dir(step: int) -> str:
 def parse_step(name: str) -> int | None:
     digits = name.removeprefix("step-")
     return int(digits) if name.startswith("step-") and digits.isdigit() else None
-
-
-def warn(message: str) -> None:
-    print(f"[trainer] warning: {message}", file=sys.stderr, flush=True)
 
 
 class Checkpointer:

@@ -13,13 +13,10 @@ import sys
 from typing import Any
 
 from trainer.config import MetricsConfig
+from trainer.errors import warn
 from trainer.storage import RunStorage
 
 METRICS_FILE = "logs/metrics.jsonl"
-
-
-def warn(message: str) -> None:
-    print(f"[trainer] warning: {message}", file=sys.stderr, flush=True)
 
 
 class MetricsLogger:

@@ -17,10 +17,10 @@ from trainer.checkpoint import Checkpointer
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import PackedSequences, TrainBatches, eval_batches, load_corpus
 from trainer.distributed import Distributed, init_distributed, shutdown
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
 from trainer.job_config import Plan, make_plan
-from trainer.metrics import MetricsLogger, warn
+from trainer.metrics import MetricsLogger
 from trainer.mfu import max_memory_gb, peak_flops
 from trainer.model.model import Transformer
 from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
