@@ -17,6 +17,7 @@ import pulumi
 
 from catalog import INSTANCE_TYPES
 from infra.config_reader import ConfigError, SettingsReader, fail
+from infra.policies import RESERVED_PREFIXES
 from infra.settings import (
     CiConfig,
     ClusterConfig,
@@ -168,8 +169,10 @@ def _parse_fsx(reader: SettingsReader) -> FsxConfig | None:
             f"{throughput} not allowed; allowed: {', '.join(map(str, FSX_THROUGHPUTS_PER_TIB))}",
         )
     prefix = fsx.get_str("dataPrefix", "datasets").strip("/")
-    if not re.match(r"^[\w.-]+(/[\w.-]+)*$", prefix) or prefix.split("/")[0] == "runs":
-        raise fail(fsx.key("dataPrefix"), f"{prefix!r}: a bucket prefix other than runs/")
+    # The file system imports and exports (deletions too) everything under its prefix.
+    if not re.match(r"^[\w.-]+(/[\w.-]+)*$", prefix) or prefix.split("/")[0] in RESERVED_PREFIXES:
+        others = " and ".join(f"{p}/" for p in RESERVED_PREFIXES)
+        raise fail(fsx.key("dataPrefix"), f"{prefix!r}: a bucket prefix other than {others}")
     return FsxConfig(capacity, throughput, prefix)
 
 

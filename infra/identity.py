@@ -8,8 +8,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra.iam import service_role
-from infra.policies import training_policy
-from infra.storage import RUNS_PREFIX
+from infra.policies import RUNS_PREFIX, training_policy
 
 
 class TrainingIdentity(pulumi.ComponentResource):

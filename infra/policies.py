@@ -22,6 +22,13 @@ ECR_PUSH_ACTIONS = [
 ]
 ECR_LOGIN = {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
 
+# The runs bucket's prefixes, each owned by one writer that the policies below scope to.
+RUNS_PREFIX = "runs"
+"""`storage.root` for jobs is s3://<bucket>/runs; the training role may touch only this."""
+BUILD_ARTIFACTS_PREFIX = "image-builds"
+"""Bucket prefix for the build's artifact (image.json: URI and digest of each pushed image)."""
+RESERVED_PREFIXES = (RUNS_PREFIX, BUILD_ARTIFACTS_PREFIX)
+
 
 def _document(statements: list[dict]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
@@ -71,10 +78,6 @@ def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_a
             {"Sid": "EcrLogin", **ECR_LOGIN},
         ]
     )
-
-
-BUILD_ARTIFACTS_PREFIX = "image-builds"
-"""Bucket prefix for the build's artifact (image.json: URI and digest of each pushed image)."""
 
 
 def codebuild_policy(

@@ -9,8 +9,8 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-RUNS_PREFIX = "runs"
-"""`storage.root` for jobs is s3://<bucket>/runs; the training role may touch only this."""
+from infra.policies import RUNS_PREFIX
+
 NONCURRENT_DAYS = 30
 MULTIPART_DAYS = 7
 

@@ -53,6 +53,11 @@ BAD_CONFIGS = {
         "trainstack:fsx.dataPrefix",
         "other than runs/",
     ),
+    "fsx-prefix-is-build-artifacts": (
+        {"trainstack:fsx": {"dataPrefix": "image-builds/nightly"}},
+        "trainstack:fsx.dataPrefix",
+        "other than runs/ and image-builds/",
+    ),
     "missing-admin-role": (
         {"trainstack:adminRoleArn": None},
         "trainstack:adminRoleArn",
