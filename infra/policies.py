@@ -1,4 +1,4 @@
-"""IAM policy documents as plain functions of resolved ARNs (call them inside `Output.apply`).
+"""IAM and bucket policy documents as plain functions of resolved ARNs (call them inside `Output.apply`).
 
 Least privilege: every statement names its resources; the only `*` is
 `ecr:GetAuthorizationToken`, which IAM does not scope to a repository.
@@ -140,6 +140,22 @@ def codebuild_policy(
             }
         )
     return _document(statements)
+
+
+def tls_only_policy(bucket_arn: str) -> str:
+    """Bucket policy refusing every request to the bucket that does not use TLS."""
+    return _document(
+        [
+            {
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ]
+    )
 
 
 def kms_key_policy(key_arn: str, actions: list[str]) -> str:

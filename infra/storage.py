@@ -4,33 +4,13 @@ abandoned multipart uploads cost."""
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pulumi_aws as aws
 
-from infra.policies import RUNS_PREFIX
+from infra.policies import RUNS_PREFIX, tls_only_policy
 
 NONCURRENT_DAYS = 30
 MULTIPART_DAYS = 7
-
-
-def tls_only_policy(bucket_arn: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "DenyInsecureTransport",
-                    "Effect": "Deny",
-                    "Principal": "*",
-                    "Action": "s3:*",
-                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
-                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-                }
-            ],
-        }
-    )
 
 
 class RunStorage(pulumi.ComponentResource):
