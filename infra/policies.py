@@ -1,4 +1,5 @@
-"""IAM and bucket policy documents as plain functions of resolved ARNs (call them inside `Output.apply`).
+"""IAM and bucket policy documents as plain functions of resolved ARNs (call them inside
+`Output.apply`).
 
 Least privilege: every statement names its resources; the only `*` is
 `ecr:GetAuthorizationToken`, which IAM does not scope to a repository.
