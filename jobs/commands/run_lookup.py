@@ -36,8 +36,9 @@ def compose_for(overrides: list[str]) -> Any:
 
 
 def cluster_configured(cfg: Any) -> bool:
-    kubeconfig = cfg.cluster.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-    return os.path.exists(os.path.expanduser(kubeconfig.split(os.pathsep)[0])) or bool(
+    from jobs.k8s.api import kubeconfig_file
+
+    return os.path.exists(kubeconfig_file(cfg.cluster.kubeconfig)) or bool(
         os.environ.get("KUBERNETES_SERVICE_HOST")
     )
 

@@ -168,6 +168,15 @@ class Cluster:
         )
 
 
+def kubeconfig_file(kubeconfig: str | None) -> str:
+    """The kubeconfig the client reads first: `cluster.kubeconfig`, else the first entry of
+    $KUBECONFIG (a path list, merged by the client), else ~/.kube/config."""
+    if kubeconfig:
+        return os.path.expanduser(kubeconfig)
+    listed = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    return os.path.expanduser(listed or "~/.kube/config")
+
+
 def connect(
     kubeconfig: str | None,
     context: str | None,
@@ -179,12 +188,12 @@ def connect(
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    source = kubeconfig_file(kubeconfig)
     try:
         in_cluster = (
             kubeconfig is None
             and "KUBERNETES_SERVICE_HOST" in os.environ
-            and not os.path.exists(os.path.expanduser(source))
+            and not os.path.exists(source)
         )
         if in_cluster:
             config.load_incluster_config(client_configuration=configuration)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from jobs.k8s.api import ClusterError, connect
@@ -33,3 +35,15 @@ def test_unreachable_api_server_is_retried_then_one_line(tmp_path, fast_retry):
     assert "\n" not in message
     assert message.startswith("list PyTorchJobs in training failed after 4 attempts: ")
     assert "Connection refused" in message
+
+
+def test_kubeconfig_path_list_wins_over_the_pod_service_account(kubeconfig, tmp_path, monkeypatch):
+    """In a pod with $KUBECONFIG listing several files, the kubeconfig is used (the client
+    merges the list), not the service account."""
+    from kubernetes.config import kube_config
+
+    listed = os.pathsep.join([str(kubeconfig), str(tmp_path / "absent")])
+    monkeypatch.setenv("KUBECONFIG", listed)
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", listed)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert connect(None, None, "training").list_jobs() == []
