@@ -161,23 +161,23 @@ class LocalBackend:
         launcher lines pass through."""
         state_dir, _ = self._state(run_id)
         path = state_dir / run_state.OUTPUT_LOG
-        other_ranks = "[default"
         own = f"[default{rank}]:"
-        offset = 0
+        offset, partial = 0, b""
         while True:
-            if path.exists():
-                with path.open() as f:
-                    f.seek(offset)
-                    chunk = f.read()
-                    # Keep a partial last line for the next read.
-                    complete = chunk[: chunk.rfind("\n") + 1] if "\n" in chunk else ""
-                    offset += len(complete.encode())
-                for line in complete.splitlines():
-                    if line.startswith(own) or not line.startswith(other_ranks):
-                        yield line
-            if not follow or self._finished(state_dir):
-                if follow and path.exists() and path.stat().st_size > offset:
-                    continue  # drain what was written before the end
+            # Checked before reading: that read then sees everything written before the end.
+            finished = self._finished(state_dir)
+            chunk = _read_from(path, offset)
+            offset += len(chunk)
+            # Bytes, not text: a read may end inside a UTF-8 character or a line, which waits
+            # for the next read (a finished run's unterminated last line is still shown).
+            *lines, partial = (partial + chunk).split(b"\n")
+            if finished and partial:
+                lines, partial = [*lines, partial], b""
+            for raw in lines:
+                line = raw.decode(errors="replace").removesuffix("\r")
+                if line.startswith(own) or not line.startswith("[default"):
+                    yield line
+            if finished or not follow:
                 return
             time.sleep(0.2)
 
@@ -197,6 +197,15 @@ class LocalBackend:
         pid = state.get("pid")
         if pid:
             _signal(pid, signal.SIGTERM)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read()
+    except FileNotFoundError:
+        return b""
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -4,11 +4,13 @@ steps; then the same run id again resumes from its checkpoint. Also the local ve
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from jobs.backends.base import SUCCEEDED
+from jobs.backends import run_state
+from jobs.backends.base import RUNNING, SUCCEEDED
 from jobs.backends.local import LocalBackend
 from tests.jobs.conftest import SAMPLE_DATA
 
@@ -119,3 +121,20 @@ def test_cancel_stops_a_running_local_run_after_a_checkpoint(workdir):
     # The trainer saved where it stopped (SIGTERM -> checkpoint), so a relaunch resumes.
     assert list((run_dir / "checkpoints").glob("step-*/COMMITTED"))
     backend.cancel("cancel-me")  # finished: still a no-op
+
+
+@pytest.mark.timeout(20)
+def test_local_logs_keep_bytes_and_end_on_an_unfinished_last_line(tmp_path):
+    """torchrun output may hold CRLF, non-ASCII text and, when a worker dies mid-write, a last
+    line without its newline: every line comes once, and following a finished run ends."""
+    state_dir = tmp_path / "r1"
+    run_state.write_state(state_dir, {"run_id": "r1", "backend": "local", "state": RUNNING})
+    run_state.update_state(state_dir, supervisor_pid=os.getpid())
+    log = state_dir / run_state.OUTPUT_LOG
+    log.write_bytes(b"[default0]: step 1\r\nlauncher \xe2\x9c\x93\n[default0]: step 2 \xe2\x9c")
+    backend = LocalBackend(str(tmp_path))
+    complete = ["[default0]: step 1", "launcher \u2713"]
+    assert list(backend.logs("r1")) == complete  # still running: the partial line waits
+    run_state.update_state(state_dir, state=SUCCEEDED)
+    log.write_bytes(log.read_bytes() + b"\x93 done")
+    assert list(backend.logs("r1", follow=True)) == [*complete, "[default0]: step 2 \u2713 done"]
