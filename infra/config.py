@@ -150,6 +150,30 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
     )
 
 
+def _parse_system_nodes(reader: SettingsReader) -> SystemNodeGroupConfig:
+    values = reader.get_object("systemNodeGroup") or {}
+    system = SettingsReader(values, f"{NAMESPACE}:systemNodeGroup.", SYSTEM_GROUP_KEYS)
+    # Operators (training operator, CoreDNS) need a node at all times.
+    low, desired, high = _sizes(system, default_min=2, default_max=3)
+    instance_type = system.get_str("instanceType", "m6i.xlarge")
+    if not re.match(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", instance_type):
+        raise fail(system.key("instanceType"), f"{instance_type!r} is not an EC2 instance type")
+    return SystemNodeGroupConfig(
+        instance_type, low, desired, high, system.get_int("rootVolumeGiB", 100, minimum=20)
+    )
+
+
+def _parse_gpu_groups(reader: SettingsReader) -> tuple[GpuNodeGroupConfig, ...]:
+    items = reader.raw("gpuNodeGroups")
+    if not isinstance(items, list) or not items:
+        raise fail(reader.key("gpuNodeGroups"), "required: a non-empty list of GPU node groups")
+    groups = tuple(_parse_gpu_group(i, item) for i, item in enumerate(items))
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise fail(reader.key("gpuNodeGroups"), f"names must be unique, got {names}")
+    return groups
+
+
 def _parse_fsx(reader: SettingsReader) -> FsxConfig | None:
     values = reader.get_object("fsx")
     if values is None:
@@ -268,30 +292,8 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
     reader = SettingsReader(values, f"{NAMESPACE}:", TOP_LEVEL_KEYS)
     network = _parse_network(reader, region)
     cluster = _parse_cluster(reader, stack)
-
-    system_values = reader.get_object("systemNodeGroup") or {}
-    system = SettingsReader(system_values, f"{NAMESPACE}:systemNodeGroup.", SYSTEM_GROUP_KEYS)
-    # Operators (training operator, CoreDNS) need a node at all times.
-    low, desired, high = _sizes(system, default_min=2, default_max=3)
-    system_type = system.get_str("instanceType", "m6i.xlarge")
-    if not re.match(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", system_type):
-        raise fail(system.key("instanceType"), f"{system_type!r} is not an EC2 instance type")
-    system_nodes = SystemNodeGroupConfig(
-        system_type,
-        low,
-        desired,
-        high,
-        system.get_int("rootVolumeGiB", 100, minimum=20),
-    )
-
-    groups_raw = reader.raw("gpuNodeGroups")
-    if not isinstance(groups_raw, list) or not groups_raw:
-        raise fail(reader.key("gpuNodeGroups"), "required: a non-empty list of GPU node groups")
-    groups = tuple(_parse_gpu_group(i, item) for i, item in enumerate(groups_raw))
-    names = [g.name for g in groups]
-    if len(set(names)) != len(names):
-        raise fail(reader.key("gpuNodeGroups"), f"names must be unique, got {names}")
-
+    system_nodes = _parse_system_nodes(reader)
+    gpu_node_groups = _parse_gpu_groups(reader)
     repository = reader.get_str("repositoryName", "trainstack/trainer")
     if not _REPOSITORY.match(repository):
         raise fail(reader.key("repositoryName"), f"{repository!r} is not an ECR repository name")
@@ -307,7 +309,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         network=network,
         cluster=cluster,
         system_nodes=system_nodes,
-        gpu_node_groups=groups,
+        gpu_node_groups=gpu_node_groups,
         repository_name=repository,
         untagged_image_days=reader.get_int("untaggedImageDays", 7, minimum=1),
         fsx=_parse_fsx(reader),
