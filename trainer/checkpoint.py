@@ -74,7 +74,7 @@ class Checkpointer:
     def _scan_latest(self) -> int | None:
         for step in sorted(self._steps(), reverse=True):
             rel = step_dir(step)
-            if not self.storage.exists(f"{rel}/{MARKER}"):
+            if not self._is_committed(step):
                 warn(f"skipping {self.storage.uri(rel)}: not committed (no {MARKER} marker)")
                 continue
             try:
@@ -128,7 +128,7 @@ class Checkpointer:
     def save(self, step: int, state: dict[str, Any], *, asynchronous: bool) -> None:
         self.wait()  # never two saves in flight
         rel = step_dir(step)
-        if self.dist.is_main and self._steps().count(step):
+        if self.dist.is_main and step in self._steps():
             # Leftovers of a save that never committed (or an older run): start clean.
             self._delete(step)
         self.dist.barrier()
@@ -196,9 +196,10 @@ class Checkpointer:
 
     def _prune(self, newest: int) -> None:
         """Keep the newest `keep` committed checkpoints; drop older and abandoned ones."""
-        committed = [s for s in sorted(self._steps()) if self._is_committed(s)]
+        steps = sorted(self._steps())  # one listing: on S3 each is a request
+        committed = [s for s in steps if self._is_committed(s)]
         keep = set(committed[-self.cfg.keep :])
-        for step in self._steps():
+        for step in steps:
             if step not in keep and step <= newest:
                 self._delete(step)
 
