@@ -17,9 +17,9 @@ import queue
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from jobs.backends import run_state
 from jobs.backends.base import (
     CANCELLED,
     FAILED,
@@ -223,7 +223,7 @@ class KubernetesBackend:
         job = self.cluster.get_job(run_id)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = run_state.utc_now()
         patch: dict[str, Any] = {"metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}}}
         if not k8s_state.is_final(k8s_state.job_state(job)):
             patch["spec"] = {"runPolicy": {"suspend": True}}
@@ -315,9 +315,9 @@ def last_metrics(run_dir: str | None) -> tuple[int | None, float | None]:
         return None, None
     try:
         storage = open_run_storage(run_dir)
-        if not storage.exists("logs/metrics.jsonl"):
+        if not storage.exists(run_state.METRICS_FILE):
             return None, None
-        lines = storage.read_text("logs/metrics.jsonl").splitlines()
+        lines = storage.read_text(run_state.METRICS_FILE).splitlines()
     except Exception:  # progress is decoration: never fail a listing over it
         return None, None
     for line in reversed(lines):
