@@ -74,6 +74,15 @@ class RunStatus:
         return self.state in FINISHED_STATES
 
 
+def matching(runs: list[RunStatus], sweep_id: str | None, state: str | None) -> list[RunStatus]:
+    """The `list_runs` filters: None matches every run."""
+    return [
+        r
+        for r in runs
+        if (sweep_id is None or r.sweep_id == sweep_id) and (state is None or r.state == state)
+    ]
+
+
 @dataclass(frozen=True)
 class DryRun:
     """What `schedule` would do. `request` is the backend's native form (argv + env, or

@@ -23,12 +23,14 @@ from pathlib import Path
 
 from jobs.backends import run_state
 from jobs.backends.base import (
+    FAILED,
     FINISHED_STATES,
     PENDING,
     RUNNING,
     BackendError,
     DryRun,
     RunStatus,
+    matching,
 )
 from jobs.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
@@ -142,18 +144,11 @@ class LocalBackend:
         return state_dir, state
 
     def status(self, run_id: str) -> RunStatus:
-        state_dir, state = self._state(run_id)
-        if state.get("state") in (PENDING, RUNNING) and not _alive(state):
-            state = {**state, "state": "failed", "message": "launcher process vanished"}
-        return run_state.to_status(state_dir, state)
+        return _status(*self._state(run_id))
 
     def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
-        runs = [self.status(d.name) for d, _ in run_state.list_states(self.state_root, self.name)]
-        return [
-            r
-            for r in runs
-            if (sweep_id is None or r.sweep_id == sweep_id) and (state is None or r.state == state)
-        ]
+        runs = [_status(d, s) for d, s in run_state.list_states(self.state_root, self.name)]
+        return matching(runs, sweep_id, state)
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         """Lines of the run's combined output; torchrun prefixes worker lines with
@@ -197,6 +192,12 @@ class LocalBackend:
         pid = state.get("pid")
         if pid:
             _signal(pid, signal.SIGTERM)
+
+
+def _status(state_dir: Path, state: dict) -> RunStatus:
+    if state.get("state") in (PENDING, RUNNING) and not _alive(state):
+        state = {**state, "state": FAILED, "message": "launcher process vanished"}
+    return run_state.to_status(state_dir, state)
 
 
 def _read_from(path: Path, offset: int) -> bytes:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jobs.backends import run_state
-from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus
+from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
 from jobs.manifests import to_yaml
 from jobs.materialize import MaterializedJob
 
@@ -71,11 +71,7 @@ class RenderBackend:
         runs = [
             run_state.to_status(d, s) for d, s in run_state.list_states(self.output_root, self.name)
         ]
-        return [
-            r
-            for r in runs
-            if (sweep_id is None or r.sweep_id == sweep_id) and (state is None or r.state == state)
-        ]
+        return matching(runs, sweep_id, state)
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         self.status(run_id)
