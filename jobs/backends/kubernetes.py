@@ -154,11 +154,11 @@ class KubernetesBackend:
         if job is None:
             raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
         try:
-            pod_name(job, rank)
+            pod = pod_name(job, rank)
         except ValueError as err:
             raise BackendError(f"{run_id}: {err}") from None
         if not follow:
-            yield from read_log(self.cluster, pod_name(job, rank))
+            yield from read_log(self.cluster, pod)
             return
         while True:
             outcome: list[RunStatus] = []
@@ -244,14 +244,7 @@ class KubernetesBackend:
             final = to_status(job) if job else _deleted(run_id)
             if not self._restart_due(run_id, final):
                 return final
-            restart = self._restart(run_id, final.retries)
-            while True:
-                try:
-                    on_line(next(restart))
-                except StopIteration as done:
-                    resubmitted = done.value
-                    break
-            if not resubmitted:
+            if not _drain(self._restart(run_id, final.retries), on_line):
                 return final
 
     def _restart_due(self, run_id: str, final: RunStatus) -> bool:
@@ -275,6 +268,15 @@ class KubernetesBackend:
         submission = submit(self.cluster, manifests, retries=attempt)
         yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
         return True
+
+
+def _drain(lines: Generator[str, None, bool], on_line) -> bool:
+    """Send each line of `lines` to `on_line`; return the generator's result."""
+    while True:
+        try:
+            on_line(next(lines))
+        except StopIteration as done:
+            return done.value
 
 
 def _deleted(run_id: str) -> RunStatus:
