@@ -13,7 +13,6 @@ callback, registered in conf/config.yaml) writes the same summary from the job r
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from typing import Any
 import yaml
 from hydra.experimental.callback import Callback
 
+from jobs.backends.run_state import write_atomic
 from jobs.errors import EXIT_BAD_INPUT
 from jobs.naming import new_sweep_id, sweep_point_run_id
 
@@ -78,10 +78,7 @@ def write_summary(path: Path, sweep_id: str, backend: str, points: list[PointRes
             for p in points
         ],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(summary, sort_keys=False))
-    os.replace(tmp, path)
+    write_atomic(path, yaml.safe_dump(summary, sort_keys=False))
 
 
 def materialize_points(

@@ -3,7 +3,6 @@ is contacted. `kubectl apply -f <path>` submits exactly what `backend=kubernetes
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,10 +38,7 @@ class RenderBackend:
     def schedule(self, dryrun: DryRun) -> str:
         job = dryrun.job
         path = self.manifest_path(job.run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(dryrun.text)
-        os.replace(tmp, path)
+        run_state.write_atomic(path, dryrun.text)
         now = run_state.utc_now()
         run_state.write_state(
             path.parent,

@@ -28,12 +28,16 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def write_state(run_dir: Path, state: dict[str, Any]) -> None:
-    path = run_dir / STATE_FILE
+def write_atomic(path: Path, text: str) -> None:
+    """Readers (another shell's `trainstack runs`) see the old file or the new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_state(run_dir: Path, state: dict[str, Any]) -> None:
+    write_atomic(run_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
 
 
 def update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
