@@ -40,6 +40,10 @@ class RetryPolicy:
     read_timeout_s: float = 30.0
     """Per-request read timeout of non-streaming calls."""
 
+    def backoff_s(self, failures: int) -> float:
+        """Sleep after the `failures`-th failure in a row: exponential, capped."""
+        return min(self.base_delay_s * 2 ** (failures - 1), self.max_delay_s)
+
 
 DEFAULT_RETRY = RetryPolicy()
 
@@ -101,7 +105,6 @@ class Cluster:
         """
         expect = kwargs.pop("expect", ())
         kwargs.setdefault("_request_timeout", self.timeout)
-        delay = self.retry.base_delay_s
         for attempt in range(1, self.retry.attempts + 1):
             try:
                 return fn(*args, **kwargs)
@@ -114,8 +117,7 @@ class Cluster:
                     raise ClusterError(
                         f"{action} failed after {attempt} attempts: {describe(exc)}"
                     ) from exc
-                self.sleep(delay)
-                delay = min(delay * 2, self.retry.max_delay_s)
+                self.sleep(self.retry.backoff_s(attempt))
         raise AssertionError("unreachable")
 
     def call_or_none(

@@ -95,8 +95,7 @@ def wait_for_end(
                 raise ClusterError(
                     f"{what} failed {failures} times in a row: {describe(exc)}"
                 ) from exc
-            delay = cluster.retry.base_delay_s * 2 ** (failures - 1)
-            cluster.sleep(min(delay, cluster.retry.max_delay_s))
+            cluster.sleep(cluster.retry.backoff_s(failures))
 
 
 def pod_name(job: dict, rank: int) -> str:
