@@ -51,6 +51,13 @@ def expand(overrides: list[str]) -> list[list[str]]:
     return BasicSweeper.split_arguments(parsed, None)[0]
 
 
+def sweep_id_of(overrides: list[str], now: datetime) -> str:
+    """The last `sweep_id=` override, else a new id. A given id is kept: re-running the
+    sweep with it addresses the same runs."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep_id=")]
+    return given[-1] if given else new_sweep_id(now)
+
+
 def summary_path(output_root: str, sweep_id: str) -> Path:
     return Path(output_root) / "sweeps" / sweep_id / SUMMARY_FILE
 
@@ -130,8 +137,7 @@ def launch_sweep(overrides: list[str], *, dryrun: bool, git_sha: str | None) -> 
     if any(o.startswith("hydra/launcher=") for o in overrides):
         return hydra_multirun(overrides)
     now = datetime.now(UTC)
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep_id=")]
-    sweep_id = given[-1] if given else new_sweep_id(now)
+    sweep_id = sweep_id_of(overrides, now)
     try:
         points = expand(overrides)
         jobs = materialize_points(points, sweep_id=sweep_id, git_sha=git_sha, now=now)
@@ -242,9 +248,7 @@ def hydra_multirun(overrides: list[str]) -> int:
     from jobs.schema import register
 
     register()
-    # A sweep_id given on the command line is kept: re-running it finds the same points.
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep_id=")]
-    sweep_id = given[-1] if given else new_sweep_id(datetime.now(UTC))
+    sweep_id = sweep_id_of(overrides, datetime.now(UTC))
     overrides = [o for o in overrides if not o.startswith("sweep_id=")]
     main = hydra.main(
         config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=HYDRA_VERSION_BASE
