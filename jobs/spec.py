@@ -111,6 +111,11 @@ def elastic_of(cfg: Any) -> Elastic | None:
     return Elastic(elastic.min_nodes, elastic.max_nodes, elastic.max_restarts)
 
 
+def procs_per_node(compute: Any) -> int:
+    """Trainer processes per node: `procs_per_node` on local_cpu, one per GPU elsewhere."""
+    return compute.procs_per_node if compute.name == LOCAL_CPU else compute.gpus_per_node
+
+
 def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
     """The trainer's `--config` file: run_dir, seed, model, data, trainer; nothing else."""
     return {
@@ -200,7 +205,6 @@ def to_job_spec(
     compute = cfg.compute
     local = compute.name == LOCAL_CPU
     instance = None if local else get_instance_type(compute.instance_type)
-    nproc = compute.procs_per_node if local else compute.gpus_per_node
     run_dir = run_dir_for(cfg.storage.root, run_id)
     trainer_cfg = trainer_config(cfg, run_dir)
     digest = config_hash(trainer_cfg)
@@ -235,7 +239,7 @@ def to_job_spec(
         env=job_env(cfg, run_id, run_dir, instance),
         secret_env=secrets,
         nodes=compute.nodes,
-        nproc_per_node=nproc,
+        nproc_per_node=procs_per_node(compute),
         master_replicas=0 if elastic else 1,
         worker_replicas=compute.nodes if elastic else compute.nodes - 1,
         elastic=elastic,

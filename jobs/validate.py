@@ -14,7 +14,7 @@ from typing import Any
 from catalog import INSTANCE_TYPES
 from jobs.naming import run_id_problem
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
-from jobs.spec import elastic_of
+from jobs.spec import elastic_of, procs_per_node
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -38,11 +38,9 @@ def _at_least(key: str, value: int | None, minimum: int) -> None:
 
 def data_parallel_sizes(cfg: Any) -> list[int]:
     """Every world size the job can run at (elastic jobs: each node count in range)."""
-    compute = cfg.compute
-    per_node = compute.procs_per_node if compute.name == LOCAL_CPU else compute.gpus_per_node
     elastic = elastic_of(cfg)
-    nodes = range(elastic.min_nodes, elastic.max_nodes + 1) if elastic else [compute.nodes]
-    return [n * per_node for n in nodes]
+    nodes = range(elastic.min_nodes, elastic.max_nodes + 1) if elastic else [cfg.compute.nodes]
+    return [n * procs_per_node(cfg.compute) for n in nodes]
 
 
 def check_compute(cfg: Any) -> None:
