@@ -121,13 +121,15 @@ def follow_log(
     """Stream rank `rank`'s log until the job ends, across pod restarts, each line once.
 
     A replaced pod (new uid) or restarted container is followed from its first line; a
-    reconnect to the same container skips the lines already yielded. Waiting for a pod or
+    reconnect to the same container skips the lines already yielded; an ended pod, once read
+    to its end, is not read again while its successor is awaited. Waiting for a pod or
     container to start is bounded by `start_timeout_s` (nodes may have to scale up first);
     failed connections by MAX_RECONNECTS.
     """
     from kubernetes import watch
 
     yielded: dict[str, int] = {}
+    drained: set[str] = set()  # containers of ended pods read to their end: nothing more comes
     failures = 0
     waiting_since = time.monotonic()
     while True:
@@ -135,7 +137,9 @@ def follow_log(
         if job is None:
             return
         pod = _get_pod(cluster, pod_name(job, rank))
-        if pod is None or (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+        phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
+        container = f"{pod['metadata']['uid']}/{_restarts(pod)}" if pod else ""
+        if pod is None or phase == "Pending" or container in drained:
             if is_final(job_state(job)):
                 return
             if time.monotonic() - waiting_since > start_timeout_s:
@@ -144,7 +148,6 @@ def follow_log(
                 )
             cluster.sleep(poll_s)
             continue
-        container = f"{pod['metadata']['uid']}/{_restarts(pod)}"
         seen = 0
         try:
             for line in watch.Watch().stream(
@@ -159,6 +162,8 @@ def follow_log(
                     yielded[container] = seen
                     failures = 0
                     yield line
+            if phase in ("Succeeded", "Failed"):
+                drained.add(container)
         except Exception as exc:
             if status_of(exc) == 400 and time.monotonic() - waiting_since < start_timeout_s:
                 cluster.sleep(poll_s)  # the container is (re)starting: no log to read yet

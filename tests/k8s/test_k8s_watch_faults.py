@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from itertools import pairwise
 
 import pytest
@@ -105,3 +107,28 @@ def test_log_follows_a_killed_pod_into_its_replacement(apiserver, cluster):
     assert len(lines) == len(set(lines))  # each line once
     resumed = lines.index("[w5-master-0] resumed from latest checkpoint")
     assert [line.split()[2] for line in lines[resumed + 1 :]] == ["4", "5", "6"]
+
+
+def test_an_ended_pod_is_read_once_while_its_successor_is_awaited(apiserver, cluster):
+    operator = apiserver.operator
+    operator.default = JobPlan(hold=True, step_seconds=0.02)
+    submit(cluster, [config_map("w6"), pytorch_job("w6", workers=0)])
+    lines: list[str] = []
+    follower = threading.Thread(
+        target=lambda: lines.extend(follow_log(cluster, "w6", rank=0, poll_s=0.02)), daemon=True
+    )
+    follower.start()
+    deadline = time.monotonic() + 5
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    operator.shutdown()  # the pod stops logging; the job stays Running
+    pod = apiserver.update(
+        "pods", "w6-master-0", NAMESPACE, lambda p: p["status"].update(phase="Failed")
+    )
+    operator._closed.add(pod["metadata"]["uid"])
+    time.sleep(0.5)  # ~25 polls while no successor pod comes
+    operator._condition("w6", NAMESPACE, "Succeeded", "PyTorchJobSucceeded", "completed")
+    follower.join(5)
+    assert not follower.is_alive()
+    assert lines and lines == operator.log_lines(pod["metadata"]["uid"])
+    assert apiserver.count("GET", "/pods/w6-master-0/log") <= 2
