@@ -316,11 +316,8 @@ def last_metrics(run_dir: str | None) -> tuple[int | None, float | None]:
     if not run_dir:
         return None, None
     try:
-        storage = open_run_storage(run_dir)
-        if not storage.exists(run_state.METRICS_FILE):
-            return None, None
-        lines = storage.read_text(run_state.METRICS_FILE).splitlines()
-    except Exception:  # progress is decoration: never fail a listing over it
+        lines = open_run_storage(run_dir).read_text(run_state.METRICS_FILE).splitlines()
+    except Exception:  # absent yet, or unreadable from here: progress is decoration
         return None, None
     for line in reversed(lines):
         try:
