@@ -1,14 +1,23 @@
 """Fixtures every suite may use. Kept light: stdlib at import time, moto/boto3 only when a
-fixture that needs them runs."""
+fixture that needs them runs.
+
+`run_trainer(nproc, overrides)` runs the real trainer to completion; `start_trainer(...)` returns
+a live `TrainerProcess` for tests that kill or signal it (helpers in `tests.trainer.harness`).
+Both take `run_dir=` (an s3:// URI works, with the AWS_* variables in `env=`), `env=`, `small=`
+(False: the default job's model) and `launcher=` ("torchrun", or "trainer.launch" for the
+exit-code-keeping wrapper).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.s3_server import FaultProxy, MotoS3, s3_env
+from tests.trainer.harness import TrainerProcess, TrainerResult, launch_trainer
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +52,30 @@ def fault_proxy(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fa
         monkeypatch.setenv(name, value)
     yield proxy
     proxy.stop()
+
+
+@pytest.fixture
+def start_trainer(tmp_path: Path):
+    """start_trainer(nproc, overrides, run_dir=None, env=None, small=True) -> TrainerProcess;
+    anything still running at the end of the test is killed."""
+    started: list[TrainerProcess] = []
+
+    def start(nproc: int, overrides: list[str], **kwargs) -> TrainerProcess:
+        started.append(launch_trainer(tmp_path, nproc, overrides, **kwargs))
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.kill_group()
+
+
+@pytest.fixture
+def run_trainer(start_trainer):
+    """run_trainer(nproc, overrides, run_dir=None, env=None, small=True) -> TrainerResult.
+    nproc=0 runs `python -m trainer` without torchrun."""
+
+    def run(nproc: int, overrides: list[str], **kwargs) -> TrainerResult:
+        return start_trainer(nproc, overrides, **kwargs).finish()
+
+    return run

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.s3_server import FaultProxy, MotoS3, fail_every_nth, fail_matching, s3_env
-from tests.trainer.harness import TrainerProcess, launch_trainer, losses_by_step
+from tests.trainer.harness import SAMPLE, losses_by_step
+from trainer.faults import PAUSE_BEFORE_COMMIT_ENV
 from trainer.storage import open_run_storage
 
 pytestmark = pytest.mark.slow
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "train.jsonl"
 STEPS = ["trainer.max_steps=8", "trainer.checkpoint.interval=4"]
-PAUSE_BEFORE_COMMIT = "TRAINSTACK_FAULT_PAUSE_BEFORE_COMMIT"  # trainer/checkpoint.py
 
 
 @pytest.fixture(scope="module")
@@ -28,21 +27,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with SAMPLE.open("rb") as fh:
         path.write_bytes(b"".join(fh.readline() for _ in range(150)))
     return path
-
-
-@pytest.fixture
-def start(tmp_path: Path):
-    """Start the trainer with the test's env; anything left running is killed afterwards."""
-    started: list[TrainerProcess] = []
-
-    def launch(overrides: list[str], run_dir: str, env: dict[str, str]) -> TrainerProcess:
-        started.append(launch_trainer(tmp_path, 2, overrides, run_dir=run_dir, env=env))
-        return started[-1]
-
-    yield launch
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill_group()
 
 
 @pytest.fixture
@@ -58,7 +42,7 @@ def committed(run_dir: str) -> list[str]:
 
 
 def test_s3_run_dir_survives_a_kill_and_a_failed_upload(
-    start,
+    start_trainer,
     fault_proxy: FaultProxy,
     s3_bucket: str,
     s3_data: str,
@@ -70,7 +54,7 @@ def test_s3_run_dir_survives_a_kill_and_a_failed_upload(
     # 1. Transient faults throughout. Every rank has uploaded step 8's shards and the marker is
     #    not written yet: SIGKILL everything.
     fault_proxy.set_rule(fail_every_nth(8, status=503))
-    first = start(overrides, run_dir, {**env, PAUSE_BEFORE_COMMIT: "8"})
+    first = start_trainer(2, overrides, run_dir=run_dir, env={**env, PAUSE_BEFORE_COMMIT_ENV: "8"})
     first.wait_for(lambda: "paused before committing step 8" in first.output())
     first.kill_group()
     assert fault_proxy.faults > 0 and fault_proxy.retries == fault_proxy.faults
@@ -81,7 +65,9 @@ def test_s3_run_dir_survives_a_kill_and_a_failed_upload(
 
     # 2. Resumed from step 4, it fails for good uploading step 8 after one file landed.
     fault_proxy.set_rule(fail_matching(r"/checkpoints/step-00000008/", status=500, after=1))
-    failed = start(overrides, run_dir, {**env, "AWS_MAX_ATTEMPTS": "2"}).finish()
+    failed = start_trainer(
+        2, overrides, run_dir=run_dir, env={**env, "AWS_MAX_ATTEMPTS": "2"}
+    ).finish()
     assert failed.returncode != 0
     assert f"resumed from {run_dir}/checkpoints/step-00000004 at step 4" in failed.stdout
     assert f"StorageError: cannot upload to {run_dir}/checkpoints/step-00000008/" in failed.stderr
@@ -92,7 +78,7 @@ def test_s3_run_dir_survives_a_kill_and_a_failed_upload(
 
     # 3. Clean S3: resumes from step 4 again, skips the half-written step 8, and reproduces
     #    the uninterrupted run's losses bit for bit.
-    resumed = start(overrides, run_dir, env).finish()
+    resumed = start_trainer(2, overrides, run_dir=run_dir, env=env).finish()
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from {run_dir}/checkpoints/step-00000004 at step 4" in resumed.stdout
     assert "step-00000008: not committed" in resumed.stderr
