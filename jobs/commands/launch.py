@@ -10,6 +10,7 @@ import argparse
 import subprocess
 import sys
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 
 from jobs.errors import EXIT_BAD_INPUT, one_line
@@ -34,8 +35,11 @@ def flag_overrides(args: argparse.Namespace) -> list[str]:
     return extra
 
 
+@cache
 def git_sha(repo: Path = REPO_DIR) -> str | None:
-    """HEAD of the checkout the job is launched from (labels; default image tag)."""
+    """HEAD of the checkout the job is launched from (labels; default image tag). Asked once
+    per process: every point of a sweep run by a Hydra launcher calls it, and all of them
+    must carry the SHA the sweep was validated with."""
     try:
         out = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"],
