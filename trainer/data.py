@@ -25,8 +25,6 @@ from trainer.tokenizer import Tokenizer
 class Corpus:
     train_tokens: torch.Tensor
     eval_tokens: torch.Tensor
-    documents: int
-    bad_lines: int
 
 
 def read_documents(cfg: DataConfig) -> tuple[list[str], int]:
@@ -67,7 +65,7 @@ def read_documents(cfg: DataConfig) -> tuple[list[str], int]:
 
 
 def load_corpus(cfg: DataConfig, tokenizer: Tokenizer) -> Corpus:
-    texts, bad = read_documents(cfg)
+    texts, _ = read_documents(cfg)
     # Every k-th document is held out: deterministic, and independent of the seed so that
     # validation losses of different seeds are comparable.
     every = round(1 / cfg.eval_fraction) if cfg.eval_fraction > 0 else 0
@@ -75,12 +73,7 @@ def load_corpus(cfg: DataConfig, tokenizer: Tokenizer) -> Corpus:
     for index, text in enumerate(texts):
         is_eval = every > 0 and index % every == every - 1
         (held_out if is_eval else train).append(text)
-    return Corpus(
-        train_tokens=_pack(train, tokenizer),
-        eval_tokens=_pack(held_out, tokenizer),
-        documents=len(texts),
-        bad_lines=bad,
-    )
+    return Corpus(train_tokens=_pack(train, tokenizer), eval_tokens=_pack(held_out, tokenizer))
 
 
 def _pack(texts: list[str], tokenizer: Tokenizer) -> torch.Tensor:
