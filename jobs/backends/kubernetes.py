@@ -66,6 +66,10 @@ class KubernetesBackend:
     """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
     the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
     can restart points that `launch_point` scheduled."""
+    _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
+    """(kubeconfig, context, namespace) -> jobs.k8s.api.Cluster, shared by this process's
+    instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
+    and a sweep makes several backends per point. Expired tokens are refreshed by the client."""
 
     def __init__(self, settings: ClusterSettings, preflight: bool = True):
         self.settings = settings
@@ -88,8 +92,10 @@ class KubernetesBackend:
         if self._cluster is None:
             from jobs.k8s.api import connect
 
-            s = self.settings
-            self._cluster = connect(s.kubeconfig, s.context, s.namespace)
+            key = (self.settings.kubeconfig, self.settings.context, self.settings.namespace)
+            if key not in self._connections:
+                self._connections[key] = connect(*key)
+            self._cluster = self._connections[key]
         return self._cluster
 
     # -- the backend verbs ---------------------------------------------------------------------

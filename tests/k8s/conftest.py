@@ -96,6 +96,7 @@ def fast_restarts(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.01)
     monkeypatch.setattr(KubernetesBackend, "_scheduled", {})
+    monkeypatch.setattr(KubernetesBackend, "_connections", {})
 
 
 @pytest.fixture

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 import yaml
 
@@ -61,3 +64,29 @@ def test_launcher_settings_are_checked():
         PyTorchJobLauncher(mode="later")
     with pytest.raises(ValueError, match=r"hydra.launcher.max_parallel: 0 must be at least 1"):
         PyTorchJobLauncher(max_parallel=0)
+
+
+def test_a_sweep_loads_its_kubeconfig_credentials_once(apiserver, trainstack, kubeconfig, tmp_path):
+    """Every point makes backends (skip check, submit); the credential plugin of the
+    kubeconfig (EKS: `aws eks get-token`, a process each time) runs once for the sweep."""
+    calls = tmp_path / "plugin-calls"
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "kind": "ExecCredential",
+        "status": {"token": "exec-token"},
+    }
+    script = f"open({str(calls)!r}, 'a').write('x'); print({json.dumps(credential)!r})"
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["users"][0]["user"] = {
+        "exec": {
+            "apiVersion": credential["apiVersion"],
+            "command": sys.executable,
+            "args": ["-c", script],
+            "interactiveMode": "Never",
+        }
+    }
+    kubeconfig.write_text(yaml.safe_dump(config))
+    apiserver.operator.default = JobPlan(hold=True)
+    assert trainstack("launch", *SWEEP, "sweep_id=sw4", launch=True) == 0
+    assert len(apiserver.list("pytorchjobs", NAMESPACE)) == 3
+    assert calls.read_text() == "x"
