@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,6 @@ class MaterializedJob:
     plan: Plan
     manifests: list[dict] | None = None
     """PyTorchJob + ConfigMap, validated; built only for backends that need them."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -34,7 +33,6 @@ def materialize(
     git_sha: str | None,
     run_id: str | None = None,
     sweep_id: str | None = None,
-    with_manifests: bool | None = None,
 ) -> MaterializedJob:
     """Validate `cfg`, name the run and build its spec (and manifests unless local).
 
@@ -50,9 +48,7 @@ def materialize(
     validate_job(cfg, git_sha=git_sha)
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec))
-    if with_manifests is None:
-        with_manifests = cfg.backend.name != "local"
-    if with_manifests:
+    if cfg.backend.name != "local":
         from jobs.manifests import to_manifests
 
         job.manifests = to_manifests(spec)

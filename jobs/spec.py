@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -100,7 +100,6 @@ class JobSpec:
     """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
     config_hash: str
     kubernetes_version: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def elastic_of(cfg: Any) -> Elastic | None:
