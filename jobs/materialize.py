@@ -45,9 +45,9 @@ def materialize(
     with open_dict(cfg):
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
-    validate_job(cfg, git_sha=git_sha)
+    trainer_plan = validate_job(cfg, git_sha=git_sha)
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
-    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec))
+    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan))
     if cfg.backend.name != "local":
         from jobs.manifests import to_manifests
 

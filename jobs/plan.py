@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from catalog import get_instance_type
 from trainer.gpu_peaks import gpu_peak_flops
-from trainer.model.args import model_args_from_config
 
 if TYPE_CHECKING:
     from jobs.spec import JobSpec
+    from trainer.job_config import Plan as TrainerPlan
 
 ASSUMED_MFU = 0.35
 """Typical FSDP2 Llama MFU on H100/A100 at these sizes; used only without a step time."""
@@ -100,18 +100,12 @@ class Plan:
         return "\n".join(lines)
 
 
-def tokens_per_step(cfg: Any, world_size: int) -> int:
-    trainer = cfg.trainer
-    sequences = trainer.global_batch_size or (
-        trainer.micro_batch_size * trainer.grad_accum_steps * world_size
-    )
-    return sequences * cfg.data.seq_len
-
-
-def make_plan(cfg: Any, spec: JobSpec) -> Plan:
-    args = model_args_from_config(cfg.model)
+def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
+    """`trainer_plan`: the trainer's own figures (model, tokens per step) at the job's size,
+    from validation."""
+    args = trainer_plan.model
     world = spec.nodes * spec.nproc_per_node
-    tokens = tokens_per_step(cfg, world)
+    tokens = trainer_plan.tokens_per_step
     compute = cfg.compute
     instance = get_instance_type(spec.instance_type) if spec.instance_type else None
     hourly, hourly_source = None, "local: no charge"

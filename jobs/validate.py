@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog import INSTANCE_TYPES
 from jobs.naming import run_id_problem
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
 from jobs.spec import elastic_of, procs_per_node
+
+if TYPE_CHECKING:
+    from trainer.job_config import Plan as TrainerPlan
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -118,9 +121,10 @@ def check_elastic(cfg: Any) -> None:
         )
 
 
-def check_trainer(cfg: Any) -> None:
+def check_trainer(cfg: Any) -> TrainerPlan:
     """The trainer's own start-up checks (model, choices, ranges, seq_len, batch divisibility)
-    at every world size the job can run at, so a bad value fails here and not on the nodes."""
+    at every world size the job can run at, so a bad value fails here and not on the nodes.
+    Returns the trainer's plan (model, batch) at the job's own size."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -141,11 +145,11 @@ def check_trainer(cfg: Any) -> None:
         key = getattr(err, "full_key", None) or "config"
         raise JobConfigError(key, str(err).splitlines()[0]) from None
     try:
-        for world_size in data_parallel_sizes(cfg):
-            make_plan(trainer_cfg, world_size)
+        plans = {size: make_plan(trainer_cfg, size) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         raise JobConfigError(key, problem) from None
+    return plans[cfg.compute.nodes * procs_per_node(cfg.compute)]
 
 
 def check_image(cfg: Any, git_sha: str | None) -> None:
@@ -238,13 +242,15 @@ def check_names(cfg: Any) -> None:
             raise JobConfigError(key, f"{value!r} is not allowed: {problem}")
 
 
-def validate_job(cfg: Any, *, git_sha: str | None = None) -> None:
-    """Raise JobConfigError for the first problem in composed config `cfg`."""
+def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
+    """Raise JobConfigError for the first problem in composed config `cfg`; return the
+    trainer's plan at the job's size (the launch plan reuses its model and batch figures)."""
     check_names(cfg)
     check_compute(cfg)
     check_elastic(cfg)
-    check_trainer(cfg)
+    trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
     check_storage(cfg)
     check_local_files(cfg)
     check_job_policy(cfg)
+    return trainer_plan
