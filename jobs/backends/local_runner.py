@@ -17,8 +17,7 @@ from pathlib import Path
 
 from jobs.backends import run_state
 from jobs.backends.base import CANCELLED, FAILED, RUNNING, SUCCEEDED
-
-EXIT_PREEMPTED = 143
+from trainer.config import EXIT_PREEMPTED
 
 
 def outcome(exit_code: int, cancel_requested: bool) -> str:
@@ -60,7 +59,7 @@ def supervise(state_dir: Path) -> int:
     cancelled = (state_dir / run_state.CANCEL_MARKER).exists()
     state = outcome(code, cancelled)
     message = (
-        "stopped after checkpoint (exit 143): launch again to resume"
+        f"stopped after checkpoint (exit {EXIT_PREEMPTED}): launch again to resume"
         if (code == EXIT_PREEMPTED and state != SUCCEEDED)
         else ""
     )
