@@ -295,7 +295,7 @@ def to_status(job: dict) -> RunStatus:
     status = job.get("status") or {}
     state = _STATES[k8s_state.job_state(job)]
     replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    step, loss = last_metrics(k8s_state.annotations(job).get(RUN_DIR_ANNOTATION))
+    step, loss = run_state.last_metrics(k8s_state.annotations(job).get(RUN_DIR_ANNOTATION))
     message = k8s_state.failure_message(job) if state == FAILED else ""
     return RunStatus(
         run_id=meta["name"],
@@ -310,26 +310,3 @@ def to_status(job: dict) -> RunStatus:
         retries=k8s_state.retries(job),
         message=message,
     )
-
-
-def last_metrics(run_dir: str | None) -> tuple[int | None, float | None]:
-    """Step and loss of the last training line of `<run_dir>/logs/metrics.jsonl`, local or
-    s3; (None, None) when there is none yet or it cannot be read from here."""
-    import json
-
-    from trainer.storage import open_run_storage
-
-    if not run_dir:
-        return None, None
-    try:
-        lines = open_run_storage(run_dir).read_text(run_state.METRICS_FILE).splitlines()
-    except Exception:  # absent yet, or unreadable from here: progress is decoration
-        return None, None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "loss" in record:
-            return record.get("step"), record.get("loss")
-    return None, None

@@ -46,11 +46,16 @@ def update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
     return state
 
 
-def last_metrics(run_dir: Path) -> tuple[int | None, float | None]:
-    """Step and loss of the last training line of logs/metrics.jsonl, if any."""
+def last_metrics(run_dir: str | Path | None) -> tuple[int | None, float | None]:
+    """Step and loss of the last training line of `<run_dir>/logs/metrics.jsonl`, local or
+    s3; (None, None) when there is none yet or it cannot be read from here."""
+    from trainer.storage import open_run_storage
+
+    if not run_dir:
+        return None, None
     try:
-        lines = (run_dir / METRICS_FILE).read_text().splitlines()
-    except FileNotFoundError:
+        lines = open_run_storage(str(run_dir)).read_text(METRICS_FILE).splitlines()
+    except Exception:  # absent yet, or unreadable from here: progress is decoration
         return None, None
     for line in reversed(lines):
         try:
