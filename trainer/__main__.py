@@ -1,7 +1,8 @@
 """`torchrun --nproc_per_node=N -m trainer --config PATH [key=value ...]` (or `python -m trainer`).
 
 Exit codes (trainer.config): 0 done, 2 bad input (one line on stderr, nothing written),
-143 stopped by SIGTERM after writing a checkpoint (run again to resume).
+143 stopped by SIGTERM after writing a checkpoint (run again to resume), 1 a failure — among
+them checkpoints that fail to save or to load (one line on stderr).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer.config import EXIT_BAD_INPUT
+from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
 from trainer.distributed import env_rank
 from trainer.errors import ConfigError
 
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the job's YAML (TrainerJobConfig)")
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. trainer.max_steps=100")
     args = parser.parse_args(argv)
+    from trainer.checkpoint import CheckpointError
     from trainer.job_config import load_config
     from trainer.train import run
 
@@ -28,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         if env_rank() == 0:  # every rank finds the same problem; say it once
             print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
+    except CheckpointError as exc:
+        if env_rank() == 0:  # every rank agreed on it; say it once
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

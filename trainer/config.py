@@ -21,6 +21,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 # Exit codes the trainer documents (pods and `jobs` read them).
 EXIT_OK = 0
+EXIT_FAILED = 1
+"""A failure retrying may or may not fix (checkpoints that do not save or load, crashes)."""
 EXIT_BAD_INPUT = 2
 """Bad configuration or data: retrying will not help."""
 EXIT_PREEMPTED = 143
@@ -70,6 +72,9 @@ class CheckpointConfig:
     """Committed checkpoints to keep (the latest K); older ones are deleted."""
     async_save: bool = False
     """Write checkpoints in the background while training continues."""
+    max_consecutive_failures: int = 2
+    """A failed save is abandoned and training goes on; this many failed saves in a row end
+    the run (as does a failed final or SIGTERM save)."""
 
 
 @dataclass

@@ -161,6 +161,7 @@ _RANGES: dict[str, tuple[float, float | None, str]] = {
     "trainer.peak_flops": (1, None, "null or a positive FLOP/s figure"),
     "trainer.checkpoint.interval": (0, None, "0 (only at the end) or an integer >= 1"),
     "trainer.checkpoint.keep": (1, None, "an integer >= 1"),
+    "trainer.checkpoint.max_consecutive_failures": (1, None, "an integer >= 1"),
     "data.seq_len": (1, None, "an integer >= 1"),
     "data.eval_fraction": (0, 0.5, "a fraction in [0, 0.5]"),
     "data.max_bad_fraction": (0, 1, "a fraction in [0, 1]"),

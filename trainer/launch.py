@@ -20,9 +20,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED
-
-EXIT_FAILED = 1
+from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 
 
 def exit_code_for(first_failure_code: int) -> int:

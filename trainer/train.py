@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
-from trainer.checkpoint import Checkpointer
+from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import PackedSequences, TrainBatches, eval_batches, load_corpus
 from trainer.distributed import Distributed, init_distributed, shutdown
@@ -67,7 +67,6 @@ def run(cfg: TrainerJobConfig) -> int:
         model.init_weights(cfg.seed)
         optimizer = build_optimizer(model, cfg.trainer)
         scheduler = build_scheduler(optimizer, cfg.trainer)
-        checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint)
         resolved = OmegaConf.to_container(OmegaConf.structured(cfg))
         metrics = MetricsLogger(
             storage,
@@ -77,6 +76,7 @@ def run(cfg: TrainerJobConfig) -> int:
             total_steps=cfg.trainer.max_steps,
             run_config=resolved,  # type: ignore[arg-type]
         )
+        checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint, report=metrics.log)
         if env.is_main:
             storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
         parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics)
@@ -114,14 +114,16 @@ def _train(
     t = cfg.trainer
     metrics.note(plan.describe())
 
-    # 3. Resume from the newest committed checkpoint, if any.
-    progress, saved_at = Progress(), -1
-    latest = checkpointer.find_latest()
-    if latest is not None:
-        progress, rng_restored = restore(
-            checkpointer, latest, model, optimizer, scheduler, rank=env.rank, device=env.device
-        )
-        saved_at = progress.step
+    # 3. Resume from the newest committed checkpoint that loads, if any.
+    progress = Progress()
+    resumed = resume_newest(
+        checkpointer,
+        lambda step: restore(
+            checkpointer, step, model, optimizer, scheduler, rank=env.rank, device=env.device
+        ),
+    )
+    if resumed is not None:
+        latest, (progress, rng_restored) = resumed
         note = "" if rng_restored else " (RNG states not restored: new rank count)"
         metrics.note(
             f"resumed from {checkpointer.storage.uri(f'checkpoints/step-{latest:08d}')}"
@@ -144,14 +146,15 @@ def _train(
     flops_per_token = plan.model.training_flops_per_token(plan.seq_len)
     params = [p for p in model.parameters() if p.requires_grad]
 
-    def save(step: int, asynchronous: bool) -> None:
+    def save(step: int, asynchronous: bool, final: bool = False) -> None:
         state = checkpoint_state(
             model, optimizer, scheduler, progress, rank=env.rank, device=env.device
         )
         started = time.perf_counter()
-        checkpointer.save(step, state, asynchronous=asynchronous)
-        kind = "started async" if asynchronous else "saved"
-        metrics.note(f"checkpoint step {step} {kind} in {time.perf_counter() - started:.2f}s")
+        committed = checkpointer.save(step, state, asynchronous=asynchronous, final=final)
+        if asynchronous or committed:  # a failed save has said so already
+            kind = "started async" if asynchronous else "saved"
+            metrics.note(f"checkpoint step {step} {kind} in {time.perf_counter() - started:.2f}s")
 
     # 4. The loop.
     window_time, window_steps, losses = 0.0, 0, []
@@ -198,19 +201,18 @@ def _train(
 
         if stopping:
             checkpointer.wait()
-            if saved_at != step:
-                save(step, asynchronous=False)
+            if checkpointer.last_committed != step:
+                save(step, asynchronous=False, final=True)
             metrics.note(f"stopped by SIGTERM after step {step}; exit {EXIT_PREEMPTED}")
             return EXIT_PREEMPTED
         interval = t.checkpoint.interval
         if interval and step % interval == 0 and step < t.max_steps:
             save(step, asynchronous=t.checkpoint.async_save)
-            saved_at = step
 
     # 5. The end: a final checkpoint (synchronous), every write committed.
     checkpointer.wait()
-    if saved_at != progress.step:
-        save(progress.step, asynchronous=False)
+    if checkpointer.last_committed != progress.step:
+        save(progress.step, asynchronous=False, final=True)
     metrics.note(f"done: {progress.step} steps")
     return EXIT_OK
 

@@ -88,6 +88,15 @@ class RunStorage(ABC):
         """Copy every file under `rel/` into `local_dir`, keeping the relative layout."""
 
     @abstractmethod
+    def file_sizes(self, rel: str) -> dict[str, int]:
+        """Size in bytes of every file under `rel/`, keyed by its path relative to `rel`
+        ('/'-separated); {} when there is nothing. On S3 this is one listing."""
+
+    @abstractmethod
+    def abort_uploads(self, rel: str) -> None:
+        """Abort unfinished multipart uploads under `rel/` (S3; nothing to do locally)."""
+
+    @abstractmethod
     def delete_tree(self, rel: str) -> None:
         """Delete `rel` and everything under it; missing is fine. The root itself is refused."""
 

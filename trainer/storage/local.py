@@ -96,6 +96,20 @@ class LocalStorage(RunStorage):
         with local_errors("list", path):
             return sorted(n for n in os.listdir(path) if not n.endswith(PARTIAL_SUFFIX))
 
+    def file_sizes(self, rel: str) -> dict[str, int]:
+        path = self.local_path(rel)
+        if not path.is_dir():
+            return {}
+        with local_errors("list", path):
+            return {
+                f.relative_to(path).as_posix(): f.stat().st_size
+                for f in path.rglob("*")
+                if f.is_file() and not f.name.endswith(PARTIAL_SUFFIX)
+            }
+
+    def abort_uploads(self, rel: str) -> None:
+        return None  # local writes are atomic renames: nothing is ever half-uploaded
+
     def _upload(self, pairs: list[tuple[Path, str]], target: str) -> None:
         for source, rel in pairs:
             dest = self.local_path(rel)

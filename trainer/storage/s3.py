@@ -58,15 +58,20 @@ def make_s3_client() -> S3Client:
     """
     retries = _retry_settings()
     aws_env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    return _client_for(aws_env, tuple(retries.items()))
+    return _client_for(aws_env, tuple(retries.items()), os.environ.get("RANK"))
 
 
 @functools.lru_cache(maxsize=4)
-def _client_for(aws_env: tuple, retries: tuple) -> S3Client:
+def _client_for(aws_env: tuple, retries: tuple, rank: str | None) -> S3Client:
     import boto3
     from botocore.config import Config
 
-    config = Config(retries=dict(retries), connect_timeout=10, read_timeout=120)
+    # The rank rides in the User-Agent, so S3 access logs (and the tests' proxy) can tell
+    # which rank read or wrote what.
+    agent = f"trainstack-rank/{rank}" if rank is not None else None
+    config = Config(
+        retries=dict(retries), connect_timeout=10, read_timeout=120, user_agent_extra=agent
+    )
     with s3_errors("connect to", "S3"):
         try:
             return boto3.session.Session().client("s3", config=config)
@@ -195,6 +200,36 @@ class S3Storage(RunStorage):
                 names.update(o["Key"][len(prefix) :] for o in page.get("Contents", []))
         names.discard("")
         return sorted(names)
+
+    @property
+    def client(self) -> S3Client:
+        """The boto3 client (thread-safe), for callers that stream objects themselves."""
+        return self._client
+
+    def file_sizes(self, rel: str) -> dict[str, int]:
+        prefix = self._dir_prefix(rel)
+        with s3_errors("list", self.uri(rel)):
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            return {
+                o["Key"][len(prefix) :]: o["Size"]
+                for page in pages
+                for o in page.get("Contents", [])
+                if not o["Key"].endswith("/")
+            }
+
+    def abort_uploads(self, rel: str) -> None:
+        prefix = self._dir_prefix(rel)
+        with s3_errors("abort uploads under", self.uri(rel)):
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    self._client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
 
     def _keys_under(self, rel: str) -> list[str]:
         prefix = self._dir_prefix(rel)
