@@ -4,7 +4,8 @@
 moto that answers chosen requests with 503 SlowDown / 500 InternalError instead of forwarding
 them, so botocore's real retry path runs. It reads botocore's `amz-sdk-request: attempt=N`
 header, which lets a rule fail only first attempts (transient) or every attempt (persistent),
-and it counts what it saw. Rules are plain callables; see `fail_every_nth` and
+and it counts what it saw (`transfers`: body bytes per request and the rank that sent it, from
+the trainer's User-Agent). Rules are plain callables; see `fail_every_nth` and
 `fail_matching`. An optional `Link` delays each response like a connection with first-byte
 latency and limited bandwidth (benchmarks use it; loopback alone has neither). Processes
 started by a test (torchrun) reach either through `s3_env(url)`.
@@ -148,12 +149,25 @@ def fail_matching(
     return rule
 
 
+@dataclass(frozen=True)
+class Transfer:
+    """One forwarded request: who sent it (the trainer's rank from its User-Agent, None when
+    it carries none) and the bytes of the request and response bodies."""
+
+    method: str
+    path: str
+    rank: int | None
+    sent: int
+    received: int
+
+
 @dataclass
 class _ProxyState:
     upstream: str
     rule: Rule | None = None
     link: Link | None = None
     seen: list[SeenRequest] = field(default_factory=list)
+    transfers: list[Transfer] = field(default_factory=list)
     first_attempts: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -186,6 +200,20 @@ class FaultProxy:
             return list(self.state.seen)
 
     @property
+    def transfers(self) -> list[Transfer]:
+        with self.state.lock:
+            return list(self.state.transfers)
+
+    def bytes_received_by_rank(self, path_pattern: str = "") -> dict[int | None, int]:
+        """Response body bytes of GETs whose path matches `path_pattern`, per rank."""
+        regex = re.compile(path_pattern)
+        totals: dict[int | None, int] = {}
+        for t in self.transfers:
+            if t.method == "GET" and regex.search(t.path):
+                totals[t.rank] = totals.get(t.rank, 0) + t.received
+        return totals
+
+    @property
     def faults(self) -> int:
         return sum(1 for r in self.seen if r.fault is not None)
 
@@ -211,6 +239,11 @@ def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
 def _attempt(header: str | None) -> int:
     match = re.search(r"attempt=(\d+)", header or "")
     return int(match.group(1)) if match else 1
+
+
+def _rank(user_agent: str | None) -> int | None:
+    match = re.search(r"trainstack-rank/(\d+)", user_agent or "")
+    return int(match.group(1)) if match else None
 
 
 def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
@@ -259,6 +292,10 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
                 conn.endheaders(body or None)
                 response = conn.getresponse()
                 data = response.read()
+                with state.lock:
+                    rank = _rank(self.headers.get("User-Agent"))
+                    transfer = Transfer(self.command, self.path, rank, len(body), len(data))
+                    state.transfers.append(transfer)
                 if state.link is not None:
                     time.sleep(state.link.delay(len(body) + len(data)))
                 self.send_response(response.status)

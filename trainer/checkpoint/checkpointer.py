@@ -23,6 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from trainer.checkpoint.layout import (
@@ -40,6 +41,8 @@ from trainer.storage import RunStorage, StorageError
 
 Failures = dict[int, str]
 """rank -> cause, of one checkpoint attempt."""
+FAILED = (Exception, CheckpointException)
+"""What a failed save or load raises: DCP's CheckpointException is a BaseException."""
 
 
 class CheckpointError(RuntimeError):
@@ -49,8 +52,6 @@ class CheckpointError(RuntimeError):
 def describe(exc: BaseException) -> Failures:
     """rank -> one-line cause. DCP gathers every rank's failure into one CheckpointException;
     unpack it so the line names the rank that actually failed."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
     if isinstance(exc, CheckpointException):
         return {rank: _one_line(wrapped[0]) for rank, wrapped in exc.failures.items()}
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -149,7 +150,7 @@ class Checkpointer:
                 future = dcp.async_save(
                     state, process_group=group, async_stager=self._stager, **where
                 )
-            except Exception as exc:  # staging failed: settle it like a failed write
+            except FAILED as exc:  # staging failed: settle it like a failed write
                 future = Future()
                 future.set_exception(exc)
             self._pending = (step, future, final)  # type: ignore[assignment]
@@ -157,7 +158,7 @@ class Checkpointer:
         failures: Failures = {}
         try:
             dcp.save(state, process_group=group, **where)
-        except Exception as exc:
+        except FAILED as exc:
             failures = describe(exc)
         return self._settle(step, failures, final=final)
 

@@ -16,6 +16,7 @@ from typing import TypeVar
 import torch.distributed as dist
 
 from trainer.checkpoint.checkpointer import (
+    FAILED,
     Checkpointer,
     CheckpointError,
     Failures,
@@ -47,7 +48,7 @@ def resume_newest(checkpointer: Checkpointer, restore: Callable[[int], T]) -> tu
             failures: Failures = {}
             try:
                 result = restore(step)
-            except Exception as exc:
+            except FAILED as exc:
                 failures = describe(exc)
             gathered: list[Failures | None] = [None] * env.world_size
             dist.all_gather_object(gathered, failures, group=group)

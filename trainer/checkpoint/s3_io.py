@@ -69,12 +69,21 @@ def s3_writer(storage: S3Storage, rel: str) -> Any:
     return writer
 
 
+MAX_GAP_BYTES = 0
+"""Ranges a rank needs are merged into one GET only when adjacent. The connector's default
+(32 MiB gaps) made each rank also fetch most of the other ranks' shard files: the replicated
+entries (each optimizer `step` scalar) sit, deduplicated, between other ranks' shards. With 0 a
+rank reads nothing it does not need, at the cost of one small GET per such scalar run."""
+
+
 def s3_reader(storage: S3Storage, rel: str) -> Any:
     """A DCP StorageReader for `rel` of an S3 run dir (ranged reads only)."""
+    from s3torchconnector import S3ReaderConstructor
     from s3torchconnector.dcp import S3StorageReader
 
     uri = storage.uri(rel)
-    reader = S3StorageReader(region=_settings()[0], path=uri)
+    constructor = S3ReaderConstructor.dcp_optimized(max_gap_size=MAX_GAP_BYTES)
+    reader = S3StorageReader(region=_settings()[0], path=uri, reader_constructor=constructor)
     reader.fs = _file_system(reader._reader_constructor)
     reader.path = reader.fs.init_path(uri)
     return reader
