@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "status": "show one run",
     "logs": "print a run's logs (-f to follow, --rank N)",
     "cancel": "cancel a run or a whole --sweep",
+    "checkpoints": "list a run's checkpoints: committed, size, files complete",
 }
 
 
