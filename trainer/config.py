@@ -99,6 +99,14 @@ class ParallelConfig:
 
 
 @dataclass
+class ProfileConfig:
+    steps: list[int] = field(default_factory=list)
+    """[first, last]: trace optimizer steps first..last (from 1, inclusive) with
+    torch.profiler, one Chrome trace per rank (and a CUDA memory snapshot on GPU) under
+    <run_dir>/profile/; empty: no profiling."""
+
+
+@dataclass
 class TrainerConfig:
     # The defaults are the default job (`make run`: 2 CPU processes, about 2 minutes; the
     # loss falls from ~5.6 to below 2.1, the held-out loss below 2.0).
@@ -139,6 +147,7 @@ class TrainerConfig:
     (`trainer/gpu_peaks.py`), or on CPU a quick measurement (labelled as measured). An
     unknown GPU without it logs MFU as null."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 

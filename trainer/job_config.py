@@ -112,6 +112,7 @@ class Plan:
 def make_plan(cfg: TrainerJobConfig, world_size: int) -> Plan:
     _check_choices(cfg)
     _check_ranges(cfg)
+    _check_profile(cfg)
     try:
         args = model_args_from_config(cfg.model)
     except ValueError as exc:
@@ -206,6 +207,15 @@ def _check_ranges(cfg: TrainerJobConfig) -> None:
         value = _value(cfg, key)
         if value is not None and (value < low or (high is not None and value > high)):
             raise ConfigError(f"{key}: {value!r} is out of range; allowed: {allowed}")
+
+
+def _check_profile(cfg: TrainerJobConfig) -> None:
+    steps, max_steps = list(cfg.trainer.profile.steps), cfg.trainer.max_steps
+    if steps and not (len(steps) == 2 and 1 <= steps[0] <= steps[1] <= max_steps):
+        raise ConfigError(
+            f"trainer.profile.steps: {steps} is not allowed; allowed: [] (off) or "
+            f"[first, last] with 1 <= first <= last <= trainer.max_steps ({max_steps})"
+        )
 
 
 def _check_model(args: ModelArgs) -> None:

@@ -27,6 +27,7 @@ from trainer.model.model import Transformer
 from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
 from trainer.parallelize import parallelize
 from trainer.preemption import StopSignal, agree
+from trainer.profiling import StepProfiler
 from trainer.step_timer import StepTimer, device_synchronize
 from trainer.storage import StorageError, open_run_storage
 from trainer.tokenizer import build_tokenizer
@@ -159,7 +160,9 @@ def _train(
 
     # 4. The loop.
     timer, losses = StepTimer(device_synchronize(env.device)), []
+    profiler = StepProfiler(t.profile.steps, checkpointer.storage, rank=env.rank, device=env.device)
     while progress.step < t.max_steps:
+        profiler.step_starts(progress.step + 1)
         with timer.phase("data_wait"):
             micro = batches.micro_batches(
                 progress.samples_seen, plan.micro_batch_size, plan.grad_accum_steps
@@ -179,6 +182,8 @@ def _train(
             if checkpointer.pending_step is not None and not writing:
                 checkpointer.commit_pending()
         timer.step_done()
+        if written := profiler.step_done(progress.step):
+            metrics.note(f"profile written to {written} (one trace per rank)")
         maybe_delay_step()
         losses.append(loss)
 

@@ -96,6 +96,11 @@ BAD_INPUTS = {
         "trainer.parallel.dp_replicate x trainer.parallel.dp_shard",
         "2 x 4 = 8 must equal the world size 16",
     ),
+    "profile steps reversed": (
+        ["trainer.profile.steps=[3,2]"],
+        "trainer.profile.steps",
+        "1 <= first <= last <= trainer.max_steps (150)",
+    ),
     "missing data file": (["data.path=nowhere.jsonl"], "data.path", "s3://bucket/key"),
     "missing tokenizer": (
         [f"data.path={SAMPLE_DATA}", "data.tokenizer=no/such/dir"],
