@@ -96,12 +96,12 @@ def _trainer_tokens_per_s(work: Path) -> float:
         "trainer.log_interval=1",
         "trainer.eval_interval=0",
         "trainer.checkpoint.interval=0",
-        "trainer.peak_flops=1e11",
+        "trainer.peak_tflops=0.1",
     ]
     cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={NPROC}", "-m", "trainer"]
     _run([*cmd, "--config", str(config), *overrides])
     lines = (work / "run/logs/metrics.jsonl").read_text().splitlines()
-    rates = [json.loads(line)["tokens_per_s"] for line in lines]
+    rates = [json.loads(line)["throughput/tokens_per_s"] for line in lines]
     return statistics.median(rates[WARMUP:])
 
 

@@ -17,6 +17,7 @@ class InstanceType:
     gpus: int
     """NVIDIA GPUs per instance."""
     gpu_model: str
+    """A model name of `trainer.gpu_peaks` (its one table of peaks)."""
     gpu_memory_gib: int
     """Memory of one GPU."""
     vcpus: int
@@ -40,9 +41,9 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         InstanceType("g5.12xlarge", 4, "A10G", 24, 48, 192, 1, 1, False, 5.672),
         InstanceType("g5.48xlarge", 8, "A10G", 24, 192, 768, 1, 1, False, 16.288),
         InstanceType("g6e.48xlarge", 8, "L40S", 48, 192, 1536, 4, 4, False, 30.131),
-        InstanceType("p4d.24xlarge", 8, "A100", 40, 96, 1152, 4, 4, True, 21.958),
-        InstanceType("p4de.24xlarge", 8, "A100", 80, 96, 1152, 4, 4, True, 27.447),
-        InstanceType("p5.48xlarge", 8, "H100", 80, 192, 2048, 32, 32, True, 55.040),
+        InstanceType("p4d.24xlarge", 8, "A100 40GB", 40, 96, 1152, 4, 4, True, 21.958),
+        InstanceType("p4de.24xlarge", 8, "A100 80GB", 80, 96, 1152, 4, 4, True, 27.447),
+        InstanceType("p5.48xlarge", 8, "H100 SXM", 80, 192, 2048, 32, 32, True, 55.040),
         InstanceType("p5e.48xlarge", 8, "H200", 141, 192, 2048, 32, 32, True, 60.740),
         InstanceType("p5en.48xlarge", 8, "H200", 141, 192, 2048, 16, 16, True, 63.296),
     )

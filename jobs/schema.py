@@ -149,7 +149,10 @@ class JobsConfig:
     """Set for every point of a multirun."""
     seed: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataConfig = field(default_factory=lambda: DataConfig(path=MISSING, tokenizer=MISSING))
+    """Corpus and tokenizer come from a `data` option (`sample`, the default, sets both) or
+    from you: `data=jsonl` and cluster experiments leave them mandatory, so a job never
+    trains on the bundled sample by accident."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)

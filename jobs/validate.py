@@ -242,9 +242,29 @@ def check_names(cfg: Any) -> None:
             raise JobConfigError(key, f"{value!r} is not allowed: {problem}")
 
 
+_MANDATORY_HINTS = {
+    "data.path": "a JSONL corpus, e.g. data.path=s3://bucket/train.jsonl",
+    "data.tokenizer": "a Hugging Face tokenizer directory, e.g. data.tokenizer=/path/to/tok",
+    "storage.root": "e.g. storage.root=s3://bucket/runs or stack=<name>",
+}
+
+
+def check_mandatory(cfg: Any) -> None:
+    """Keys left `???` by the composition (an experiment that wants your data, `storage=s3`
+    without a root) are named before anything reads them."""
+    from omegaconf import OmegaConf
+
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
+        raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
+
+
 def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     """Raise JobConfigError for the first problem in composed config `cfg`; return the
     trainer's plan at the job's size (the launch plan reuses its model and batch figures)."""
+    check_mandatory(cfg)
     check_names(cfg)
     check_compute(cfg)
     check_elastic(cfg)

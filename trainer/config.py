@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 # checked by `validate_choices` with a message naming the key.
 CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.mixed_precision": ("auto", "fp32", "bf16"),
-    "trainer.activation_checkpoint": ("none", "full", "selective"),
+    "trainer.activation_checkpoint": ("none", "full", "selective", "selective_op"),
 }
 
 # Exit codes the trainer documents (pods and `jobs` read them).
@@ -90,6 +90,28 @@ class MetricsConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Data parallelism over a (replicate, shard) mesh: FSDP shards parameters, gradients and
+    optimizer state within each group of `dp_shard` ranks, and each group holds a replica
+    (HSDP). Shard within a node (dp_shard = GPUs per node) and replicate across nodes, so
+    only the gradient all-reduce crosses the slower inter-node network."""
+
+    dp_replicate: int = 1
+    """Replicas (groups of ranks holding the whole sharded state)."""
+    dp_shard: int = -1
+    """Ranks each replica is sharded over; -1: world size / dp_replicate (the default,
+    with dp_replicate=1: full sharding over all ranks)."""
+
+
+@dataclass
+class ProfileConfig:
+    steps: list[int] = field(default_factory=list)
+    """[first, last]: trace optimizer steps first..last (from 1, inclusive) with
+    torch.profiler, one Chrome trace per rank (and a CUDA memory snapshot on GPU) under
+    <run_dir>/profile/; empty: no profiling."""
+
+
+@dataclass
 class TrainerConfig:
     # The defaults are the default job (`make run`: 2 CPU processes, about 2 minutes; the
     # loss falls from ~5.6 to below 2.1, the held-out loss below 2.0).
@@ -120,12 +142,17 @@ class TrainerConfig:
     mixed_precision: str = "auto"
     """One of auto, fp32, bf16. auto: bf16 params with fp32 reduction on CUDA, fp32 on CPU."""
     activation_checkpoint: str = "none"
-    """One of none, full, selective. selective: recompute every other block."""
+    """One of none, full, selective, selective_op. selective: recompute every other block;
+    selective_op: in every block keep the matmul outputs and recompute the cheap ops around
+    them (norms, activations, RoPE)."""
     compile: bool = False
     """torch.compile each transformer block."""
-    peak_flops: float | None = None
-    """Peak FLOP/s of one device for MFU; null uses the known-GPU table, or on CPU a quick
-    measurement (labelled as measured)."""
+    peak_tflops: float | None = None
+    """Peak TFLOP/s (dense bf16) of one device for MFU; null uses the exact GPU table
+    (`trainer/gpu_peaks.py`), or on CPU a quick measurement (labelled as measured). An
+    unknown GPU without it logs MFU as null."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 

@@ -17,6 +17,7 @@ class Distributed:
     local_rank: int
     device: torch.device
     mesh: DeviceMesh
+    """("dp",) for full sharding; ("dp_replicate", "dp_shard") for HSDP."""
     checkpoint_group: dist.ProcessGroup
     """A separate gloo group for DCP, whose async saves run collectives from a background
     thread: sharing the training group would interleave them with the loop's all-reduces."""
@@ -24,6 +25,20 @@ class Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def dp_size(self) -> int:
+        return self.mesh.size()
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's index over all data-parallel ranks, the mesh flattened row-major:
+        what the data loader splits the batch by (each replica's shards read different
+        rows, like every rank in full sharding)."""
+        if self.mesh.ndim == 1:
+            return self.mesh.get_local_rank()
+        shard = self.mesh.size(1)
+        return self.mesh.get_local_rank(0) * shard + self.mesh.get_local_rank(1)
 
     def barrier(self) -> None:
         dist.barrier(group=self.checkpoint_group)
@@ -34,7 +49,9 @@ def env_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def init_distributed() -> Distributed:
+def init_distributed(dp_replicate: int = 1) -> Distributed:
+    """`dp_replicate` > 1: a 2-D (replicate, shard) mesh for HSDP; its rows are consecutive
+    ranks, so with dp_shard = processes per node each replica is sharded within a node."""
     rank = env_rank()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -50,7 +67,11 @@ def init_distributed() -> Distributed:
     else:
         # `python -m trainer`: a single process, an in-memory store, no port to pick.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("dp",))
+    if dp_replicate > 1:
+        shape, names = (dp_replicate, world_size // dp_replicate), ("dp_replicate", "dp_shard")
+    else:
+        shape, names = (world_size,), ("dp",)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
     return Distributed(
         rank=rank,
         world_size=world_size,

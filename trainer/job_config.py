@@ -86,18 +86,23 @@ class Plan:
 
     model: ModelArgs
     dp_size: int
+    """Data-parallel ranks in all: dp_replicate x dp_shard (the world size)."""
     micro_batch_size: int
     grad_accum_steps: int
     global_batch_size: int
     seq_len: int
+    dp_replicate: int = 1
+    dp_shard: int = 1
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_len
 
     def describe(self) -> str:
+        mesh = f" (replicate {self.dp_replicate} x shard {self.dp_shard})"
         return (
-            f"model {self.model.num_params() / 1e6:.1f}M params, dp={self.dp_size}, "
+            f"model {self.model.num_params() / 1e6:.1f}M params, dp={self.dp_size}"
+            f"{mesh if self.dp_replicate > 1 else ''}, "
             f"global batch {self.global_batch_size} = micro {self.micro_batch_size} x accum "
             f"{self.grad_accum_steps} x dp {self.dp_size}, seq_len {self.seq_len}, "
             f"{self.tokens_per_step} tokens/step"
@@ -107,6 +112,7 @@ class Plan:
 def make_plan(cfg: TrainerJobConfig, world_size: int) -> Plan:
     _check_choices(cfg)
     _check_ranges(cfg)
+    _check_profile(cfg)
     try:
         args = model_args_from_config(cfg.model)
     except ValueError as exc:
@@ -118,6 +124,7 @@ def make_plan(cfg: TrainerJobConfig, world_size: int) -> Plan:
             f"{args.max_seq_len} (model {cfg.model.name!r}); allowed: 1..{args.max_seq_len}"
         )
     t = cfg.trainer
+    replicate, shard = data_parallel_mesh(cfg, world_size)
     per_pass = t.micro_batch_size * world_size
     if t.global_batch_size is None:
         accum = t.grad_accum_steps
@@ -129,7 +136,35 @@ def make_plan(cfg: TrainerJobConfig, world_size: int) -> Plan:
         )
     else:
         accum = t.global_batch_size // per_pass
-    return Plan(args, world_size, t.micro_batch_size, accum, per_pass * accum, cfg.data.seq_len)
+    return Plan(
+        args,
+        world_size,
+        t.micro_batch_size,
+        accum,
+        per_pass * accum,
+        cfg.data.seq_len,
+        dp_replicate=replicate,
+        dp_shard=shard,
+    )
+
+
+def data_parallel_mesh(cfg: TrainerJobConfig, world_size: int) -> tuple[int, int]:
+    """(dp_replicate, dp_shard) at `world_size`; their product must be the world size."""
+    p = cfg.trainer.parallel
+    replicate = p.dp_replicate
+    if replicate < 1 or replicate > world_size or world_size % replicate:
+        raise ConfigError(
+            f"trainer.parallel.dp_replicate: {replicate} does not divide the world size "
+            f"{world_size}; allowed: a divisor of {world_size} (with trainer.parallel.dp_shard)"
+        )
+    shard = world_size // replicate if p.dp_shard == -1 else p.dp_shard
+    if replicate * shard != world_size:
+        raise ConfigError(
+            f"trainer.parallel.dp_replicate x trainer.parallel.dp_shard: {replicate} x "
+            f"{p.dp_shard} = {replicate * p.dp_shard} must equal the world size {world_size}; "
+            "allowed: a product equal to it (dp_shard=-1: world size / dp_replicate)"
+        )
+    return replicate, shard
 
 
 def _value(cfg: TrainerJobConfig, key: str) -> Any:
@@ -158,7 +193,7 @@ _RANGES: dict[str, tuple[float, float | None, str]] = {
     "trainer.lr": (1e-12, None, "a number > 0"),
     "trainer.min_lr_ratio": (0, 1, "a number in [0, 1]"),
     "trainer.grad_clip": (0, None, "0 (off) or a number > 0"),
-    "trainer.peak_flops": (1, None, "null or a positive FLOP/s figure"),
+    "trainer.peak_tflops": (1e-6, None, "null or a positive TFLOP/s figure, e.g. 989.4"),
     "trainer.checkpoint.interval": (0, None, "0 (only at the end) or an integer >= 1"),
     "trainer.checkpoint.keep": (1, None, "an integer >= 1"),
     "trainer.checkpoint.max_consecutive_failures": (1, None, "an integer >= 1"),
@@ -173,6 +208,15 @@ def _check_ranges(cfg: TrainerJobConfig) -> None:
         value = _value(cfg, key)
         if value is not None and (value < low or (high is not None and value > high)):
             raise ConfigError(f"{key}: {value!r} is out of range; allowed: {allowed}")
+
+
+def _check_profile(cfg: TrainerJobConfig) -> None:
+    steps, max_steps = list(cfg.trainer.profile.steps), cfg.trainer.max_steps
+    if steps and not (len(steps) == 2 and 1 <= steps[0] <= steps[1] <= max_steps):
+        raise ConfigError(
+            f"trainer.profile.steps: {steps} is not allowed; allowed: [] (off) or "
+            f"[first, last] with 1 <= first <= last <= trainer.max_steps ({max_steps})"
+        )
 
 
 def _check_model(args: ModelArgs) -> None:

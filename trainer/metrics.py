@@ -86,7 +86,7 @@ def _short(value: Any) -> str:
 
 
 def _headline(record: dict[str, Any]) -> str:
-    keys = ("loss", "eval_loss", "lr", "tokens_per_s")
+    keys = ("loss", "eval_loss", "lr", "throughput/tokens_per_s")
     return " ".join(f"{k}={_short(record[k])}" for k in keys if record.get(k) is not None)
 
 

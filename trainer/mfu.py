@@ -1,9 +1,9 @@
 """Peak FLOP/s of one device for MFU, always labelled with where it came from.
 
-Sources, in order: `trainer.peak_flops` ("config"); the table of known GPUs below
-("table:<gpu>", `trainer.gpu_peaks`); on CPU a short matmul
-measurement ("measured-cpu"). An unknown GPU without a configured peak gets no MFU (null and
-a warning) rather than some other device's number.
+Sources, in order: `trainer.peak_tflops` ("config"); the exact table of GPU models
+(`trainer.gpu_peaks`, "table:<model>"); on CPU a short matmul measurement ("measured-cpu"). An
+unknown GPU without a configured peak gets no MFU (null, and one note at start-up) rather
+than some other device's number.
 """
 
 from __future__ import annotations
@@ -30,22 +30,28 @@ def measure_cpu_flops(rounds: int = 3, seconds: float = 0.1, size: int = 1024) -
     return best
 
 
-def peak_flops(device: torch.device, configured: float | None) -> tuple[float | None, str]:
-    """(peak FLOP/s or None, its source label)."""
-    if configured:
-        return configured, "config"
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        if known := gpu_peak_flops(name):
+def peak_flops(
+    device_type: str, device_name: str | None, configured_tflops: float | None
+) -> tuple[float | None, str]:
+    """(peak FLOP/s or None, its source label). `device_name`: the CUDA device's name."""
+    if configured_tflops:
+        return configured_tflops * 1e12, "config"
+    if device_type == "cuda":
+        if known := gpu_peak_flops(device_name or ""):
             return known[1], f"table:{known[0]}"
-        return None, f"unknown-gpu:{name}"
+        return None, f"unknown-gpu:{device_name}"
     return measure_cpu_flops(), "measured-cpu"
 
 
-def max_memory_gb(device: torch.device) -> float:
-    """Peak allocated device memory; on CPU the process's peak resident set size."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    import resource
+def device_peak_flops(
+    device: torch.device, configured_tflops: float | None
+) -> tuple[float | None, str]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return peak_flops(device.type, name, configured_tflops)
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+def mfu_percent(tokens_per_s_per_device: float, flops_per_token: float, peak: float | None):
+    """Model FLOPs utilization in percent, or None without a known peak."""
+    if not peak:
+        return None
+    return 100 * tokens_per_s_per_device * flops_per_token / peak

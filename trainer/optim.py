@@ -12,6 +12,12 @@ from torch.optim.lr_scheduler import LambdaLR
 from trainer.config import TrainerConfig
 
 
+def adamw_implementation(device_type: str) -> dict[str, bool]:
+    """Fused (one kernel for the whole update) on CUDA; foreach (batched ops over all
+    tensors) elsewhere, where fused kernels are not the tuned path."""
+    return {"fused": True} if device_type == "cuda" else {"foreach": True}
+
+
 def build_optimizer(model: nn.Module, cfg: TrainerConfig) -> torch.optim.AdamW:
     # Matrices decay; norm gains do not (decaying them only pulls activations towards 0).
     params = [p for p in model.parameters() if p.requires_grad]
@@ -19,7 +25,8 @@ def build_optimizer(model: nn.Module, cfg: TrainerConfig) -> torch.optim.AdamW:
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=True)
+    implementation = adamw_implementation(params[0].device.type)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **implementation)
 
 
 def lr_factor(step: int, cfg: TrainerConfig) -> float:

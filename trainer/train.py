@@ -20,12 +20,15 @@ from trainer.distributed import Distributed, init_distributed, shutdown
 from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
 from trainer.job_config import Plan, make_plan
+from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
-from trainer.mfu import max_memory_gb, peak_flops
+from trainer.mfu import device_peak_flops, mfu_percent
 from trainer.model.model import Transformer
 from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
 from trainer.parallelize import parallelize
 from trainer.preemption import StopSignal, agree
+from trainer.profiling import StepProfiler
+from trainer.step_timer import StepTimer, device_synchronize
 from trainer.storage import StorageError, open_run_storage
 from trainer.tokenizer import build_tokenizer
 from trainer.train_state import Progress, checkpoint_state, restore
@@ -51,7 +54,7 @@ def run(cfg: TrainerJobConfig) -> int:
         raise ConfigError(f"run_dir: {exc}") from None
 
     # 2. Ranks, model, optimizer.
-    env = init_distributed()
+    env = init_distributed(plan.dp_replicate)
     try:
         torch.manual_seed(cfg.seed)
         with torch.device("meta"):
@@ -130,19 +133,21 @@ def _train(
             f" at step {progress.step}{note}"
         )
 
-    batches = TrainBatches(train_seqs, seed=cfg.seed, dp_rank=env.rank, dp_size=env.world_size)
+    batches = TrainBatches(train_seqs, seed=cfg.seed, dp_rank=env.dp_rank, dp_size=env.dp_size)
     held_out = eval_batches(
         eval_seqs,
-        dp_rank=env.rank,
-        dp_size=env.world_size,
+        dp_rank=env.dp_rank,
+        dp_size=env.dp_size,
         micro_batch_size=plan.micro_batch_size,
         count=t.eval_batches,
     )
     if t.eval_interval and not held_out:
         warn("no held-out sequences (data.eval_fraction too small for data.seq_len): no eval")
-    peak, peak_source = peak_flops(env.device, t.peak_flops)
+    peak, peak_source = device_peak_flops(env.device, t.peak_tflops)
     if peak is None:
-        warn(f"MFU not reported: {peak_source} has no known peak; set trainer.peak_flops")
+        metrics.note(
+            f"MFU logged as null: {peak_source} has no known peak; set trainer.peak_tflops"
+        )
     flops_per_token = plan.model.training_flops_per_token(plan.seq_len)
     params = [p for p in model.parameters() if p.requires_grad]
 
@@ -157,44 +162,52 @@ def _train(
             metrics.note(f"checkpoint step {step} {kind} in {time.perf_counter() - started:.2f}s")
 
     # 4. The loop.
-    window_time, window_steps, losses = 0.0, 0, []
+    timer, losses = StepTimer(device_synchronize(env.device)), []
+    profiler = StepProfiler(t.profile.steps, checkpointer.storage, rank=env.rank, device=env.device)
     while progress.step < t.max_steps:
-        started = time.perf_counter()
-        micro = batches.micro_batches(
-            progress.samples_seen, plan.micro_batch_size, plan.grad_accum_steps
-        )
-        loss = _train_step(model, micro, env.device)
-        grad_norm = clip_grad_norm(params, t.grad_clip)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        profiler.step_starts(progress.step + 1)
+        with timer.phase("data_wait"):
+            micro = batches.micro_batches(
+                progress.samples_seen, plan.micro_batch_size, plan.grad_accum_steps
+            )
+        with timer.phase("forward_backward"):
+            loss = _train_step(model, micro, env.device)
+        with timer.phase("optimizer"):
+            grad_norm = clip_grad_norm(params, t.grad_clip)
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
         progress.step += 1
         progress.samples_seen += plan.global_batch_size
-        stopping, writing = agree(stop.received, not checkpointer.pending_done())
-        window_time += time.perf_counter() - started
-        window_steps += 1
+        with timer.phase("checkpoint_stall"):
+            stopping, writing = agree(stop.received, not checkpointer.pending_done())
+            if checkpointer.pending_step is not None and not writing:
+                checkpointer.commit_pending()
+        timer.step_done()
+        if written := profiler.step_done(progress.step):
+            metrics.note(f"profile written to {written} (one trace per rank)")
         maybe_delay_step()
         losses.append(loss)
-        if checkpointer.pending_step is not None and not writing:
-            checkpointer.commit_pending()
 
         step = progress.step
         if step % t.log_interval == 0 or step == t.max_steps or stopping:
-            tokens_per_s = plan.tokens_per_step * window_steps / window_time
+            tokens_per_s = plan.tokens_per_step * timer.steps / timer.seconds
+            per_device = tokens_per_s / env.world_size
             record = {
                 "step": step,
                 "loss": _mean_across_ranks(torch.stack(losses).mean()),
                 "lr": lr,
                 "grad_norm": grad_norm.item(),
-                "tokens_per_s": tokens_per_s,
-                "mfu": tokens_per_s / env.world_size * flops_per_token / peak if peak else None,
-                "mfu_peak_source": peak_source,
-                "max_memory_gb": max_memory_gb(env.device),
                 "tokens_seen": progress.samples_seen * plan.seq_len,
+                "throughput/tokens_per_s": tokens_per_s,
+                "mfu/percent": mfu_percent(per_device, flops_per_token, peak),
+                "mfu/peak_source": peak_source,
+                **timer.close_window(),
+                **window_peak_memory(env.device),
             }
             metrics.log(record)
-            window_time, window_steps, losses = 0.0, 0, []
+            losses = []
         eval_due = t.eval_interval and (step % t.eval_interval == 0 or step == t.max_steps)
         if eval_due and held_out and not stopping:  # SIGTERM's grace period is for the save
             metrics.log({"step": step, "eval_loss": _evaluate(model, held_out, env.device)})
@@ -207,7 +220,8 @@ def _train(
             return EXIT_PREEMPTED
         interval = t.checkpoint.interval
         if interval and step % interval == 0 and step < t.max_steps:
-            save(step, asynchronous=t.checkpoint.async_save)
+            with timer.phase("checkpoint_stall"):
+                save(step, asynchronous=t.checkpoint.async_save)
 
     # 5. The end: a final checkpoint (synchronous), every write committed.
     checkpointer.wait()

@@ -22,6 +22,11 @@ CLUSTER = [
     "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
     "storage.root=s3://trainstack-runs/runs",
 ]
+# What an experiment that refuses the bundled sample (`???`) is given.
+OWN_DATA = [
+    "data.path=s3://trainstack-data/corpus/train.jsonl",
+    "data.tokenizer=/mnt/fsx/tokenizers/llama3",
+]
 
 
 def build(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobs.manifests import to_yaml
-from tests.jobs.conftest import CLUSTER, build
+from tests.jobs.conftest import CLUSTER, OWN_DATA, build
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("TRAINSTACK_REGEN_GOLDEN") == "1"
@@ -24,6 +24,7 @@ CASES = {
     "llama3_8b_p5x4": [
         "experiment=llama3_8b_p5x4",
         *CLUSTER,
+        *OWN_DATA,
         "job.secrets.wandb_api_key={name:wandb,key:api-key}",
         "job.secrets.hf_token={name:hf,key:token}",
         "job.active_deadline_seconds=86400",

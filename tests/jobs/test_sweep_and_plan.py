@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from jobs.sweep import expand
-from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build, files_under
+from tests.jobs.conftest import CLUSTER, OWN_DATA, SAMPLE_DATA, build, files_under
 from trainer.config import TrainerConfig
 
 
@@ -71,7 +71,7 @@ def test_plan_with_configured_step_time_and_price():
 
 
 def test_plan_estimates_step_time_from_flops_and_says_so():
-    plan = build(["experiment=llama3_8b_p5x4", *CLUSTER]).plan
+    plan = build(["experiment=llama3_8b_p5x4", *CLUSTER, *OWN_DATA]).plan
     assert plan.hourly_usd == pytest.approx(4 * 55.04)
     assert plan.step_time_source.startswith("estimated")
     # 8B x 6 FLOPs x 524k tokens / (32 x 989 TFLOP/s x MFU): on the order of seconds.

@@ -76,6 +76,31 @@ BAD_INPUTS = {
         "storage.root",
         "Missing mandatory value",
     ),
+    "cluster experiment without data": (
+        ["experiment=llama3_8b_p5x4", *CLUSTER],
+        "data.path",
+        "s3://bucket/train.jsonl",
+    ),
+    "cluster experiment without a tokenizer": (
+        ["experiment=llama3_8b_p5x4", *CLUSTER, "data.path=s3://bucket/train.jsonl"],
+        "data.tokenizer",
+        "tokenizer directory",
+    ),
+    "HSDP replicas not dividing the world": (
+        [*P5, "trainer.parallel.dp_replicate=3"],
+        "trainer.parallel.dp_replicate",
+        "a divisor of 8",
+    ),
+    "HSDP mesh not the world size": (
+        [*P5, "compute.nodes=2", "trainer.parallel.dp_replicate=2", "trainer.parallel.dp_shard=4"],
+        "trainer.parallel.dp_replicate x trainer.parallel.dp_shard",
+        "2 x 4 = 8 must equal the world size 16",
+    ),
+    "profile steps reversed": (
+        ["trainer.profile.steps=[3,2]"],
+        "trainer.profile.steps",
+        "1 <= first <= last <= trainer.max_steps (150)",
+    ),
     "missing data file": (["data.path=nowhere.jsonl"], "data.path", "s3://bucket/key"),
     "missing tokenizer": (
         [f"data.path={SAMPLE_DATA}", "data.tokenizer=no/such/dir"],

@@ -29,6 +29,7 @@ VARIANTS = {
     "plain": [],
     "ac_full": ["trainer.activation_checkpoint=full"],
     "ac_selective": ["trainer.activation_checkpoint=selective"],
+    "ac_selective_op": ["trainer.activation_checkpoint=selective_op"],
     "compile": ["trainer.compile=true"],
     "bf16": ["trainer.mixed_precision=bf16"],
 }
@@ -65,7 +66,7 @@ def test_plain_run_trains(losses):
     assert losses["plain"][STEPS] < losses["plain"][1]
 
 
-@pytest.mark.parametrize("variant", ["ac_full", "ac_selective"])
+@pytest.mark.parametrize("variant", ["ac_full", "ac_selective", "ac_selective_op"])
 def test_activation_checkpointing_gives_bit_identical_losses(losses, variant):
     assert losses[variant] == losses["plain"]
 
@@ -97,7 +98,8 @@ def one_rank_mesh(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("choice", "wrapped"), [("none", []), ("full", [0, 1, 2, 3]), ("selective", [0, 2])]
+    ("choice", "wrapped"),
+    [("none", []), ("full", [0, 1, 2, 3]), ("selective", [0, 2]), ("selective_op", [0, 1, 2, 3])],
 )
 def test_the_options_reach_the_blocks(one_rank_mesh, choice, wrapped):
     """What makes the equal-loss runs above meaningful: the blocks really are wrapped for

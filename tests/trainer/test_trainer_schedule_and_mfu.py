@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.config import TrainerConfig
-from trainer.mfu import peak_flops
+from trainer.mfu import device_peak_flops
 from trainer.optim import lr_factor
 
 
@@ -23,6 +23,6 @@ def test_linear_warmup_then_cosine_down_to_the_floor():
 
 
 def test_mfu_peak_is_labelled_by_its_source():
-    assert peak_flops(torch.device("cpu"), 3.5e12) == (3.5e12, "config")
-    measured, source = peak_flops(torch.device("cpu"), None)
+    assert device_peak_flops(torch.device("cpu"), 3.5) == (3.5e12, "config")
+    measured, source = device_peak_flops(torch.device("cpu"), None)
     assert source == "measured-cpu" and measured > 1e8
