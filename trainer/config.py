@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.mixed_precision": ("auto", "fp32", "bf16"),
     "trainer.activation_checkpoint": ("none", "full", "selective", "selective_op"),
+    "data.format": ("text", "prompt_completion", "chat"),
 }
 
 # Exit codes the trainer documents (pods and `jobs` read them).
@@ -51,10 +52,25 @@ class ModelConfig:
 class DataConfig:
     path: str = "data/sample/train.jsonl"
     """JSONL file: a local path (relative to the working directory) or an s3:// URI."""
+    format: str = "text"
+    """One of text, prompt_completion, chat. text: every token is trained on (pre-training).
+    prompt_completion: `{prompt, completion}` records, loss on the completion only. chat:
+    `{messages: [{role, content}, ...]}` rendered with the tokenizer's chat template, loss on
+    the assistant turns only. Instruction formats also keep packed documents from attending
+    to each other."""
     text_field: str = "text"
-    """Key of each JSON line holding the document text."""
+    """Key of each JSON line holding the document text (format=text)."""
+    prompt_field: str = "prompt"
+    """Key holding the prompt (format=prompt_completion)."""
+    completion_field: str = "completion"
+    """Key holding the completion (format=prompt_completion)."""
+    messages_field: str = "messages"
+    """Key holding the conversation (format=chat)."""
     tokenizer: str = "byte"
     """`byte` (built in, no download) or a local path to a Hugging Face tokenizer directory."""
+    eos_token: str | None = None
+    """The token that ends a document, for a tokenizer whose files name none (null: the
+    tokenizer config's eos_token, else its post-processor's)."""
     seq_len: int = 128
     """Tokens per packed training sequence."""
     eval_fraction: float = 0.05

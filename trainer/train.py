@@ -9,17 +9,24 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
-from trainer.data import PackedSequences, TrainBatches, eval_batches, load_corpus
+from trainer.data import (
+    IGNORE_INDEX,
+    Batch,
+    PackedSequences,
+    TrainBatches,
+    eval_batches,
+    load_corpus,
+)
 from trainer.distributed import Distributed, init_distributed, shutdown
 from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
 from trainer.job_config import Plan, make_plan
+from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
 from trainer.mfu import device_peak_flops, mfu_percent
@@ -33,19 +40,17 @@ from trainer.storage import StorageError, open_run_storage
 from trainer.tokenizer import build_tokenizer
 from trainer.train_state import Progress, checkpoint_state, restore
 
-Batch = tuple[torch.Tensor, torch.Tensor]
-
 
 def run(cfg: TrainerJobConfig) -> int:
     # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
     stop = StopSignal()
     plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    tokenizer = build_tokenizer(cfg.data.tokenizer, plan.model.vocab_size)
+    tokenizer = build_tokenizer(cfg.data.tokenizer, plan.model.vocab_size, cfg.data.eos_token)
     corpus = load_corpus(cfg.data, tokenizer)
-    train_seqs = PackedSequences(corpus.train_tokens, cfg.data.seq_len)
+    train_seqs = PackedSequences(corpus.train, cfg.data.seq_len)
     if train_seqs.count == 0:
         raise ConfigError(
-            f"data.path: {cfg.data.path!r} has {len(corpus.train_tokens)} training tokens, "
+            f"data.path: {cfg.data.path!r} has {len(corpus.train.tokens)} training tokens, "
             f"fewer than one sequence of data.seq_len={cfg.data.seq_len} + 1"
         )
     try:
@@ -83,7 +88,7 @@ def run(cfg: TrainerJobConfig) -> int:
         if env.is_main:
             storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
         parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics)
-        eval_seqs = PackedSequences(corpus.eval_tokens, cfg.data.seq_len)
+        eval_seqs = PackedSequences(corpus.eval, cfg.data.seq_len)
         try:
             return _train(parts, train_seqs, eval_seqs, stop)
         finally:
@@ -171,7 +176,7 @@ def _train(
                 progress.samples_seen, plan.micro_batch_size, plan.grad_accum_steps
             )
         with timer.phase("forward_backward"):
-            loss = _train_step(model, micro, env.device)
+            loss = _train_step(model, micro, env.device, plan)
         with timer.phase("optimizer"):
             grad_norm = clip_grad_norm(params, t.grad_clip)
             lr = scheduler.get_last_lr()[0]
@@ -231,26 +236,37 @@ def _train(
     return EXIT_OK
 
 
-def _train_step(model: torch.nn.Module, micro: list[Batch], device: torch.device) -> torch.Tensor:
-    """Forward/backward over the micro batches; returns this rank's mean loss (detached)."""
+def _train_step(
+    model: torch.nn.Module, micro: list[Batch], device: torch.device, plan: Plan
+) -> torch.Tensor:
+    """Forward/backward over the micro batches; returns this rank's share of the step's mean
+    loss (detached; the mean across ranks of the shares is the step's loss)."""
+    # FSDP averages gradients over the data-parallel ranks: x dp_size makes that a sum, so
+    # the gradient is that of (sum of target losses) / (targets in the step).
+    scale = plan.dp_size / step_targets(micro, device, plan.tokens_per_step)
     total = torch.zeros((), device=device)
-    for inputs, targets in micro:
-        logits = model(inputs.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten())
-        (loss / len(micro)).backward()
+    for batch in micro:
+        batch = batch.to(device)
+        logits = model(batch.inputs, positions=batch.positions, documents=batch.documents)
+        loss = loss_sum(logits, batch.labels) * scale
+        loss.backward()
         total += loss.detach()
-    return total / len(micro)
+    return total
 
 
 @torch.no_grad()
 def _evaluate(model: torch.nn.Module, held_out: list[Batch], device: torch.device) -> float:
+    """Mean loss over the held-out targets of every rank (masked like training)."""
     model.eval()
-    total = torch.zeros((), device=device)
-    for inputs, targets in held_out:
-        logits = model(inputs.to(device))
-        total += F.cross_entropy(logits.flatten(0, 1).float(), targets.to(device).flatten())
+    total = torch.zeros(2, device=device)  # loss sum, targets
+    for batch in held_out:
+        batch = batch.to(device)
+        logits = model(batch.inputs, positions=batch.positions, documents=batch.documents)
+        total[0] += loss_sum(logits, batch.labels)
+        total[1] += (batch.labels != IGNORE_INDEX).sum()
     model.train()
-    return _mean_across_ranks(total / len(held_out))
+    dist.all_reduce(total)
+    return (total[0] / total[1].clamp(min=1)).item()
 
 
 def _mean_across_ranks(value: torch.Tensor) -> float:

@@ -19,6 +19,7 @@ from trainer.config import EXIT_BAD_INPUT, DataConfig
 from trainer.data import read_documents
 from trainer.errors import ConfigError
 from trainer.launch import exit_code_for
+from trainer.tokenizer import ByteTokenizer
 
 
 def snapshot(run_dir: Path) -> dict[str, tuple[int, bytes]]:
@@ -116,10 +117,10 @@ def test_bad_dataset(job, tmp_path, capsys, lines, message):
 
 def test_malformed_lines_below_the_limit_are_counted_and_skipped(tmp_path):
     data = write_lines(tmp_path, [GOOD] * 9 + ["{broken"])
-    texts, bad = read_documents(DataConfig(path=data, max_bad_fraction=0.2))
-    assert (len(texts), bad) == (9, 1)
-    with pytest.raises(ConfigError, match=r"1 of 10 lines .*\(first: line 10\)"):
-        read_documents(DataConfig(path=data, max_bad_fraction=0.05))
+    documents, bad = read_documents(DataConfig(path=data, max_bad_fraction=0.2), ByteTokenizer())
+    assert (len(documents), bad) == (9, 1)
+    with pytest.raises(ConfigError, match=r"1 of 10 lines .*\(first: line 10: not JSON\)"):
+        read_documents(DataConfig(path=data, max_bad_fraction=0.05), ByteTokenizer())
 
 
 @pytest.mark.parametrize(

@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import torch
 
-from trainer.data import PackedSequences, TrainBatches
+from trainer.data import PackedSequences, TokenStream, TrainBatches
 
 SEQ_LEN = 4
 
 
 def stream(sequences: int) -> PackedSequences:
     # Token i*SEQ_LEN is the first token of sequence i: rows identify their sequence.
-    return PackedSequences(torch.arange(sequences * SEQ_LEN + 1), SEQ_LEN)
+    tokens = torch.arange(sequences * SEQ_LEN + 1)
+    return PackedSequences(TokenStream(tokens, None, torch.tensor([0]), False), SEQ_LEN)
 
 
 def first_tokens(batches) -> list[int]:
-    return [int(row[0]) // SEQ_LEN for inputs, _ in batches for row in inputs]
+    return [int(row[0]) // SEQ_LEN for batch in batches for row in batch.inputs]
 
 
 def test_packing_pairs_inputs_with_next_token_targets():
-    inputs, targets = stream(5).batch(torch.tensor([0, 3]))
-    assert inputs.tolist() == [[0, 1, 2, 3], [12, 13, 14, 15]]
-    assert targets.tolist() == [[1, 2, 3, 4], [13, 14, 15, 16]]
+    batch = stream(5).batch(torch.tensor([0, 3]))
+    assert batch.inputs.tolist() == [[0, 1, 2, 3], [12, 13, 14, 15]]
+    assert batch.labels.tolist() == [[1, 2, 3, 4], [13, 14, 15, 16]]
 
 
 def test_ranks_read_disjoint_rows_and_match_one_rank_with_accumulation():

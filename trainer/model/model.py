@@ -50,12 +50,23 @@ def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (batch, seq, heads, head_dim); rotates the two halves of head_dim as pairs."""
+    """x: (batch, seq, heads, head_dim); rotates the two halves of head_dim as pairs.
+    cos/sin: the tables (positions 0..seq-1) or already per token, (batch, seq, head_dim/2)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    cos = cos[: x.shape[1], None, :].to(x.dtype)
-    sin = sin[: x.shape[1], None, :].to(x.dtype)
+    if cos.dim() == 2:
+        cos, sin = cos[: x.shape[1]], sin[: x.shape[1]]
+    cos = cos[..., None, :].to(x.dtype)
+    sin = sin[..., None, :].to(x.dtype)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def document_causal_mask(documents: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, seq, seq) bool for SDPA: query i sees key j <= i of the same document."""
+    seq = documents.shape[1]
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=documents.device).tril()
+    same = documents[:, :, None] == documents[:, None, :]
+    return (same & causal)[:, None]
 
 
 class Attention(nn.Module):
@@ -67,7 +78,9 @@ class Attention(nn.Module):
         self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         bsz, seq, _ = x.shape
         q = self.wq(x).view(bsz, seq, self.n_heads, self.head_dim)
         k = self.wk(x).view(bsz, seq, self.n_kv_heads, self.head_dim)
@@ -77,7 +90,8 @@ class Attention(nn.Module):
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
-            is_causal=True,
+            attn_mask=mask,
+            is_causal=mask is None,
             enable_gqa=self.n_kv_heads != self.n_heads,
         )
         return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
@@ -102,8 +116,10 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args.dim, args.ffn_hidden_dim)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), cos, sin)
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -122,10 +138,22 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        documents: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens (batch, seq). positions: each token's RoPE position (default 0..seq-1).
+        documents: each token's document in a packed sequence; a token then attends only to
+        earlier tokens of its own document (default: to every earlier token)."""
+        cos, sin = self.rope_cos, self.rope_sin
+        if positions is not None:
+            cos, sin = cos[positions], sin[positions]
+        mask = None if documents is None else document_causal_mask(documents)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
-            h = layer(h, self.rope_cos, self.rope_sin)
+            h = layer(h, cos, sin, mask)
         return self.output(self.norm(h))
 
     @torch.no_grad()
