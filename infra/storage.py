@@ -8,9 +8,14 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.policies import RUNS_PREFIX, tls_only_policy
+from infra.protection import stateful
+from infra.settings import DataProtection
 
 NONCURRENT_DAYS = 30
 MULTIPART_DAYS = 7
+BUCKET_KEYS = True
+"""S3 bucket keys: one data key per bucket, not per object (far fewer KMS calls); KMS then sees
+the bucket's ARN, not the object's, as encryption context (key policies depend on it)."""
 
 
 class RunStorage(pulumi.ComponentResource):
@@ -18,17 +23,23 @@ class RunStorage(pulumi.ComponentResource):
     bucket_arn: pulumi.Output[str]
     key_arn: pulumi.Output[str]
 
-    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        protection: DataProtection,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
         super().__init__("trainstack:infra:RunStorage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         key = aws.kms.Key(
             f"{name}-runs",
             description="trainstack runs bucket encryption",
             enable_key_rotation=True,
-            deletion_window_in_days=30,
-            opts=child,
+            deletion_window_in_days=protection.kms_deletion_window_days,
+            opts=stateful(self, protection),
         )
-        bucket = aws.s3.Bucket(f"{name}-runs", force_destroy=False, opts=child)
+        # force_destroy stays off even unprotected: a bucket holding objects is never deleted.
+        bucket = aws.s3.Bucket(f"{name}-runs", force_destroy=False, opts=stateful(self, protection))
         public_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-runs",
             bucket=bucket.id,
@@ -59,8 +70,7 @@ class RunStorage(pulumi.ComponentResource):
                         "sse_algorithm": "aws:kms",
                         "kms_master_key_id": key.arn,
                     },
-                    # One data key per bucket, not per object: far fewer KMS calls.
-                    "bucket_key_enabled": True,
+                    "bucket_key_enabled": BUCKET_KEYS,
                 }
             ],
             opts=child,
@@ -93,5 +103,6 @@ class RunStorage(pulumi.ComponentResource):
         self.bucket = bucket.bucket
         self.bucket_arn = bucket.arn
         self.key_arn = key.arn
+        self.key_id = key.key_id
         self.root = pulumi.Output.concat("s3://", bucket.bucket, f"/{RUNS_PREFIX}")
         self.register_outputs({"bucket": self.bucket, "root": self.root})
