@@ -81,6 +81,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["vpcConfig"] = {**state["vpcConfig"], "clusterSecurityGroupId": "sg-cluster"}
         elif args.typ == "aws:ecr/repository:Repository":
             state["repositoryUrl"] = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/{state['name']}"
+        elif args.typ == "aws:kms/key:Key":
+            state["keyId"] = resource_id
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             state["resources"] = [{"autoscalingGroups": [{"name": f"eks-{args.name}-asg"}]}]
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
