@@ -25,7 +25,7 @@ name = config.cluster.name
 
 network = Network(name, config.network, config.region)
 registry = Registry(name, config.repository_name, config.untagged_image_days)
-storage = RunStorage(name, config.protection)
+storage = RunStorage(name, config.protection, config.runs_kms_key_arn)
 cluster = Cluster(
     name,
     config.cluster,

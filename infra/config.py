@@ -65,6 +65,7 @@ _TOKEN_REFERENCE = re.compile(
     r"^arn:aws[a-z-]*:(secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+"
     r"|ssm:[\w-]+:\d{12}:parameter/[\w/.-]+)$"
 )
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[\w-]+:\d{12}:key/[0-9a-f-]{36}$")
 _POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]+$")
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
 
@@ -93,6 +94,7 @@ TOP_LEVEL_KEYS = (
     "kmsDeletionWindowDays",
     "autoscaler",
     "deploy",
+    "runsKmsKeyArn",
 )
 GPU_GROUP_KEYS = (
     "name",
@@ -417,6 +419,19 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         if not _DNS_LABEL.match(value):
             raise fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
 
+    runs_key = reader.get_str("runsKmsKeyArn")
+    if runs_key is not None and not _KMS_KEY_ARN.match(runs_key):
+        raise fail(reader.key("runsKmsKeyArn"), f"{runs_key!r} is not a KMS key ARN")
+    fsx = _parse_fsx(reader)
+    if fsx is not None and runs_key is not None:
+        # The FSx S3-access role is named after the file system, so no policy written before
+        # `pulumi up` can name it, and this stack does not own the external key's policy.
+        raise fail(
+            reader.key("fsx"),
+            "links the runs bucket, whose external key (trainstack:runsKmsKeyArn) this stack "
+            "cannot grant to FSx's S3-access role; drop runsKmsKeyArn (the stack's own key gets "
+            "the statement) or fsx",
+        )
     return StackConfig(
         stack=stack,
         region=region,
@@ -426,7 +441,8 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         gpu_node_groups=gpu_node_groups,
         repository_name=repository,
         untagged_image_days=reader.get_int("untaggedImageDays", 7, minimum=1),
-        fsx=_parse_fsx(reader),
+        fsx=fsx,
+        runs_kms_key_arn=runs_key,
         ci=_parse_ci(reader),
         namespace=namespace,
         service_account=service_account,

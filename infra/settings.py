@@ -137,6 +137,9 @@ class StackConfig:
     repository_name: str
     untagged_image_days: int
     fsx: FsxConfig | None
+    runs_kms_key_arn: str | None
+    """An existing KMS key for the runs bucket (its policy managed elsewhere); None: the stack
+    creates and protects its own."""
     ci: CiConfig | None
     namespace: str
     service_account: str

@@ -17,6 +17,7 @@ def group(**changes):
 
 
 PROD_DEPLOY = stack_file_config("prod")["trainstack:deploy"]
+EXTERNAL_KEY = "arn:aws:kms:us-east-1:123456789012:key/0123abcd-0123-4567-89ab-0123456789ab"
 
 # (what to change in the prod stack, key the error must name, words it must contain)
 BAD_CONFIGS = {
@@ -160,6 +161,16 @@ BAD_CONFIGS = {
         "is not an EC2 instance type",
     ),
     "missing-region": ({"aws:region": None}, "aws:region", "required"),
+    "fsx-link-to-external-key": (
+        {"trainstack:runsKmsKeyArn": EXTERNAL_KEY},
+        "trainstack:fsx",
+        "cannot grant to FSx's S3-access role",
+    ),
+    "runs-key-not-a-key": (
+        {"trainstack:runsKmsKeyArn": "alias/runs"},
+        "trainstack:runsKmsKeyArn",
+        "is not a KMS key ARN",
+    ),
     "max-below-min": (
         {"trainstack:gpuNodeGroups": [group(minSize=3, maxSize=2)]},
         "trainstack:gpuNodeGroups[0].maxSize",

@@ -107,6 +107,27 @@ def test_key_statement_exactly_when_fsx_links_the_bucket(stack_runs):
     assert stack_runs["dev"].of_type(KEY_POLICY) == []  # the default key policy stays
 
 
+def test_external_runs_key_is_used_not_created():
+    key_arn = "arn:aws:kms:us-east-1:123456789012:key/0123abcd-0123-4567-89ab-0123456789ab"
+    config = stack_file_config("dev")
+    config["trainstack:runsKmsKeyArn"] = key_arn
+    run = run_program(config, "byok")
+    assert [k for k in run.of_type(KEY) if k.name.endswith("-runs")] == []
+    sse = run.one(
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+    ).inputs["rules"][0]["applyServerSideEncryptionByDefault"]
+    assert sse["kmsMasterKeyId"] == key_arn
+    trainer = next(
+        p
+        for p in run.of_type("aws:iam/rolePolicy:RolePolicy")
+        if p.name.endswith("-trainer-inline")
+    )
+    bucket_key = next(
+        s for s in json.loads(trainer.inputs["policy"])["Statement"] if s["Sid"] == "BucketKey"
+    )
+    assert bucket_key["Resource"] == key_arn
+
+
 def test_without_bucket_keys_the_context_is_the_object_arn():
     from infra.policies import bucket_key_policy
 
