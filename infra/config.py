@@ -11,20 +11,24 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import pulumi
 
 from catalog import INSTANCE_TYPES
-from infra.config_reader import ConfigError, SettingsReader, fail
+from infra.config_reader import NAMESPACE, ConfigError, SettingsReader, fail
+from infra.config_sections import CONNECTION_ARN as _CONNECTION_ARN
+from infra.config_sections import GITHUB_URL as _GITHUB_URL
+from infra.config_sections import (
+    capacity_block_end,
+    parse_autoscaler,
+    parse_deploy,
+    parse_protection,
+)
 from infra.policies import RESERVED_PREFIXES
 from infra.settings import (
-    AutoscalerConfig,
     CiConfig,
     ClusterConfig,
-    DataProtection,
-    DeployConfig,
     FsxConfig,
     GpuNodeGroupConfig,
     NetworkConfig,
@@ -35,7 +39,6 @@ from infra.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
-NAMESPACE = "trainstack"
 
 CLUSTER_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 FSX_THROUGHPUTS_PER_TIB = (125, 250, 500, 1000)
@@ -45,7 +48,6 @@ FSX_STEP_GIB = 2400
 MIN_KUBERNETES_MINOR = 34
 """Older minors are past EKS standard support (2026-11): a new cluster would bill extended
 support or be upgraded at once."""
-KMS_MAX_DELETION_DAYS = 30
 NAT_LAYOUTS = ("perZone", "single")
 MIN_VPC_CNI = (1, 19, 0)
 """First VPC CNI release that leaves `efa-only` interfaces (cards > 0) alone."""
@@ -57,16 +59,7 @@ _GROUP_NAME = re.compile(r"^[a-z][-a-z0-9]{0,30}$")
 _CNI_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.\d+$")
 _K8S_VERSION = re.compile(r"^1\.(\d{2})$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-_GITHUB_URL = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+?(\.git)?$")
-_CONNECTION_ARN = re.compile(
-    r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[\w-]+:\d{12}:connection/"
-)
-_TOKEN_REFERENCE = re.compile(
-    r"^arn:aws[a-z-]*:(secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+"
-    r"|ssm:[\w-]+:\d{12}:parameter/[\w/.-]+)$"
-)
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[\w-]+:\d{12}:key/[0-9a-f-]{36}$")
-_POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]+$")
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
 
 
@@ -111,8 +104,6 @@ GPU_GROUP_KEYS = (
 )
 SYSTEM_GROUP_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize", "rootVolumeGiB")
 FSX_KEYS = ("storageCapacityGiB", "throughputPerTiB", "dataPrefix")
-DEPLOY_KEYS = ("githubUrl", "connectionArn", "pulumiTokenSecretArn", "policyArns", "timeoutMinutes")
-AUTOSCALER_KEYS = ("scaleDownIdleMinutes", "provisioningRequests")
 CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn")
 
 
@@ -161,7 +152,7 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
     spot = reader.get_bool("spot", False)
     if capacity_block and reservation is None:
         raise fail(reader.key("capacityBlock"), "needs capacityReservationId (the block's id)")
-    block_end = _capacity_block_end(reader, capacity_block)
+    block_end = capacity_block_end(reader, capacity_block)
     if spot and reservation is not None:
         raise fail(reader.key("spot"), "spot cannot use a capacity reservation or block")
     return GpuNodeGroupConfig(
@@ -177,27 +168,6 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
         spot=spot,
         placement_group=reader.get_bool("placementGroup", reservation is None),
     )
-
-
-def _capacity_block_end(reader: SettingsReader, capacity_block: bool) -> datetime | None:
-    text = reader.get_str("capacityBlockEnd")
-    if text is None:
-        if capacity_block:
-            raise fail(
-                reader.key("capacityBlockEnd"),
-                "required with capacityBlock: the block's end, e.g. 2026-12-01T11:30:00Z "
-                "(the group scales to zero before it)",
-            )
-        return None
-    if not capacity_block:
-        raise fail(reader.key("capacityBlockEnd"), "only for capacityBlock: true")
-    try:
-        end = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        raise fail(
-            reader.key("capacityBlockEnd"), f"{text!r}: expected UTC like 2026-12-01T11:30:00Z"
-        ) from None
-    return end
 
 
 def _parse_system_nodes(reader: SettingsReader) -> SystemNodeGroupConfig:
@@ -343,64 +313,6 @@ def _parse_network(reader: SettingsReader, region: str) -> NetworkConfig:
     return NetworkConfig(vpc_cidr, zones, gpu_zone, nat_per_zone=nat == "perZone")
 
 
-def _parse_deploy(reader: SettingsReader, cluster: ClusterConfig) -> DeployConfig | None:
-    values = reader.get_object("deploy")
-    if values is None:
-        if not cluster.public_access_cidrs:
-            raise fail(
-                reader.key("deploy"),
-                "required when the API endpoint is private (no publicAccessCidrs): nothing "
-                "outside the VPC can reach it, so set the in-VPC deploy (githubUrl, "
-                "pulumiTokenSecretArn, policyArns) or list publicAccessCidrs",
-            )
-        return None
-    deploy = SettingsReader(values, f"{NAMESPACE}:deploy.", DEPLOY_KEYS)
-    url = deploy.get_str("githubUrl", required=True)
-    if not _GITHUB_URL.match(url):
-        raise fail(deploy.key("githubUrl"), f"{url!r} is not https://github.com/<owner>/<repo>")
-    connection = deploy.get_str("connectionArn")
-    if connection is not None and not _CONNECTION_ARN.match(connection):
-        raise fail(deploy.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
-    token = deploy.get_str("pulumiTokenSecretArn", required=True)
-    if not _TOKEN_REFERENCE.match(token):
-        raise fail(
-            deploy.key("pulumiTokenSecretArn"),
-            f"{token!r}: a Secrets Manager secret ARN or SSM parameter ARN (the token itself "
-            "never goes in config)",
-        )
-    policies = deploy.get_list("policyArns")
-    if not policies:
-        raise fail(
-            deploy.key("policyArns"), "required: IAM policy ARNs for creating the stack's resources"
-        )
-    for index, policy in enumerate(policies):
-        if not _POLICY_ARN.match(policy):
-            raise fail(f"{deploy.key('policyArns')}[{index}]", f"{policy!r} is not a policy ARN")
-    return DeployConfig(
-        github_url=url,
-        connection_arn=connection,
-        pulumi_token_secret_arn=token,
-        policy_arns=policies,
-        timeout_minutes=deploy.get_int("timeoutMinutes", 120, minimum=10),
-    )
-
-
-def _parse_autoscaler(reader: SettingsReader) -> AutoscalerConfig:
-    values = reader.get_object("autoscaler") or {}
-    autoscaler = SettingsReader(values, f"{NAMESPACE}:autoscaler.", AUTOSCALER_KEYS)
-    return AutoscalerConfig(
-        scale_down_idle_minutes=autoscaler.get_int("scaleDownIdleMinutes", 10, minimum=1),
-        provisioning_requests=autoscaler.get_bool("provisioningRequests", False),
-    )
-
-
-def _parse_protection(reader: SettingsReader) -> DataProtection:
-    window = reader.get_int("kmsDeletionWindowDays", KMS_MAX_DELETION_DAYS, minimum=7)
-    if window > KMS_MAX_DELETION_DAYS:
-        raise fail(reader.key("kmsDeletionWindowDays"), f"allowed: 7 to 30 days, got {window}")
-    return DataProtection(reader.get_bool("protectData", True), window)
-
-
 def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None) -> StackConfig:
     """`values` maps keys without the `trainstack:` prefix to their raw config values."""
     if not region:
@@ -446,9 +358,9 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         ci=_parse_ci(reader),
         namespace=namespace,
         service_account=service_account,
-        protection=_parse_protection(reader),
-        autoscaler=_parse_autoscaler(reader),
-        deploy=_parse_deploy(reader, cluster),
+        protection=parse_protection(reader),
+        autoscaler=parse_autoscaler(reader),
+        deploy=parse_deploy(reader, cluster),
     )
 
 
