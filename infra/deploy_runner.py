@@ -223,9 +223,9 @@ class DeployRunner(pulumi.ComponentResource):
                 "security_group_ids": [security_group.id],
             },
             logs_config={"cloudwatch_logs": {"group_name": log_group.name, "status": "ENABLED"}},
+            # Two builds never update the stack at once: Pulumi's stack lock refuses the second,
+            # and the workflow queues deploys per stack.
             build_timeout=config.timeout_minutes,
-            # One deploy at a time per stack; the workflow queues the rest.
-            concurrent_build_limit=1,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[access]),
         )
         self.project_name = project.name

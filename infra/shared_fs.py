@@ -1,9 +1,10 @@
 """Optional FSx for Lustre (PERSISTENT_2) in the GPU AZ, linked to the runs bucket by a data
 repository association, and mounted in pods through a static PV/PVC of the FSx CSI driver.
 
-The bucket is SSE-KMS with the stack's key, so the link works only once the key policy lets the
-file system's S3-access service-linked role use the key through S3 for this bucket: the policy
-is set after the file system exists (the role's name carries its id) and before the link.
+The bucket is SSE-KMS with the stack's key, so lazy loads and exports work only once the key
+policy lets the file system's S3-access service-linked role use the key through S3 for this
+bucket: the policy is set once the link exists (the role is created with it and named after the
+file system).
 FSx backups are not available on a file system linked to S3; protection and S3 versioning are
 the safety net."""
 
@@ -109,7 +110,23 @@ class SharedFileSystem(pulumi.ComponentResource):
             file_system_type_version="2.15",
             opts=stateful(self, protection),
         )
-        key_policy = aws.kms.KeyPolicy(
+        link = aws.fsx.DataRepositoryAssociation(
+            f"{name}-data",
+            file_system_id=file_system.id,
+            file_system_path=f"/{config.data_prefix}",
+            data_repository_path=pulumi.Output.concat("s3://", bucket, f"/{config.data_prefix}/"),
+            batch_import_meta_data_on_create=True,
+            s3={
+                "auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
+                "auto_export_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
+            },
+            opts=child,
+        )
+
+        # After the link: FSx creates the S3-access role with it, and KMS refuses a policy naming
+        # a role that does not exist. Until then the file system is empty, so nothing is
+        # exported, and importing metadata needs no decryption.
+        aws.kms.KeyPolicy(
             f"{name}-bucket-key",
             key_id=kms_key_id,
             policy=pulumi.Output.all(bucket_arn, file_system.id).apply(
@@ -122,21 +139,8 @@ class SharedFileSystem(pulumi.ComponentResource):
                     fsx_file_system_id=args[1],
                 )
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[link]),
         )
-        aws.fsx.DataRepositoryAssociation(
-            f"{name}-data",
-            file_system_id=file_system.id,
-            file_system_path=f"/{config.data_prefix}",
-            data_repository_path=pulumi.Output.concat("s3://", bucket, f"/{config.data_prefix}/"),
-            batch_import_meta_data_on_create=True,
-            s3={
-                "auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
-                "auto_export_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
-            },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[key_policy]),
-        )
-
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-fsx",
             metadata={"name": "fsx-lustre"},

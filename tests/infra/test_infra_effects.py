@@ -95,11 +95,13 @@ def test_fsx_role_may_use_the_bucket_key_through_s3_only(stack_runs):
     }
 
 
-def test_link_waits_for_the_key_statement(stack_runs):
+def test_key_statement_follows_the_link_that_creates_the_role(stack_runs):
+    """KMS refuses a policy naming a role that does not exist yet; FSx creates it with the
+    link."""
     run = stack_runs["prod"]
     (policy,) = run.of_type(KEY_POLICY)
     link = run.one("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
-    assert policy.urn in link.opts.dependencies
+    assert link.urn in policy.opts.dependencies
 
 
 def test_key_statement_exactly_when_fsx_links_the_bucket(stack_runs):
