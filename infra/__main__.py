@@ -80,7 +80,6 @@ autoscaler = ClusterAutoscaler(
     name,
     config.autoscaler,
     cluster_name=cluster.name,
-    cluster_name_value=config.cluster.name,
     region=config.region,
     partition=config.cluster.partition,
     account_id=config.cluster.account_id,

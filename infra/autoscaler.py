@@ -98,8 +98,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         self,
         name: str,
         config: AutoscalerConfig,
-        cluster_name: pulumi.Input[str],
-        cluster_name_value: str,
+        cluster_name: pulumi.Output[str],
         region: str,
         partition: str,
         account_id: str,
@@ -112,7 +111,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             "pods.eks.amazonaws.com",
             self,
             partition,
-            inline_policy=autoscaler_policy(cluster_name_value),
+            inline_policy=cluster_name.apply(autoscaler_policy),
             tag_session=True,
             source_account=account_id,
         )
@@ -128,7 +127,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             name,
             CLUSTER_AUTOSCALER,
             NAMESPACE,
-            autoscaler_values(cluster_name_value, region, config),
+            cluster_name.apply(lambda cluster: autoscaler_values(cluster, region, config)),
             # Credentials must exist before its first call, or it starts without any.
             pulumi.ResourceOptions(parent=self, provider=k8s_provider, depends_on=[association]),
         )

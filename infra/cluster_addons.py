@@ -47,7 +47,11 @@ def efa_plugin_values() -> dict:
 
 
 def helm_release(
-    name: str, chart: dict, namespace: str, values: dict, opts: pulumi.ResourceOptions
+    name: str,
+    chart: dict,
+    namespace: str,
+    values: pulumi.Input[dict],
+    opts: pulumi.ResourceOptions,
 ) -> k8s.helm.v3.Release:
     """One pinned chart from `infra.versions`, released under the chart's own name."""
     return k8s.helm.v3.Release(
