@@ -83,18 +83,30 @@ class Network(pulumi.ComponentResource):
         )
         private_routes = {}
         for zone in nat_zones:
-            nat_ip = aws.ec2.Eip(f"{name}-nat-{zone}", domain="vpc", opts=child)
+            # Stacks from before per-zone NAT had one NAT (and route table) in the first zone
+            # under the unsuffixed names: adopt them instead of replacing them.
+            def known_as(old: str, zone: str = zone) -> pulumi.ResourceOptions:
+                first = zone == config.availability_zones[0]
+                return pulumi.ResourceOptions(aliases=[pulumi.Alias(name=old)] if first else [])
+
+            nat_ip = aws.ec2.Eip(
+                f"{name}-nat-{zone}",
+                domain="vpc",
+                opts=pulumi.ResourceOptions.merge(child, known_as(f"{name}-nat")),
+            )
             nat = aws.ec2.NatGateway(
                 f"{name}-nat-{zone}",
                 allocation_id=nat_ip.id,
                 subnet_id=public_subnets[zone].id,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]).merge(
+                    known_as(f"{name}-nat")
+                ),
             )
             private_routes[zone] = aws.ec2.RouteTable(
                 f"{name}-private-{zone}",
                 vpc_id=vpc.id,
                 routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, known_as(f"{name}-private")),
             )
         private_subnets = {
             zone: _routed_subnet(
