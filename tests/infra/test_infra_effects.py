@@ -240,10 +240,11 @@ def test_buildspec_runs_the_deploy_and_the_smoke_job(stack_runs):
     spec = yaml.safe_load((REPO / project["source"]["buildspec"]).read_text())
     commands = "\n".join(c for phase in spec["phases"].values() for c in phase["commands"])
     assert 'pulumi up --yes --non-interactive --stack "$PULUMI_STACK"' in commands
-    assert 'python -m infra.stack_defaults --stack "$PULUMI_STACK"' in commands
+    assert 'python -m infra.stack_defaults --stack "$STACK_GROUP" --outputs -' in commands
     smoke = re.search(r"trainstack launch (.*) --wait", commands.replace("\n", " "))
     assert smoke and "experiment=smoke backend=kubernetes" in smoke.group(1)
-    assert '@$IMAGE_DIGEST"' in smoke.group(1)
+    assert '"job.image=${IMAGE_URI%@*}@$IMAGE_DIGEST"' in smoke.group(1)
+    assert '"stack=$STACK_GROUP"' in smoke.group(1)
     assert commands.index("pulumi up") < commands.index("stack_defaults") < smoke.start()
     assert "make install" in commands
     assert "PULUMI_ACCESS_TOKEN" not in json.dumps(spec.get("env", {}))  # only the project's
