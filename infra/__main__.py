@@ -5,16 +5,19 @@ Run by `pulumi up` (Pulumi.yaml points here); tests run it under Pulumi's mocks.
 
 import pulumi
 
+from infra.autoscaler import ClusterAutoscaler
 from infra.ci import ImageBuild
 from infra.cluster import Cluster
 from infra.cluster_addons import ClusterAddons
 from infra.config import load_stack_config
 from infra.costs import group_summary, hourly_usd
+from infra.deploy_runner import DeployRunner
+from infra.gpu_health import GpuHealth
 from infra.gpu_nodes import GpuNodeGroup
 from infra.identity import TrainingIdentity
 from infra.network import Network
 from infra.registry import Registry
-from infra.shared_fs import SharedFileSystem
+from infra.shared_fs import KeyOwner, SharedFileSystem
 from infra.storage import RunStorage
 
 config = load_stack_config()  # raises ConfigError before any resource exists
@@ -22,11 +25,12 @@ name = config.cluster.name
 
 network = Network(name, config.network, config.region)
 registry = Registry(name, config.repository_name, config.untagged_image_days)
-storage = RunStorage(name)
+storage = RunStorage(name, config.protection, config.runs_kms_key_arn)
 cluster = Cluster(
     name,
     config.cluster,
     config.system_nodes,
+    config.protection,
     config.region,
     network.private_subnet_ids,
     fsx_csi=config.fsx is not None,
@@ -44,18 +48,51 @@ gpu_groups = [
     )
     for group in config.gpu_node_groups
 ]
+deploy = (
+    DeployRunner(
+        name,
+        config.deploy,
+        config.region,
+        config.cluster.partition,
+        config.cluster.account_id,
+        vpc_id=network.vpc_id,
+        subnet_ids=network.private_subnet_ids,
+        cluster_name=cluster.name,
+        cluster_arn=cluster.arn,
+        cluster_security_group_id=cluster.security_group_id,
+        log_retention_days=config.cluster.log_retention_days,
+    )
+    if config.deploy
+    else None
+)
 addons = ClusterAddons(
     name,
     cluster.kubeconfig,
     config.namespace,
-    depends_on=[cluster.system_nodes, *cluster.access_ready],
+    # Whichever identity runs `pulumi up` (admin or deploy role) has its access entry first.
+    depends_on=[
+        cluster.system_nodes,
+        *cluster.access_ready,
+        *(deploy.access_ready if deploy else []),
+    ],
 )
+autoscaler = ClusterAutoscaler(
+    name,
+    config.autoscaler,
+    cluster_name=cluster.name,
+    region=config.region,
+    partition=config.cluster.partition,
+    account_id=config.cluster.account_id,
+    k8s_provider=addons.provider,
+)
+gpu_health = GpuHealth(name, addons.provider)
 identity = TrainingIdentity(
     name,
     cluster_name=cluster.name,
     namespace=addons.namespace,
     service_account=config.service_account,
     partition=config.cluster.partition,
+    account_id=config.cluster.account_id,
     bucket_arn=storage.bucket_arn,
     bucket_key_arn=storage.key_arn,
     repository_arn=registry.repository_arn,
@@ -69,7 +106,11 @@ shared_fs = (
         subnet_id=network.gpu_subnet_id,
         client_security_group_id=cluster.security_group_id,
         bucket=storage.bucket,
+        bucket_arn=storage.bucket_arn,
         kms_key_arn=storage.key_arn,
+        kms_key_id=storage.key_id,
+        account=KeyOwner(config.cluster.partition, config.cluster.account_id, config.region),
+        protection=config.protection,
         namespace=addons.namespace,
         k8s_provider=addons.provider,
     )
@@ -105,10 +146,11 @@ outputs = {
     "service_account": identity.service_account,
     "training_role_arn": identity.role_arn,
     "gpu_node_groups": [group_summary(g) for g in config.gpu_node_groups],
-    "gpu_hourly_usd_desired": hourly_usd(config.gpu_node_groups),
-    "gpu_hourly_usd_at_rest": hourly_usd(config.gpu_node_groups, at_rest=True),
+    "gpu_hourly_usd_idle": hourly_usd(config.gpu_node_groups, idle=True),
+    "gpu_hourly_usd_at_max": hourly_usd(config.gpu_node_groups),
     "fsx_claim": shared_fs.claim_name if shared_fs else None,
     "image_build_project": image_build.project_name if image_build else None,
+    "deploy_project_name": deploy.project_name if deploy else None,
 }
 for key, value in outputs.items():
     pulumi.export(key, value)

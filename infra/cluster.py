@@ -14,13 +14,16 @@ from infra.iam import service_role
 from infra.kubeconfig import eks_kubeconfig
 from infra.launch_template import metadata_options, root_volume
 from infra.policies import kms_key_policy
-from infra.settings import ClusterConfig, SystemNodeGroupConfig
+from infra.protection import stateful
+from infra.settings import ClusterConfig, DataProtection, SystemNodeGroupConfig
+from infra.versions import EKS_ADDONS
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Managed add-ons installed before nodes join (networking, credentials) and after (they need
-# a node to schedule on).
+# a node to schedule on). The node monitoring agent sets the node conditions (GPU Xid errors,
+# NCCL/EFA faults, kernel) that GPU node groups' auto repair acts on.
 EARLY_ADDONS = ("eks-pod-identity-agent", "kube-proxy")
-LATE_ADDONS = ("coredns",)
+LATE_ADDONS = ("coredns", "eks-node-monitoring-agent")
 
 
 class Cluster(pulumi.ComponentResource):
@@ -36,6 +39,7 @@ class Cluster(pulumi.ComponentResource):
         name: str,
         config: ClusterConfig,
         system_nodes: SystemNodeGroupConfig,
+        protection: DataProtection,
         region: str,
         subnet_ids: list[pulumi.Input[str]],
         fsx_csi: bool,
@@ -49,8 +53,9 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-secrets",
             description=f"EKS secrets envelope encryption for {config.name}",
             enable_key_rotation=True,
-            deletion_window_in_days=30,
-            opts=child,
+            deletion_window_in_days=protection.kms_deletion_window_days,
+            # Deleting it makes the cluster's secrets unreadable.
+            opts=stateful(self, protection),
         )
         role = service_role(
             f"{name}-control-plane",
@@ -91,6 +96,9 @@ class Cluster(pulumi.ComponentResource):
                 "resources": ["secrets"],
             },
             enabled_cluster_log_types=list(config.log_types),
+            # STANDARD: once the version leaves standard support EKS upgrades the cluster
+            # instead of silently billing extended support.
+            upgrade_policy={"support_type": "STANDARD"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
         )
         admin = aws.eks.AccessEntry(
@@ -109,11 +117,17 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
 
-        def addon(addon_name: str, depends_on: list[pulumi.Resource], **kwargs) -> aws.eks.Addon:
+        def addon(
+            addon_name: str,
+            depends_on: list[pulumi.Resource],
+            version: str | None = None,
+            **kwargs,
+        ) -> aws.eks.Addon:
             return aws.eks.Addon(
                 f"{name}-{addon_name}",
                 cluster_name=cluster.name,
                 addon_name=addon_name,
+                addon_version=version or EKS_ADDONS[addon_name],
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
@@ -129,12 +143,13 @@ class Cluster(pulumi.ComponentResource):
             partition,
             ("AmazonEKS_CNI_Policy",),
             tag_session=True,
+            source_account=config.account_id,
         )
         early.append(
             addon(
                 "vpc-cni",
                 early[:1],
-                addon_version=config.vpc_cni_version,
+                version=config.vpc_cni_version,
                 pod_identity_associations=[
                     {"role_arn": cni_role.arn, "service_account": "aws-node"}
                 ],
@@ -185,6 +200,7 @@ class Cluster(pulumi.ComponentResource):
             addon(addon_name, [self.system_nodes])
 
         self.name = cluster.name
+        self.arn = cluster.arn
         self.endpoint = cluster.endpoint
         self.security_group_id = cluster.vpc_config.cluster_security_group_id
         self.node_role_arn = node_role.arn

@@ -13,23 +13,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.gpu_nodes import EFA_LABEL, GPU_LABEL, GPU_TAINT
+from infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR_OVERLAY
 
-NVIDIA_DEVICE_PLUGIN = {
-    "chart": "nvidia-device-plugin",
-    "version": "0.17.1",
-    "repo": "https://nvidia.github.io/k8s-device-plugin",
-}
-EFA_DEVICE_PLUGIN = {
-    "chart": "aws-efa-k8s-device-plugin",
-    "version": "v0.5.7",
-    "repo": "https://aws.github.io/eks-charts",
-}
-TRAINING_OPERATOR_VERSION = "v1.9.2"
-# kustomize's remote form (repo//path?ref=tag); the provider clones it with `git`.
-TRAINING_OPERATOR_OVERLAY = (
-    "https://github.com/kubeflow/trainer//manifests/overlays/standalone"
-    f"?ref={TRAINING_OPERATOR_VERSION}"
-)
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -46,8 +31,39 @@ def only_on(label: str) -> dict:
     }
 
 
-def device_plugin_values(label: str) -> dict:
-    return {"tolerations": [GPU_TOLERATION], "affinity": only_on(label)}
+def nvidia_plugin_values() -> dict:
+    """The NVIDIA chart's daemonset template reads `affinity` (replacing its default)."""
+    return {"tolerations": [GPU_TOLERATION], "affinity": only_on(GPU_LABEL)}
+
+
+def efa_plugin_values() -> dict:
+    """The EFA chart has no `affinity` value: its template builds the node affinity from
+    `supportedInstanceLabels` (by default a list of instance types), so the EFA label goes
+    there and the plugin runs exactly on the nodes our launch templates gave EFA."""
+    return {
+        "tolerations": [GPU_TOLERATION],
+        "supportedInstanceLabels": {"keys": [EFA_LABEL], "values": ["true"]},
+    }
+
+
+def helm_release(
+    name: str,
+    chart: dict,
+    namespace: str,
+    values: pulumi.Input[dict],
+    opts: pulumi.ResourceOptions,
+) -> k8s.helm.v3.Release:
+    """One pinned chart from `infra.versions`, released under the chart's own name."""
+    return k8s.helm.v3.Release(
+        f"{name}-{chart['chart']}",
+        name=chart["chart"],
+        chart=chart["chart"],
+        version=chart["version"],
+        repository_opts={"repo": chart["repo"]},
+        namespace=namespace,
+        values=values,
+        opts=opts,
+    )
 
 
 class ClusterAddons(pulumi.ComponentResource):
@@ -78,17 +94,8 @@ class ClusterAddons(pulumi.ComponentResource):
             },
             opts=in_cluster,
         )
-        for plugin, label in ((NVIDIA_DEVICE_PLUGIN, GPU_LABEL), (EFA_DEVICE_PLUGIN, EFA_LABEL)):
-            k8s.helm.v3.Release(
-                f"{name}-{plugin['chart']}",
-                name=plugin["chart"],
-                chart=plugin["chart"],
-                version=plugin["version"],
-                repository_opts={"repo": plugin["repo"]},
-                namespace="kube-system",
-                values=device_plugin_values(label),
-                opts=in_cluster,
-            )
+        helm_release(name, NVIDIA_DEVICE_PLUGIN, "kube-system", nvidia_plugin_values(), in_cluster)
+        helm_release(name, EFA_DEVICE_PLUGIN, "kube-system", efa_plugin_values(), in_cluster)
         k8s.kustomize.v2.Directory(
             f"{name}-training-operator",
             directory=TRAINING_OPERATOR_OVERLAY,

@@ -16,7 +16,15 @@ from typing import Any
 import pulumi
 
 from catalog import INSTANCE_TYPES
-from infra.config_reader import ConfigError, SettingsReader, fail
+from infra.config_reader import NAMESPACE, ConfigError, SettingsReader, fail
+from infra.config_sections import CONNECTION_ARN as _CONNECTION_ARN
+from infra.config_sections import GITHUB_URL as _GITHUB_URL
+from infra.config_sections import (
+    capacity_block_end,
+    parse_autoscaler,
+    parse_deploy,
+    parse_protection,
+)
 from infra.policies import RESERVED_PREFIXES
 from infra.settings import (
     CiConfig,
@@ -27,16 +35,20 @@ from infra.settings import (
     StackConfig,
     SystemNodeGroupConfig,
 )
+from infra.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
-NAMESPACE = "trainstack"
 
 CLUSTER_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 FSX_THROUGHPUTS_PER_TIB = (125, 250, 500, 1000)
 """MB/s per TiB that PERSISTENT_2 file systems offer."""
 FSX_MIN_GIB = 1200
 FSX_STEP_GIB = 2400
+MIN_KUBERNETES_MINOR = 34
+"""Older minors are past EKS standard support (2026-11): a new cluster would bill extended
+support or be upgraded at once."""
+NAT_LAYOUTS = ("perZone", "single")
 MIN_VPC_CNI = (1, 19, 0)
 """First VPC CNI release that leaves `efa-only` interfaces (cards > 0) alone."""
 
@@ -45,12 +57,9 @@ _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GROUP_NAME = re.compile(r"^[a-z][-a-z0-9]{0,30}$")
 _CNI_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)-eksbuild\.\d+$")
-_K8S_VERSION = re.compile(r"^1\.\d{2}$")
+_K8S_VERSION = re.compile(r"^1\.(\d{2})$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-_GITHUB_URL = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+?(\.git)?$")
-_CONNECTION_ARN = re.compile(
-    r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[\w-]+:\d{12}:connection/"
-)
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[\w-]+:\d{12}:key/[0-9a-f-]{36}$")
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
 
 
@@ -61,6 +70,7 @@ TOP_LEVEL_KEYS = (
     "vpcCidr",
     "availabilityZones",
     "gpuAvailabilityZone",
+    "natGateways",
     "publicAccessCidrs",
     "clusterLogTypes",
     "vpcCniVersion",
@@ -73,6 +83,11 @@ TOP_LEVEL_KEYS = (
     "ci",
     "namespace",
     "serviceAccount",
+    "protectData",
+    "kmsDeletionWindowDays",
+    "autoscaler",
+    "deploy",
+    "runsKmsKeyArn",
 )
 GPU_GROUP_KEYS = (
     "name",
@@ -83,6 +98,7 @@ GPU_GROUP_KEYS = (
     "rootVolumeGiB",
     "capacityReservationId",
     "capacityBlock",
+    "capacityBlockEnd",
     "spot",
     "placementGroup",
 )
@@ -98,6 +114,8 @@ def _sizes(
     desired = reader.get_int("desiredSize", low)
     high = reader.get_int("maxSize", max(desired, default_max), minimum=1)
     rule = f"need minSize <= desiredSize <= maxSize, got {low} / {desired} / {high}"
+    if high < low:
+        raise fail(reader.key("maxSize"), f"{high} is below minSize {low}; {rule}")
     if low > desired:
         raise fail(reader.key("minSize"), rule)
     if desired > high:
@@ -134,6 +152,7 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
     spot = reader.get_bool("spot", False)
     if capacity_block and reservation is None:
         raise fail(reader.key("capacityBlock"), "needs capacityReservationId (the block's id)")
+    block_end = capacity_block_end(reader, capacity_block)
     if spot and reservation is not None:
         raise fail(reader.key("spot"), "spot cannot use a capacity reservation or block")
     return GpuNodeGroupConfig(
@@ -145,6 +164,7 @@ def _parse_gpu_group(index: int, item: Any) -> GpuNodeGroupConfig:
         root_volume_gib=reader.get_int("rootVolumeGiB", 500, minimum=100),
         capacity_reservation_id=reservation,
         capacity_block=capacity_block,
+        capacity_block_end=block_end,
         spot=spot,
         placement_group=reader.get_bool("placementGroup", reservation is None),
     )
@@ -224,9 +244,14 @@ def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
         raise fail(
             reader.key("clusterName"), f"{name!r}: lowercase letters, digits, '-' (2-32 chars)"
         )
-    version = reader.get_str("kubernetesVersion", "1.33")
-    if not _K8S_VERSION.match(version):
-        raise fail(reader.key("kubernetesVersion"), f"{version!r}: expected 1.NN, e.g. 1.33")
+    version = reader.get_str("kubernetesVersion", KUBERNETES_VERSION)
+    match = _K8S_VERSION.match(version)
+    if not match or int(match.group(1)) < MIN_KUBERNETES_MINOR:
+        raise fail(
+            reader.key("kubernetesVersion"),
+            f"{version!r}: expected 1.NN, at least 1.{MIN_KUBERNETES_MINOR} (in EKS standard "
+            f"support), e.g. {KUBERNETES_VERSION}",
+        )
     admin = reader.get_str("adminRoleArn", required=True)
     if not _ROLE_ARN.match(admin):
         raise fail(
@@ -247,7 +272,7 @@ def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
                 f"{reader.key('clusterLogTypes')}[{i}]",
                 f"{log_type!r} unknown; allowed: {', '.join(CLUSTER_LOG_TYPES)}",
             )
-    cni = reader.get_str("vpcCniVersion", "v1.20.1-eksbuild.3")
+    cni = reader.get_str("vpcCniVersion", VPC_CNI_VERSION)
     match = _CNI_VERSION.match(cni)
     if not match or tuple(int(g) for g in match.groups()) < MIN_VPC_CNI:
         raise fail(
@@ -282,7 +307,10 @@ def _parse_network(reader: SettingsReader, region: str) -> NetworkConfig:
             reader.key("gpuAvailabilityZone"),
             f"{gpu_zone!r} not in availabilityZones; allowed: {', '.join(zones)}",
         )
-    return NetworkConfig(vpc_cidr, zones, gpu_zone)
+    nat = reader.get_str("natGateways", "perZone")
+    if nat not in NAT_LAYOUTS:
+        raise fail(reader.key("natGateways"), f"{nat!r}; allowed: {', '.join(NAT_LAYOUTS)}")
+    return NetworkConfig(vpc_cidr, zones, gpu_zone, nat_per_zone=nat == "perZone")
 
 
 def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None) -> StackConfig:
@@ -303,6 +331,19 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         if not _DNS_LABEL.match(value):
             raise fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
 
+    runs_key = reader.get_str("runsKmsKeyArn")
+    if runs_key is not None and not _KMS_KEY_ARN.match(runs_key):
+        raise fail(reader.key("runsKmsKeyArn"), f"{runs_key!r} is not a KMS key ARN")
+    fsx = _parse_fsx(reader)
+    if fsx is not None and runs_key is not None:
+        # The FSx S3-access role is named after the file system, so no policy written before
+        # `pulumi up` can name it, and this stack does not own the external key's policy.
+        raise fail(
+            reader.key("fsx"),
+            "links the runs bucket, whose external key (trainstack:runsKmsKeyArn) this stack "
+            "cannot grant to FSx's S3-access role; drop runsKmsKeyArn (the stack's own key gets "
+            "the statement) or fsx",
+        )
     return StackConfig(
         stack=stack,
         region=region,
@@ -312,10 +353,14 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         gpu_node_groups=gpu_node_groups,
         repository_name=repository,
         untagged_image_days=reader.get_int("untaggedImageDays", 7, minimum=1),
-        fsx=_parse_fsx(reader),
+        fsx=fsx,
+        runs_kms_key_arn=runs_key,
         ci=_parse_ci(reader),
         namespace=namespace,
         service_account=service_account,
+        protection=parse_protection(reader),
+        autoscaler=parse_autoscaler(reader),
+        deploy=parse_deploy(reader, cluster),
     )
 
 

@@ -8,6 +8,9 @@ from typing import Any
 
 import pulumi
 
+NAMESPACE = "trainstack"
+"""Every setting is `trainstack:<key>` in the stack file."""
+
 
 class ConfigError(pulumi.RunError):
     """A bad stack setting. RunError: Pulumi prints the message alone, without a traceback."""

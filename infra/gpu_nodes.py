@@ -1,18 +1,35 @@
 """One managed GPU node group: its launch template (EFA interfaces, placement, IMDSv2, encrypted
-root volume, capacity reservation or block), its EFA security group and placement group."""
+root volume, hugepages, capacity reservation or block), its EFA security group and placement
+group, the Auto Scaling group tags that let cluster-autoscaler scale it from zero, node auto
+repair, and for a Capacity Block the scheduled scale-to-zero before the block ends.
+
+Pulumi sets the sizes once; after that the autoscaler owns the desired size (`ignore_changes`),
+so `pulumi up` never undoes a scale-up or scale-down."""
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 import pulumi
 import pulumi_aws as aws
 
-from infra.launch_template import efa_network_interfaces, metadata_options, root_volume
+from infra.launch_template import (
+    HUGEPAGES_2MI,
+    efa_network_interfaces,
+    hugepages_user_data,
+    metadata_options,
+    root_volume,
+)
 from infra.settings import GpuNodeGroupConfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_LABEL = "nvidia.com/gpu.present"
 EFA_LABEL = "vpc.amazonaws.com/efa.present"
 GROUP_LABEL = "trainstack.io/node-group"
+NODE_TEMPLATE = "k8s.io/cluster-autoscaler/node-template"
+CAPACITY_BLOCK_LEAD_MINUTES = 60
+"""Scale a Capacity Block group to zero this long before the block ends: EC2 starts terminating
+its instances 30 minutes before the end, and jobs need time to checkpoint on SIGTERM."""
 
 
 def node_labels(config: GpuNodeGroupConfig) -> dict[str, str]:
@@ -21,6 +38,34 @@ def node_labels(config: GpuNodeGroupConfig) -> dict[str, str]:
     if config.instance.has_efa:
         labels[EFA_LABEL] = "true"
     return labels
+
+
+def node_template_tags(config: GpuNodeGroupConfig) -> dict[str, str]:
+    """What a node of this group will look like, for cluster-autoscaler to simulate while the
+    group has no node to copy (scale from zero): labels, the GPU taint, and the extended
+    resources the device plugins and kubelet will advertise."""
+    instance = config.instance
+    tags = {f"{NODE_TEMPLATE}/label/{k}": v for k, v in node_labels(config).items()}
+    tags[f"{NODE_TEMPLATE}/taint/{GPU_TAINT['key']}"] = f"{GPU_TAINT['value']}:NoSchedule"
+    tags[f"{NODE_TEMPLATE}/resources/nvidia.com/gpu"] = str(instance.gpus)
+    if instance.has_efa:
+        tags[f"{NODE_TEMPLATE}/resources/vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
+        tags[f"{NODE_TEMPLATE}/resources/hugepages-2Mi"] = HUGEPAGES_2MI
+    return tags
+
+
+def update_config(config: GpuNodeGroupConfig) -> dict:
+    """Rolling updates. A reservation or block has no spare instance for the default strategy's
+    surge (new node first), so those groups take a node down before launching its successor."""
+    if config.capacity_reservation_id:
+        return {"max_unavailable": 1, "update_strategy": "MINIMAL"}
+    return {"max_unavailable": 1, "update_strategy": "DEFAULT"}
+
+
+def scale_to_zero_time(block_end: datetime) -> str:
+    return (block_end - timedelta(minutes=CAPACITY_BLOCK_LEAD_MINUTES)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
@@ -84,6 +129,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ),
             block_device_mappings=[root_volume(config.root_volume_gib)],
             metadata_options=metadata_options(hop_limit=1),
+            user_data=hugepages_user_data() if config.instance.has_efa else None,
             tag_specifications=[
                 {"resource_type": "instance", "tags": {"Name": f"{name}-{config.name}"}}
             ],
@@ -108,9 +154,36 @@ class GpuNodeGroup(pulumi.ComponentResource):
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
             labels=node_labels(config),
             taints=[GPU_TAINT],
-            # Replace one node at a time: a training job spans the whole group.
-            update_config={"max_unavailable": 1},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on or []),
+            update_config=update_config(config),
+            # Replace a node whose GPU, EFA or kernel the node monitoring agent reports broken
+            # (e.g. Xid errors) instead of letting it take the next job.
+            node_repair_config={"enabled": True},
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=depends_on or [],
+                ignore_changes=["scalingConfig.desiredSize"],
+            ),
         )
+        group_name = self.node_group.resources.apply(
+            lambda resources: resources[0]["autoscaling_groups"][0]["name"]
+        )
+        for index, (key, value) in enumerate(sorted(node_template_tags(config).items())):
+            aws.autoscaling.Tag(
+                f"{name}-template-{index}",
+                autoscaling_group_name=group_name,
+                tag={"key": key, "value": value, "propagate_at_launch": False},
+                opts=child,
+            )
+        if config.capacity_block_end is not None:
+            aws.autoscaling.Schedule(
+                f"{name}-block-end",
+                autoscaling_group_name=group_name,
+                scheduled_action_name=f"{config.name}-capacity-block-end",
+                start_time=scale_to_zero_time(config.capacity_block_end),
+                min_size=0,
+                max_size=0,
+                desired_capacity=0,
+                opts=child,
+            )
         self.efa_security_group_id = efa_sg.id
         self.register_outputs({"node_group": self.node_group.node_group_name})

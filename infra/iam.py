@@ -18,12 +18,15 @@ def service_role(
     inline_policy: pulumi.Input[str] | None = None,
     *,
     tag_session: bool = False,
+    source_account: str | None = None,
 ) -> aws.iam.Role:
     """`managed_policies` are AWS-managed policy names (arn:aws:iam::aws:policy/<name>)."""
     child = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(
         name,
-        assume_role_policy=assume_role_policy(service, tag_session=tag_session),
+        assume_role_policy=assume_role_policy(
+            service, tag_session=tag_session, source_account=source_account
+        ),
         opts=child,
     )
     for policy in managed_policies:

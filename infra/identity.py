@@ -22,6 +22,7 @@ class TrainingIdentity(pulumi.ComponentResource):
         namespace: pulumi.Input[str],
         service_account: str,
         partition: str,
+        account_id: str,
         bucket_arn: pulumi.Input[str],
         bucket_key_arn: pulumi.Input[str],
         repository_arn: pulumi.Input[str],
@@ -38,6 +39,7 @@ class TrainingIdentity(pulumi.ComponentResource):
                 lambda arns: training_policy(arns[0], RUNS_PREFIX, arns[1], arns[2])
             ),
             tag_session=True,
+            source_account=account_id,
         )
         account = k8s.core.v1.ServiceAccount(
             f"{name}-trainer",

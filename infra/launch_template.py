@@ -8,12 +8,17 @@ interfaces and only one consumes a VPC IP.
 
 from __future__ import annotations
 
+import base64
+
 import pulumi
 
 from catalog import InstanceType
 
 ROOT_DEVICE = "/dev/xvda"
 """The root device name of the EKS AL2023 AMIs."""
+HUGEPAGES_2MI = "5120Mi"
+"""2 MiB hugepages each EFA node reserves (libfabric's EFA provider uses them); jobs request
+this much per pod (`jobs.spec.HUGEPAGES_2MI`), and the autoscaler's node template advertises it."""
 
 
 def root_volume(size_gib: int) -> dict:
@@ -26,6 +31,24 @@ def root_volume(size_gib: int) -> dict:
             "delete_on_termination": "true",
         },
     }
+
+
+def hugepages_user_data() -> str:
+    """Base64 MIME user data that EKS merges with its own: a script reserving the hugepages
+    before nodeadm starts the kubelet (which reads them once, at start)."""
+    pages = int(HUGEPAGES_2MI.removesuffix("Mi")) // 2
+    script = (
+        "#!/bin/bash\nset -euo pipefail\n"
+        f"echo 'vm.nr_hugepages = {pages}' > /etc/sysctl.d/90-trainstack-hugepages.conf\n"
+        f"sysctl -w vm.nr_hugepages={pages}\n"
+    )
+    boundary = "==TRAINSTACK=="
+    mime = (
+        f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{boundary}"\n\n'
+        f'--{boundary}\nContent-Type: text/x-shellscript; charset="us-ascii"\n\n'
+        f"{script}\n--{boundary}--\n"
+    )
+    return base64.b64encode(mime.encode()).decode()
 
 
 def metadata_options(hop_limit: int) -> dict:

@@ -1,8 +1,12 @@
-"""The VPC: private subnets for nodes in every AZ, one NAT, and endpoints for S3, ECR and STS.
+"""The VPC: private subnets for nodes in every AZ, NAT gateways, and the endpoints a private
+cluster needs (S3 gateway; ECR, STS, CloudWatch Logs, EC2 and EKS Auth interfaces).
 
-Nodes pull images and reach S3 through the endpoints, so bulk traffic skips the NAT gateway.
-GPU node groups use the private subnet of one AZ only (EFA and cluster placement groups don't
-span AZs).
+Nodes pull images and reach S3 through the endpoints, so bulk traffic skips the NAT gateway;
+`eks-auth` serves Pod Identity credentials, `ec2` the VPC CNI and autoscaler, `logs` the log
+agents. GPU node groups use the private subnet of one AZ only (EFA and cluster placement groups
+don't span AZs). With `natGateways: perZone` (prod) every AZ has its own NAT gateway and routes,
+so losing one AZ's NAT doesn't cut the others (the GPU AZ included) off; `single` (dev) puts one
+NAT in the GPU AZ.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from infra.settings import NetworkConfig
 
 MAX_ZONES = 7
 """The VPC is cut into 8 equal blocks: one private block per AZ, the last for public subnets."""
+INTERFACE_ENDPOINTS = ("ecr.api", "ecr.dkr", "sts", "logs", "ec2", "eks-auth")
 
 
 def subnet_layout(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
@@ -60,8 +65,8 @@ class Network(pulumi.ComponentResource):
             routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": gateway.id}],
             opts=child,
         )
-        public_subnets = [
-            _routed_subnet(
+        public_subnets = {
+            zone: _routed_subnet(
                 f"{name}-public-{zone}",
                 vpc.id,
                 cidr,
@@ -71,28 +76,45 @@ class Network(pulumi.ComponentResource):
                 child,
             )
             for zone, cidr in zip(config.availability_zones, public_cidrs, strict=True)
-        ]
+        }
 
-        nat_ip = aws.ec2.Eip(f"{name}-nat", domain="vpc", opts=child)
-        nat = aws.ec2.NatGateway(
-            f"{name}-nat",
-            allocation_id=nat_ip.id,
-            subnet_id=public_subnets[0].id,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]),
+        nat_zones = (
+            config.availability_zones if config.nat_per_zone else (config.gpu_availability_zone,)
         )
-        private_routes = aws.ec2.RouteTable(
-            f"{name}-private",
-            vpc_id=vpc.id,
-            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
-            opts=child,
-        )
+        private_routes = {}
+        for zone in nat_zones:
+            # Stacks from before per-zone NAT had one NAT (and route table) in the first zone
+            # under the unsuffixed names: adopt them instead of replacing them.
+            def known_as(old: str, zone: str = zone) -> pulumi.ResourceOptions:
+                first = zone == config.availability_zones[0]
+                return pulumi.ResourceOptions(aliases=[pulumi.Alias(name=old)] if first else [])
+
+            nat_ip = aws.ec2.Eip(
+                f"{name}-nat-{zone}",
+                domain="vpc",
+                opts=pulumi.ResourceOptions.merge(child, known_as(f"{name}-nat")),
+            )
+            nat = aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=nat_ip.id,
+                subnet_id=public_subnets[zone].id,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[gateway]).merge(
+                    known_as(f"{name}-nat")
+                ),
+            )
+            private_routes[zone] = aws.ec2.RouteTable(
+                f"{name}-private-{zone}",
+                vpc_id=vpc.id,
+                routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
+                opts=pulumi.ResourceOptions.merge(child, known_as(f"{name}-private")),
+            )
         private_subnets = {
             zone: _routed_subnet(
                 f"{name}-private-{zone}",
                 vpc.id,
                 cidr,
                 zone,
-                private_routes,
+                private_routes.get(zone, private_routes[config.gpu_availability_zone]),
                 {"kubernetes.io/role/internal-elb": "1"},
                 child,
             )
@@ -104,7 +126,7 @@ class Network(pulumi.ComponentResource):
             vpc_id=vpc.id,
             service_name=f"com.amazonaws.{region}.s3",
             vpc_endpoint_type="Gateway",
-            route_table_ids=[private_routes.id],
+            route_table_ids=[t.id for t in private_routes.values()],
             opts=child,
         )
         endpoint_sg = aws.ec2.SecurityGroup(
@@ -122,7 +144,7 @@ class Network(pulumi.ComponentResource):
             to_port=443,
             opts=child,
         )
-        for service in ("ecr.api", "ecr.dkr", "sts"):
+        for service in INTERFACE_ENDPOINTS:
             aws.ec2.VpcEndpoint(
                 f"{name}-{service.replace('.', '-')}",
                 vpc_id=vpc.id,

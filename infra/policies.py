@@ -35,10 +35,16 @@ def _document(statements: list[dict]) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
-def assume_role_policy(service: str, *, tag_session: bool = False) -> str:
-    """Trust policy letting one AWS service principal assume the role."""
+def assume_role_policy(
+    service: str, *, tag_session: bool = False, source_account: str | None = None
+) -> str:
+    """Trust policy letting one AWS service principal assume the role; with `source_account`,
+    only on behalf of that account (the confused-deputy guard AWS asks for on Pod Identity)."""
     actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
-    return _document([{"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}])
+    statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+    if source_account:
+        statement["Condition"] = {"StringEquals": {"aws:SourceAccount": source_account}}
+    return _document([statement])
 
 
 def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
@@ -169,3 +175,63 @@ def start_build_policy(project_arn: str) -> str:
     return _document(
         [{"Effect": "Allow", "Action": "codebuild:StartBuild", "Resource": project_arn}]
     )
+
+
+def fsx_s3_access_role_arn(partition: str, account: str, file_system_id: str) -> str:
+    """The service-linked role FSx for Lustre uses to reach a linked bucket (one per file
+    system)."""
+    return (
+        f"arn:{partition}:iam::{account}:role/aws-service-role/"
+        f"s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_{file_system_id}"
+    )
+
+
+def bucket_key_policy(
+    partition: str,
+    account: str,
+    region: str,
+    bucket_arn: str,
+    *,
+    bucket_keys: bool,
+    fsx_file_system_id: str | None = None,
+) -> str:
+    """Key policy of the runs bucket's KMS key: the account's IAM policies govern its use (KMS's
+    default statement) and, when FSx links the bucket, FSx's S3-access role may use the key
+    through S3 only, for this bucket only (AWS FSx for Lustre guide, SSE-KMS buckets). With S3
+    bucket keys on, S3 asks KMS with the bucket's ARN as encryption context, else the object's."""
+    statements = [
+        {
+            "Sid": "AccountIamPolicies",
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"},
+            "Action": "kms:*",
+            "Resource": "*",
+        }
+    ]
+    if fsx_file_system_id:
+        via_s3 = {"kms:CallerAccount": account, "kms:ViaService": f"s3.{region}.amazonaws.com"}
+        context_key = "kms:EncryptionContext:aws:s3:arn"
+        condition = (
+            {"StringEquals": {**via_s3, context_key: bucket_arn}}
+            if bucket_keys
+            else {"StringEquals": via_s3, "StringLike": {context_key: f"{bucket_arn}/*"}}
+        )
+        statements.append(
+            {
+                "Sid": "FsxLinkedBucketThroughS3",
+                "Effect": "Allow",
+                "Principal": {
+                    "AWS": fsx_s3_access_role_arn(partition, account, fsx_file_system_id)
+                },
+                "Action": [
+                    "kms:Decrypt",
+                    "kms:DescribeKey",
+                    "kms:Encrypt",
+                    "kms:GenerateDataKey*",
+                    "kms:ReEncrypt*",
+                ],
+                "Resource": "*",
+                "Condition": condition,
+            }
+        )
+    return _document(statements)

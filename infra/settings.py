@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from catalog import InstanceType
 
@@ -15,6 +16,8 @@ class NetworkConfig:
     gpu_availability_zone: str
     """The one AZ whose private subnet every GPU node group uses (EFA and placement groups
     don't span AZs)."""
+    nat_per_zone: bool
+    """A NAT gateway in every AZ (prod), else one, in the GPU AZ."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,11 @@ class ClusterConfig:
     def partition(self) -> str:
         """aws, aws-cn or aws-us-gov: read off the admin role so no lookup is needed."""
         return self.admin_role_arn.split(":")[1]
+
+    @property
+    def account_id(self) -> str:
+        """The stack's AWS account, read off the admin role (no lookup under mocks or preview)."""
+        return self.admin_role_arn.split(":")[4]
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class GpuNodeGroupConfig:
     capacity_reservation_id: str | None
     capacity_block: bool
     """The reservation is an EC2 Capacity Block for ML (market type `capacity-block`)."""
+    capacity_block_end: datetime | None
+    """When the Capacity Block ends (UTC); the group is scaled to zero before it."""
     spot: bool
     placement_group: bool
     """Launch into a `cluster` placement group; off by default when a reservation fixes
@@ -85,6 +95,38 @@ class CiConfig:
 
 
 @dataclass(frozen=True)
+class DeployConfig:
+    """The in-VPC deploy project (`infra.deploy_runner`)."""
+
+    github_url: str
+    connection_arn: str | None
+    """CodeConnections connection to GitHub: a reference, never a token in config."""
+    pulumi_token_secret_arn: str
+    """Secrets Manager secret or SSM SecureString parameter holding the Pulumi access token."""
+    policy_arns: tuple[str, ...]
+    """IAM policies for the AWS side of `pulumi up` (creating this stack's resources)."""
+    timeout_minutes: int
+
+
+@dataclass(frozen=True)
+class AutoscalerConfig:
+    scale_down_idle_minutes: int
+    """A node idle this long is removed (and the group shrinks toward its minSize)."""
+    provisioning_requests: bool
+    """Serve ProvisioningRequests (Kueue's all-or-nothing scale-up for a gang)."""
+
+
+@dataclass(frozen=True)
+class DataProtection:
+    protect: bool
+    """`protect` and `retain_on_delete` on what holds data: the runs bucket, FSx and the KMS keys
+    that decrypt them. On in prod; a throwaway dev stack turns it off to tear down in one go."""
+    kms_deletion_window_days: int
+    """Days a deleted KMS key can still be restored (7-30); everything it encrypted is lost
+    after that."""
+
+
+@dataclass(frozen=True)
 class StackConfig:
     stack: str
     region: str
@@ -95,6 +137,12 @@ class StackConfig:
     repository_name: str
     untagged_image_days: int
     fsx: FsxConfig | None
+    runs_kms_key_arn: str | None
+    """An existing KMS key for the runs bucket (its policy managed elsewhere); None: the stack
+    creates and protects its own."""
     ci: CiConfig | None
     namespace: str
     service_account: str
+    protection: DataProtection
+    autoscaler: AutoscalerConfig
+    deploy: DeployConfig | None

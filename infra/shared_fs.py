@@ -1,18 +1,39 @@
 """Optional FSx for Lustre (PERSISTENT_2) in the GPU AZ, linked to the runs bucket by a data
-repository association, and mounted in pods through a static PV/PVC of the FSx CSI driver."""
+repository association, and mounted in pods through a static PV/PVC of the FSx CSI driver.
+
+The bucket is SSE-KMS with the stack's key, so lazy loads and exports work only once the key
+policy lets the file system's S3-access service-linked role use the key through S3 for this
+bucket: the policy is set once the link exists (the role is created with it and named after the
+file system).
+FSx backups are not available on a file system linked to S3; protection and S3 versioning are
+the safety net."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.settings import FsxConfig
+from infra.policies import bucket_key_policy
+from infra.protection import stateful
+from infra.settings import DataProtection, FsxConfig
+from infra.storage import BUCKET_KEYS
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 """TCP ports Lustre clients and servers use (FSx for Lustre security group guidance)."""
 CSI_DRIVER = "fsx.csi.aws.com"
 CLAIM_NAME = "shared-data"
+
+
+@dataclass(frozen=True)
+class KeyOwner:
+    """Where the bucket's key lives: what its key policy names."""
+
+    partition: str
+    account_id: str
+    region: str
 
 
 class SharedFileSystem(pulumi.ComponentResource):
@@ -26,7 +47,11 @@ class SharedFileSystem(pulumi.ComponentResource):
         subnet_id: pulumi.Input[str],
         client_security_group_id: pulumi.Input[str],
         bucket: pulumi.Input[str],
+        bucket_arn: pulumi.Input[str],
         kms_key_arn: pulumi.Input[str],
+        kms_key_id: pulumi.Input[str],
+        account: KeyOwner,
+        protection: DataProtection,
         namespace: pulumi.Input[str],
         k8s_provider: k8s.Provider,
         opts: pulumi.ResourceOptions | None = None,
@@ -83,9 +108,9 @@ class SharedFileSystem(pulumi.ComponentResource):
             kms_key_id=kms_key_arn,
             data_compression_type="LZ4",
             file_system_type_version="2.15",
-            opts=child,
+            opts=stateful(self, protection),
         )
-        aws.fsx.DataRepositoryAssociation(
+        link = aws.fsx.DataRepositoryAssociation(
             f"{name}-data",
             file_system_id=file_system.id,
             file_system_path=f"/{config.data_prefix}",
@@ -98,6 +123,24 @@ class SharedFileSystem(pulumi.ComponentResource):
             opts=child,
         )
 
+        # After the link: FSx creates the S3-access role with it, and KMS refuses a policy naming
+        # a role that does not exist. Until then the file system is empty, so nothing is
+        # exported, and importing metadata needs no decryption.
+        aws.kms.KeyPolicy(
+            f"{name}-bucket-key",
+            key_id=kms_key_id,
+            policy=pulumi.Output.all(bucket_arn, file_system.id).apply(
+                lambda args: bucket_key_policy(
+                    account.partition,
+                    account.account_id,
+                    account.region,
+                    args[0],
+                    bucket_keys=BUCKET_KEYS,
+                    fsx_file_system_id=args[1],
+                )
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[link]),
+        )
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-fsx",
             metadata={"name": "fsx-lustre"},

@@ -8,9 +8,14 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.policies import RUNS_PREFIX, tls_only_policy
+from infra.protection import stateful
+from infra.settings import DataProtection
 
 NONCURRENT_DAYS = 30
 MULTIPART_DAYS = 7
+BUCKET_KEYS = True
+"""S3 bucket keys: one data key per bucket, not per object (far fewer KMS calls); KMS then sees
+the bucket's ARN, not the object's, as encryption context (key policies depend on it)."""
 
 
 class RunStorage(pulumi.ComponentResource):
@@ -18,17 +23,30 @@ class RunStorage(pulumi.ComponentResource):
     bucket_arn: pulumi.Output[str]
     key_arn: pulumi.Output[str]
 
-    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        protection: DataProtection,
+        kms_key_arn: str | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """`kms_key_arn`: encrypt with this existing key instead of creating one."""
         super().__init__("trainstack:infra:RunStorage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        key = aws.kms.Key(
-            f"{name}-runs",
-            description="trainstack runs bucket encryption",
-            enable_key_rotation=True,
-            deletion_window_in_days=30,
-            opts=child,
-        )
-        bucket = aws.s3.Bucket(f"{name}-runs", force_destroy=False, opts=child)
+        if kms_key_arn is None:
+            key = aws.kms.Key(
+                f"{name}-runs",
+                description="trainstack runs bucket encryption",
+                enable_key_rotation=True,
+                deletion_window_in_days=protection.kms_deletion_window_days,
+                opts=stateful(self, protection),
+            )
+            key_arn, key_id = key.arn, key.key_id
+        else:
+            key_arn = pulumi.Output.from_input(kms_key_arn)
+            key_id = pulumi.Output.from_input(kms_key_arn.rsplit("/", 1)[1])
+        # force_destroy stays off even unprotected: a bucket holding objects is never deleted.
+        bucket = aws.s3.Bucket(f"{name}-runs", force_destroy=False, opts=stateful(self, protection))
         public_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-runs",
             bucket=bucket.id,
@@ -57,10 +75,9 @@ class RunStorage(pulumi.ComponentResource):
                 {
                     "apply_server_side_encryption_by_default": {
                         "sse_algorithm": "aws:kms",
-                        "kms_master_key_id": key.arn,
+                        "kms_master_key_id": key_arn,
                     },
-                    # One data key per bucket, not per object: far fewer KMS calls.
-                    "bucket_key_enabled": True,
+                    "bucket_key_enabled": BUCKET_KEYS,
                 }
             ],
             opts=child,
@@ -92,6 +109,7 @@ class RunStorage(pulumi.ComponentResource):
         )
         self.bucket = bucket.bucket
         self.bucket_arn = bucket.arn
-        self.key_arn = key.arn
+        self.key_arn = key_arn
+        self.key_id = key_id
         self.root = pulumi.Output.concat("s3://", bucket.bucket, f"/{RUNS_PREFIX}")
         self.register_outputs({"bucket": self.bucket, "root": self.root})

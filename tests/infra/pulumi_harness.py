@@ -21,6 +21,17 @@ PROGRAM = REPO / "infra" / "__main__.py"
 ACCOUNT = "123456789012"
 
 
+@dataclass(frozen=True)
+class Options:
+    """The resource options the engine would act on, as the program sent them."""
+
+    protect: bool = False
+    retain_on_delete: bool = False
+    ignore_changes: tuple[str, ...] = ()
+    dependencies: tuple[str, ...] = ()
+    """URNs of the resources this one waits for (`depends_on` and inputs' sources)."""
+
+
 @dataclass
 class Declared:
     type: str
@@ -28,6 +39,25 @@ class Declared:
     urn: str
     inputs: dict[str, Any]
     state: dict[str, Any]
+    opts: Options = field(default_factory=Options)
+
+
+class OptionsRecordingMonitor(MockMonitor):
+    """The mock monitor, also keeping each registration's options (mocks only see inputs)."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.options: dict[str, Options] = {}
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        self.options[response.urn] = Options(
+            protect=bool(request.protect),
+            retain_on_delete=bool(request.retainOnDelete),
+            ignore_changes=tuple(request.ignoreChanges),
+            dependencies=tuple(request.dependencies),
+        )
+        return response
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -51,6 +81,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["vpcConfig"] = {**state["vpcConfig"], "clusterSecurityGroupId": "sg-cluster"}
         elif args.typ == "aws:ecr/repository:Repository":
             state["repositoryUrl"] = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/{state['name']}"
+        elif args.typ == "aws:kms/key:Key":
+            state["keyId"] = resource_id
+        elif args.typ == "aws:eks/nodeGroup:NodeGroup":
+            state["resources"] = [{"autoscalingGroups": [{"name": f"eks-{args.name}-asg"}]}]
         elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state["latestVersion"] = 1
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
@@ -102,7 +136,7 @@ def run_program(
     config: dict[str, Any], stack: str = "test", mocks: RecordingMocks | None = None
 ) -> StackRun:
     mocks = mocks or RecordingMocks()
-    monitor = MockMonitor(mocks)
+    monitor = OptionsRecordingMonitor(mocks)
     pulumi.runtime.set_mocks(
         mocks, project="trainstack", stack=stack, preview=False, monitor=monitor
     )
@@ -121,4 +155,5 @@ def run_program(
         by_key[(type_chain.split("$")[-1], name)] = registration.urn
     for declared in mocks.declared:
         declared.urn = by_key.get((declared.type, declared.name), "")
+        declared.opts = monitor.options.get(declared.urn, Options())
     return StackRun(mocks.declared, exported, mocks.invokes)

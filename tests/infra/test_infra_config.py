@@ -16,6 +16,9 @@ def group(**changes):
     return {"name": "gpu", "instanceType": "p5.48xlarge", "desiredSize": 1, "maxSize": 2, **changes}
 
 
+PROD_DEPLOY = stack_file_config("prod")["trainstack:deploy"]
+EXTERNAL_KEY = "arn:aws:kms:us-east-1:123456789012:key/0123abcd-0123-4567-89ab-0123456789ab"
+
 # (what to change in the prod stack, key the error must name, words it must contain)
 BAD_CONFIGS = {
     "unknown-instance-type": (
@@ -158,6 +161,78 @@ BAD_CONFIGS = {
         "is not an EC2 instance type",
     ),
     "missing-region": ({"aws:region": None}, "aws:region", "required"),
+    "fsx-link-to-external-key": (
+        {"trainstack:runsKmsKeyArn": EXTERNAL_KEY},
+        "trainstack:fsx",
+        "cannot grant to FSx's S3-access role",
+    ),
+    "runs-key-not-a-key": (
+        {"trainstack:runsKmsKeyArn": "alias/runs"},
+        "trainstack:runsKmsKeyArn",
+        "is not a KMS key ARN",
+    ),
+    "max-below-min": (
+        {"trainstack:gpuNodeGroups": [group(minSize=3, maxSize=2)]},
+        "trainstack:gpuNodeGroups[0].maxSize",
+        "2 is below minSize 3",
+    ),
+    "private-endpoint-without-in-vpc-deploy": (
+        {"trainstack:deploy": None},
+        "trainstack:deploy",
+        "required when the API endpoint is private (no publicAccessCidrs)",
+    ),
+    "deploy-token-inline": (
+        {"trainstack:deploy": {**PROD_DEPLOY, "pulumiTokenSecretArn": "pul-0123456789abcdef"}},
+        "trainstack:deploy.pulumiTokenSecretArn",
+        "the token itself never goes in config",
+    ),
+    "deploy-without-policies": (
+        {"trainstack:deploy": {**PROD_DEPLOY, "policyArns": []}},
+        "trainstack:deploy.policyArns",
+        "required",
+    ),
+    "old-kubernetes": (
+        {"trainstack:kubernetesVersion": "1.33"},
+        "trainstack:kubernetesVersion",
+        "at least 1.34",
+    ),
+    "kms-window-too-long": (
+        {"trainstack:kmsDeletionWindowDays": 45},
+        "trainstack:kmsDeletionWindowDays",
+        "allowed: 7 to 30 days",
+    ),
+    "nat-layout": (
+        {"trainstack:natGateways": "none"},
+        "trainstack:natGateways",
+        "allowed: perZone, single",
+    ),
+    "block-without-end": (
+        {
+            "trainstack:gpuNodeGroups": [
+                group(capacityBlock=True, capacityReservationId="cr-0123456789abcdef0")
+            ]
+        },
+        "trainstack:gpuNodeGroups[0].capacityBlockEnd",
+        "required with capacityBlock",
+    ),
+    "block-end-not-utc": (
+        {
+            "trainstack:gpuNodeGroups": [
+                group(
+                    capacityBlock=True,
+                    capacityReservationId="cr-0123456789abcdef0",
+                    capacityBlockEnd="2026-12-01 11:30",
+                )
+            ]
+        },
+        "trainstack:gpuNodeGroups[0].capacityBlockEnd",
+        "expected UTC like",
+    ),
+    "autoscaler-typo": (
+        {"trainstack:autoscaler": {"provisioningRequest": True}},
+        "trainstack:autoscaler.provisioningRequest",
+        "unknown setting",
+    ),
     "bad-github-url": (
         {"trainstack:ci": {"githubUrl": "git@github.com:org/repo.git"}},
         "trainstack:ci.githubUrl",
@@ -194,14 +269,19 @@ def test_defaults_fill_a_minimal_stack():
         {
             "adminRoleArn": "arn:aws:iam::123456789012:role/admin",
             "availabilityZones": '["eu-west-1a", "eu-west-1b"]',
+            "publicAccessCidrs": '["198.51.100.0/24"]',
             "gpuNodeGroups": '[{"name": "g5", "instanceType": "g5.48xlarge"}]',
         },
         stack="demo",
         region="eu-west-1",
     )
     assert config.cluster.name == "trainstack-demo"
-    assert config.cluster.kubernetes_version == "1.33"
-    assert config.cluster.public_access_cidrs == ()
+    assert config.cluster.kubernetes_version == "1.35"
+    assert config.cluster.public_access_cidrs == ("198.51.100.0/24",)
+    assert config.deploy is None  # a public endpoint needs no in-VPC deploy
+    assert config.protection.protect and config.protection.kms_deletion_window_days == 30
+    assert config.network.nat_per_zone
+    assert not config.autoscaler.provisioning_requests
     assert config.network.gpu_availability_zone == "eu-west-1a"
     (gpu,) = config.gpu_node_groups
     assert (gpu.min_size, gpu.desired_size, gpu.max_size) == (0, 0, 1)

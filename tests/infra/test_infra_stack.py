@@ -9,6 +9,7 @@ import re
 import pytest
 
 from catalog import INSTANCE_TYPES
+from infra import versions
 from tests.infra.pulumi_harness import REPO, StackRun, run_program, stack_file_config
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -161,16 +162,33 @@ def check_encryption_and_access(run: StackRun) -> None:
         assert key.inputs["enableKeyRotation"] is True
 
 
+UNSCOPABLE_ACTIONS = {
+    "ecr:GetAuthorizationToken",
+    # CodeBuild's VPC access: EC2 takes no resource for these calls.
+    "ec2:CreateNetworkInterface",
+    "ec2:DeleteNetworkInterface",
+}
+
+
+def read_only(action: str) -> bool:
+    return action.split(":")[1].startswith(("Describe", "Get", "List"))
+
+
 def check_iam_scoped(run: StackRun) -> None:
-    """No `*` resource except for ecr:GetAuthorizationToken; the training role sees runs/ only."""
+    """A `*` resource only for calls IAM cannot scope (reads, ECR login, CodeBuild's network
+    interfaces) or under a condition; the training role sees runs/ only."""
     policies = run.of_type(ROLE_POLICY)
     assert policies
     for policy in policies:
         for statement in json.loads(policy.inputs["policy"])["Statement"]:
             resources = statement["Resource"]
             resources = resources if isinstance(resources, list) else [resources]
+            actions = statement["Action"]
+            actions = actions if isinstance(actions, list) else [actions]
             if "*" in resources or any(r.endswith(":*:*") for r in resources):
-                assert statement["Action"] == "ecr:GetAuthorizationToken", policy.name
+                assert "Condition" in statement or all(
+                    read_only(a) or a in UNSCOPABLE_ACTIONS for a in actions
+                ), (policy.name, statement)
     trainer = next(p for p in policies if p.name.endswith("-trainer-inline"))
     statements = json.loads(trainer.inputs["policy"])["Statement"]
     objects = next(s for s in statements if "s3:PutObject" in s["Action"])
@@ -178,8 +196,12 @@ def check_iam_scoped(run: StackRun) -> None:
     listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
     assert listing["Condition"]["StringLike"]["s3:prefix"] == ["runs/", "runs/*"]
     assert not any(a.startswith("s3:") and a.endswith("*") for s in statements for a in s["Action"])
-    association = run.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs
-    assert association["roleArn"].endswith("-trainer")
+    associations = {
+        a.inputs["serviceAccount"]: a.inputs
+        for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    }
+    assert associations["trainer"]["roleArn"].endswith("-trainer")
+    assert associations["cluster-autoscaler"]["namespace"] == "kube-system"
     builders = [p for p in policies if p.name.endswith("-codebuild-inline")]
     assert builders
     for builder in builders:  # the image build writes only its artifact prefix
@@ -192,21 +214,28 @@ def check_iam_scoped(run: StackRun) -> None:
         assert puts[0]["Resource"].endswith("/image-builds/*")
 
 
-def check_device_plugins(run: StackRun) -> None:
+def check_helm_releases(run: StackRun) -> None:
+    """Every chart is the one pinned in infra.versions; the device plugins select GPU/EFA nodes
+    through values their templates read (EFA: see test_efa_chart) and tolerate the GPU taint."""
     releases = {r.inputs["chart"]: r.inputs for r in run.of_type(RELEASE)}
-    assert set(releases) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
-    for chart, release in releases.items():
-        assert release["version"], f"{chart} is not pinned"
-        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release[
-            "values"
-        ]["tolerations"]
-        terms = release["values"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ]["nodeSelectorTerms"]
-        assert terms[0]["matchExpressions"][0]["key"] in (
-            "nvidia.com/gpu.present",
-            "vpc.amazonaws.com/efa.present",
-        )
+    assert releases == {c["chart"]: releases[c["chart"]] for c in versions.HELM_CHARTS}
+    for chart in versions.HELM_CHARTS:
+        assert releases[chart["chart"]]["version"] == chart["version"]
+        assert releases[chart["chart"]]["repositoryOpts"]["repo"] == chart["repo"]
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    nvidia = releases["nvidia-device-plugin"]["values"]
+    efa = releases["aws-efa-k8s-device-plugin"]["values"]
+    dcgm = releases["dcgm-exporter"]["values"]
+    for values in (nvidia, efa, dcgm):
+        assert toleration in values["tolerations"]
+    terms = nvidia["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.present"
+    assert efa["supportedInstanceLabels"] == {
+        "keys": ["vpc.amazonaws.com/efa.present"],
+        "values": ["true"],
+    }
+    assert "affinity" not in efa  # the chart never reads it
+    assert dcgm["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
 
 
 def check_structure(run: StackRun) -> None:
@@ -224,12 +253,10 @@ def check_structure(run: StackRun) -> None:
 
 def check_outputs(run: StackRun, config: dict) -> None:
     groups = config["trainstack:gpuNodeGroups"]
-    desired = sum(g["desiredSize"] * INSTANCE_TYPES[g["instanceType"]].hourly_usd for g in groups)
-    at_rest = sum(
-        g.get("minSize", 0) * INSTANCE_TYPES[g["instanceType"]].hourly_usd for g in groups
-    )
-    assert run.outputs["gpu_hourly_usd_desired"] == pytest.approx(desired)
-    assert run.outputs["gpu_hourly_usd_at_rest"] == pytest.approx(at_rest)
+    at_max = sum(g["maxSize"] * INSTANCE_TYPES[g["instanceType"]].hourly_usd for g in groups)
+    idle = sum(g.get("minSize", 0) * INSTANCE_TYPES[g["instanceType"]].hourly_usd for g in groups)
+    assert run.outputs["gpu_hourly_usd_at_max"] == pytest.approx(at_max)
+    assert run.outputs["gpu_hourly_usd_idle"] == pytest.approx(idle)
     assert [g["instance_type"] for g in run.outputs["gpu_node_groups"]] == [
         g["instanceType"] for g in groups
     ]
@@ -248,7 +275,7 @@ ALL_CHECKS = (
     check_nodes,
     check_encryption_and_access,
     check_iam_scoped,
-    check_device_plugins,
+    check_helm_releases,
     check_structure,
 )
 
@@ -308,9 +335,14 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     addons = {a.inputs["addonName"]: a.inputs for a in run.of_type("aws:eks/addon:Addon")}
     assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"} <= set(addons)
     assert addons["vpc-cni"]["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
+    assert "eks-node-monitoring-agent" in addons
     operator = run.one("kubernetes:kustomize/v2:Directory").inputs
-    assert operator["directory"].endswith("/manifests/overlays/standalone?ref=v1.9.2")
-    project = run.one("aws:codebuild/project:Project").inputs
+    assert operator["directory"].endswith("/manifests/overlays/standalone?ref=v1.9.4")
+    (project,) = [
+        p.inputs
+        for p in run.of_type("aws:codebuild/project:Project")
+        if p.inputs["source"]["buildspec"] == "images/buildspec.yml"
+    ]
     assert project["environment"]["privilegedMode"] is True
     assert project["source"]["buildspec"] == "images/buildspec.yml"
     env = {v["name"] for v in project["environment"]["environmentVariables"]}
@@ -324,17 +356,15 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     assert "^refs/heads/main$" in patterns
     assert any("PULL_REQUEST_CREATED" in p for p in patterns)
     assert run.one("aws:cloudwatch/eventRule:EventRule").inputs["scheduleExpression"]
-    admin = run.one("aws:eks/accessEntry:AccessEntry").inputs["principalArn"]
-    assert admin == stack_file_config(stack)["trainstack:adminRoleArn"]
-    association = run.one("aws:eks/accessPolicyAssociation:AccessPolicyAssociation").inputs
-    assert association["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+    entries = [e.inputs["principalArn"] for e in run.of_type("aws:eks/accessEntry:AccessEntry")]
+    assert stack_file_config(stack)["trainstack:adminRoleArn"] in entries
     log_groups = run.of_type("aws:cloudwatch/logGroup:LogGroup")
-    assert len(log_groups) == 2 and all(g.inputs["retentionInDays"] > 0 for g in log_groups)
+    assert all(g.inputs["retentionInDays"] > 0 for g in log_groups)
     endpoints = {
         e.inputs["serviceName"].removeprefix("com.amazonaws.us-east-1.")
         for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
     }
-    assert endpoints == {"s3", "ecr.api", "ecr.dkr", "sts"}
+    assert endpoints == {"s3", "ecr.api", "ecr.dkr", "sts", "logs", "ec2", "eks-auth"}
 
 
 def one_group_stack(instance_type: str) -> dict:
@@ -363,7 +393,11 @@ def test_every_catalog_instance_type(instance_type):
 def test_capacity_block_group_skips_placement_group():
     config = stack_file_config("prod")
     config["trainstack:gpuNodeGroups"][0].update(
-        capacityReservationId="cr-0123456789abcdef0", capacityBlock=True, minSize=4
+        capacityReservationId="cr-0123456789abcdef0",
+        capacityBlock=True,
+        capacityBlockEnd="2026-12-01T11:30:00Z",
+        minSize=4,
+        desiredSize=4,
     )
     run = run_program(config, "block")
     (template,) = gpu_templates(run)
@@ -375,7 +409,15 @@ def test_capacity_block_group_skips_placement_group():
     (group,) = gpu_node_groups(run)
     assert group.inputs["capacityType"] == "CAPACITY_BLOCK"
     check_efa_layout(run)
-    assert run.outputs["gpu_hourly_usd_at_rest"] == pytest.approx(4 * 55.040)
+    assert run.outputs["gpu_hourly_usd_idle"] == pytest.approx(4 * 55.040)
+    # A full reservation has no spare instance to surge into: replace in place.
+    assert group.inputs["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+    # Scaled to zero an hour before the block ends (EC2 reclaims it 30 minutes before).
+    (schedule,) = run.of_type("aws:autoscaling/schedule:Schedule")
+    assert schedule.inputs["startTime"] == "2026-12-01T10:30:00Z"
+    assert (schedule.inputs["minSize"], schedule.inputs["maxSize"]) == (0, 0)
+    assert schedule.inputs["desiredCapacity"] == 0
+    assert schedule.inputs["autoscalingGroupName"] == f"eks-{group.name}-asg"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -384,5 +426,5 @@ def test_readme_costs_match_the_stack_outputs(stack_runs, stack):
     row = re.search(rf"^\| `{stack}` \|[^|]+\| \$([\d.]+)/h \| \$([\d.]+)/h \|$", readme, re.M)
     assert row, f"README has no cost row for {stack}"
     outputs = stack_runs[stack].outputs
-    assert float(row.group(1)) == round(outputs["gpu_hourly_usd_at_rest"], 2)
-    assert float(row.group(2)) == round(outputs["gpu_hourly_usd_desired"], 2)
+    assert float(row.group(1)) == round(outputs["gpu_hourly_usd_idle"], 2)
+    assert float(row.group(2)) == round(outputs["gpu_hourly_usd_at_max"], 2)

@@ -56,7 +56,7 @@ def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_run
             "name": "g5",
             "instance_type": "g5.12xlarge",
             "min_size": 0,
-            "desired_size": 1,
+            "desired_size": 0,
             "max_size": 2,
         }
     ]

@@ -1,0 +1,103 @@
+"""The newer sections of a stack's settings (deploy path, autoscaler, data protection, Capacity
+Block end), parsed like the rest of `infra.config`: one `ConfigError` naming the key."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from infra.config_reader import NAMESPACE, SettingsReader, fail
+from infra.settings import AutoscalerConfig, ClusterConfig, DataProtection, DeployConfig
+
+KMS_MAX_DELETION_DAYS = 30
+DEPLOY_KEYS = ("githubUrl", "connectionArn", "pulumiTokenSecretArn", "policyArns", "timeoutMinutes")
+AUTOSCALER_KEYS = ("scaleDownIdleMinutes", "provisioningRequests")
+
+GITHUB_URL = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+?(\.git)?$")
+CONNECTION_ARN = re.compile(
+    r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[\w-]+:\d{12}:connection/"
+)
+_TOKEN_REFERENCE = re.compile(
+    r"^arn:aws[a-z-]*:(secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+"
+    r"|ssm:[\w-]+:\d{12}:parameter/[\w/.-]+)$"
+)
+_POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]+$")
+
+
+def capacity_block_end(reader: SettingsReader, capacity_block: bool) -> datetime | None:
+    text = reader.get_str("capacityBlockEnd")
+    if text is None:
+        if capacity_block:
+            raise fail(
+                reader.key("capacityBlockEnd"),
+                "required with capacityBlock: the block's end, e.g. 2026-12-01T11:30:00Z "
+                "(the group scales to zero before it)",
+            )
+        return None
+    if not capacity_block:
+        raise fail(reader.key("capacityBlockEnd"), "only for capacityBlock: true")
+    try:
+        end = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        raise fail(
+            reader.key("capacityBlockEnd"), f"{text!r}: expected UTC like 2026-12-01T11:30:00Z"
+        ) from None
+    return end
+
+
+def parse_deploy(reader: SettingsReader, cluster: ClusterConfig) -> DeployConfig | None:
+    values = reader.get_object("deploy")
+    if values is None:
+        if not cluster.public_access_cidrs:
+            raise fail(
+                reader.key("deploy"),
+                "required when the API endpoint is private (no publicAccessCidrs): nothing "
+                "outside the VPC can reach it, so set the in-VPC deploy (githubUrl, "
+                "pulumiTokenSecretArn, policyArns) or list publicAccessCidrs",
+            )
+        return None
+    deploy = SettingsReader(values, f"{NAMESPACE}:deploy.", DEPLOY_KEYS)
+    url = deploy.get_str("githubUrl", required=True)
+    if not GITHUB_URL.match(url):
+        raise fail(deploy.key("githubUrl"), f"{url!r} is not https://github.com/<owner>/<repo>")
+    connection = deploy.get_str("connectionArn")
+    if connection is not None and not CONNECTION_ARN.match(connection):
+        raise fail(deploy.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
+    token = deploy.get_str("pulumiTokenSecretArn", required=True)
+    if not _TOKEN_REFERENCE.match(token):
+        raise fail(
+            deploy.key("pulumiTokenSecretArn"),
+            f"{token!r}: a Secrets Manager secret ARN or SSM parameter ARN (the token itself "
+            "never goes in config)",
+        )
+    policies = deploy.get_list("policyArns")
+    if not policies:
+        raise fail(
+            deploy.key("policyArns"), "required: IAM policy ARNs for creating the stack's resources"
+        )
+    for index, policy in enumerate(policies):
+        if not _POLICY_ARN.match(policy):
+            raise fail(f"{deploy.key('policyArns')}[{index}]", f"{policy!r} is not a policy ARN")
+    return DeployConfig(
+        github_url=url,
+        connection_arn=connection,
+        pulumi_token_secret_arn=token,
+        policy_arns=policies,
+        timeout_minutes=deploy.get_int("timeoutMinutes", 120, minimum=10),
+    )
+
+
+def parse_autoscaler(reader: SettingsReader) -> AutoscalerConfig:
+    values = reader.get_object("autoscaler") or {}
+    autoscaler = SettingsReader(values, f"{NAMESPACE}:autoscaler.", AUTOSCALER_KEYS)
+    return AutoscalerConfig(
+        scale_down_idle_minutes=autoscaler.get_int("scaleDownIdleMinutes", 10, minimum=1),
+        provisioning_requests=autoscaler.get_bool("provisioningRequests", False),
+    )
+
+
+def parse_protection(reader: SettingsReader) -> DataProtection:
+    window = reader.get_int("kmsDeletionWindowDays", KMS_MAX_DELETION_DAYS, minimum=7)
+    if window > KMS_MAX_DELETION_DAYS:
+        raise fail(reader.key("kmsDeletionWindowDays"), f"allowed: 7 to 30 days, got {window}")
+    return DataProtection(reader.get_bool("protectData", True), window)

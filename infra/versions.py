@@ -1,0 +1,60 @@
+"""Every version the stack installs, in one place: Kubernetes, EKS add-ons, Helm charts and the
+training operator. Bump here; the tests check each pin is set and the EFA chart fixture matches.
+
+Checked against the projects' releases in 2026-11.
+"""
+
+from __future__ import annotations
+
+KUBERNETES_VERSION = "1.35"
+"""Default control-plane version: in EKS standard support until 2027-03 (1.34's ends 2026-12).
+The cluster's `upgradePolicy` is STANDARD, so a cluster left behind is upgraded, not billed for
+extended support."""
+
+VPC_CNI_VERSION = "v1.20.1-eksbuild.3"
+"""Default `trainstack:vpcCniVersion`; at least v1.19.0 (leaves `efa-only` interfaces alone)."""
+
+EKS_ADDONS: dict[str, str | None] = {
+    "eks-pod-identity-agent": None,
+    "kube-proxy": None,
+    "coredns": None,
+    "aws-fsx-csi-driver": None,
+    "eks-node-monitoring-agent": None,
+}
+"""Managed add-ons other than the VPC CNI. None: the version EKS marks default for the cluster's
+Kubernetes minor (kube-proxy and CoreDNS builds are per minor, so a fixed pin would break the
+next control-plane upgrade); set a `vX.Y.Z-eksbuild.N` to pin one."""
+
+
+def helm_chart(chart: str, version: str, repo: str) -> dict[str, str]:
+    return {"chart": chart, "version": version, "repo": repo}
+
+
+NVIDIA_DEVICE_PLUGIN = helm_chart(
+    "nvidia-device-plugin", "0.19.3", "https://nvidia.github.io/k8s-device-plugin"
+)
+EFA_DEVICE_PLUGIN = helm_chart(
+    "aws-efa-k8s-device-plugin", "v0.5.30", "https://aws.github.io/eks-charts"
+)
+"""Chart v0.5.30 (plugin v0.5.20). Its template builds the node affinity from
+`supportedInstanceLabels` and reads `nodeSelector`; it has no `affinity` value (see
+tests/infra/test_efa_chart.py, which renders the vendored template)."""
+CLUSTER_AUTOSCALER = helm_chart(
+    "cluster-autoscaler", "9.58.0", "https://kubernetes.github.io/autoscaler"
+)
+DCGM_EXPORTER = helm_chart(
+    "dcgm-exporter", "4.8.3", "https://nvidia.github.io/dcgm-exporter/helm-charts"
+)
+HELM_CHARTS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, DCGM_EXPORTER)
+
+PULUMI_CLI_VERSION = "3.272.0"
+"""The Pulumi CLI the in-VPC deploy (infra/deploy/buildspec.yml) installs: the version of the
+Python SDK in constraints.txt (CLI and SDK are released together)."""
+
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+"""Kubeflow Training Operator: the last v1 patch (PyTorchJob API kubeflow.org/v1)."""
+TRAINING_OPERATOR_OVERLAY = (
+    # kustomize's remote form (repo//path?ref=tag); the provider clones it with `git`.
+    "https://github.com/kubeflow/trainer//manifests/overlays/standalone"
+    f"?ref={TRAINING_OPERATOR_VERSION}"
+)
