@@ -84,6 +84,10 @@ image_build = (
         config.cluster.partition,
         repository_arn=registry.repository_arn,
         repository_url=registry.repository_url,
+        repository_name=registry.repository_name,
+        cache_repository_arn=registry.cache_repository_arn,
+        cache_repository_url=registry.cache_repository_url,
+        cache_repository_name=registry.cache_repository_name,
         artifacts_bucket=storage.bucket,
         artifacts_bucket_arn=storage.bucket_arn,
         artifacts_key_arn=storage.key_arn,
@@ -109,6 +113,11 @@ outputs = {
     "gpu_hourly_usd_at_rest": hourly_usd(config.gpu_node_groups, at_rest=True),
     "fsx_claim": shared_fs.claim_name if shared_fs else None,
     "image_build_project": image_build.project_name if image_build else None,
+    "pull_request_build_project": image_build.pull_request_project_name if image_build else None,
+    "cache_repository_url": registry.cache_repository_url,
+    # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
+    "image": config.image,
+    "last_good_image": config.last_good_image,
 }
 for key, value in outputs.items():
     pulumi.export(key, value)

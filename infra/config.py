@@ -52,6 +52,7 @@ _CONNECTION_ARN = re.compile(
     r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[\w-]+:\d{12}:connection/"
 )
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
+_PINNED_IMAGE = re.compile(r"^[\w.-]+(:\d+)?/(?P<repository>[^@:]+)@sha256:[0-9a-f]{64}$")
 
 
 TOP_LEVEL_KEYS = (
@@ -71,6 +72,8 @@ TOP_LEVEL_KEYS = (
     "untaggedImageDays",
     "fsx",
     "ci",
+    "image",
+    "lastGoodImage",
     "namespace",
     "serviceAccount",
 )
@@ -88,7 +91,7 @@ GPU_GROUP_KEYS = (
 )
 SYSTEM_GROUP_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize", "rootVolumeGiB")
 FSX_KEYS = ("storageCapacityGiB", "throughputPerTiB", "dataPrefix")
-CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn")
+CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn", "pullRequestActorIds")
 
 
 def _sizes(
@@ -214,7 +217,23 @@ def _parse_ci(reader: SettingsReader) -> CiConfig | None:
     connection = ci.get_str("connectionArn")
     if connection is not None and not _CONNECTION_ARN.match(connection):
         raise fail(ci.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
-    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection)
+    actors = tuple(str(a) for a in ci.get_list("pullRequestActorIds"))
+    for index, actor in enumerate(actors):
+        if not actor.isdigit():
+            key = f"{ci.key('pullRequestActorIds')}[{index}]"
+            raise fail(key, f"{actor!r}: a numeric GitHub account id (api.github.com/users/NAME)")
+    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection, actors)
+
+
+def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | None:
+    """A deployed image: `<registry>/<repository>@sha256:<digest>`, never a tag."""
+    image = reader.get_str(key)
+    if image is None:
+        return None
+    match = _PINNED_IMAGE.match(image)
+    if not match or match["repository"] != repository:
+        raise fail(reader.key(key), f"{image!r}: expected <registry>/{repository}@sha256:<digest>")
+    return image
 
 
 def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
@@ -315,6 +334,8 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         fsx=_parse_fsx(reader),
         ci=_parse_ci(reader),
         namespace=namespace,
+        image=_parse_image(reader, "image", repository),
+        last_good_image=_parse_image(reader, "lastGoodImage", repository),
         service_account=service_account,
     )
 
