@@ -127,7 +127,8 @@ def test_no_expression_is_expanded_inside_a_shell_script():
 
 def test_dockerfile_pins_base_efa_and_runs_as_non_root():
     base = re.search(r"ARG CUDA_BASE_IMAGE=(\S+)", DOCKERFILE)[1]
-    assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-base-ubuntu\d+\.\d+", base)
+    # A tag for people, a digest for the engine (test_image_supply_chain checks the lock).
+    assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-base-ubuntu\d+\.\d+@sha256:[0-9a-f]{64}", base)
     assert len(re.findall(r"^FROM ", DOCKERFILE, re.M)) >= 3
     efa = tuple(
         int(p) for p in re.search(r"EFA_INSTALLER_VERSION=([\d.]+)", DOCKERFILE)[1].split(".")
@@ -155,9 +156,13 @@ def test_cuda_of_base_image_torch_wheel_and_self_test_agree():
 
 def test_image_lock_pins_every_trainer_dependency_at_the_developer_versions():
     lock = load_lock()
-    text = (REPO / "images/trainer/constraints.txt").read_text()
-    pins = {lock.normalize(k): v for k, v in lock.parse_pins(text).items()}
-    assert text == lock.render(lock.parse_pins(text)), "edit via images/trainer/lock.py"
+    pins = {}
+    for name in ("constraints.txt", "build-tools.txt"):
+        text = (REPO / "images/trainer" / name).read_text()
+        versions, hashes = lock.parse_pins(text), lock.parse_hashes(text)
+        locked = {k: (v, hashes[k][0].removeprefix("sha256:")) for k, v in versions.items()}
+        assert text == lock.render(locked), f"edit {name} via images/trainer/lock.py"
+        pins.update({lock.normalize(k): v for k, v in versions.items()})
     assert pins["torch"] == lock.TORCH_VERSION
     for requirement in lock.top_level_requirements():
         name, _, version = requirement.partition("==")
