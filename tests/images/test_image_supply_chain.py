@@ -187,8 +187,9 @@ def test_trainer_code_is_a_small_last_layer_apart_from_the_dependencies():
         ]
         copies_trainer = any(s == "trainer" or s.startswith("trainer/") for s in sources)
         assert copies_trainer == (name == "trainer-wheel"), name
-    assert "COPY images/trainer/build-tools.txt images/trainer/constraints.txt" in (
-        by_stage["python-env"]
+    assert (
+        "COPY images/trainer/build-tools.txt images/trainer/constraints.txt"
+        in (by_stage["python-env"])
     )
     runtime = by_stage["trainer"].splitlines()
     venv = runtime.index("COPY --from=python-env /opt/venv /opt/venv")
