@@ -184,3 +184,12 @@ def test_deployed_and_last_good_images_are_stack_outputs():
     config["trainstack:lastGoodImage"] = good
     outputs = run_program(config, "dev").outputs
     assert outputs["image"] == image and outputs["last_good_image"] == good
+
+
+def test_job_defaults_pin_the_deployed_digest():
+    from infra.stack_defaults import job_image
+
+    repository = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack/trainer"
+    assert job_image({"repository_url": repository}) == {"image_repository": repository}
+    pinned = job_image({"repository_url": repository, "image": f"{repository}@{DIGEST}"})
+    assert pinned == {"image_repository": repository, "image": f"{repository}@{DIGEST}"}
