@@ -2,22 +2,31 @@
 # The trainer image's CodeBuild steps, one subcommand per step (images/buildspec.yml runs them in
 # order): login, build, selftest, push. Kept out of the buildspec so shellcheck sees real shell.
 #
-# Tags: the full git SHA always (what `jobs` derives from job.image_repository), plus the
-# version of a semver git tag (v1.2.3 -> 1.2.3). Tags are immutable and never overwritten: a
-# SHA already in ECR is not rebuilt (a retried or duplicate build), and a version tag that
-# exists must already point at this commit's image, or the build fails. A version tag for an
-# image that exists is added by re-putting that image's manifest, so both tags share one digest.
-# Pull-request builds build and self-test but never push.
+# BUILD_KIND comes from the CodeBuild project (infra/ci.py), never from the source:
+#   release       main and vX.Y.Z tags: tag = the full git SHA (plus X.Y.Z for a semver git
+#                 tag); reads and then rewrites the layer cache in its own repository.
+#   nightly       main rebuilt from scratch (--pull, no cache) so base-image and apt fixes
+#                 arrive; tag = nightly-YYYYMMDD-<sha>, which no release tag can collide with
+#                 and no deploy picks unless asked. Writes no cache.
+#   pull-request  build and self-test only, reading the cache; never pushes. Its project's
+#                 role cannot push anyway: this script is in the pull request's hands.
+# Tags are immutable (the repository is IMMUTABLE): a tag already in ECR is reused, never
+# rebuilt, and a version tag that exists must already point at this commit's image.
+# The image is built once with --load and self-tested; the push rebuilds it from the builder's
+# cache with an SBOM and max-mode provenance attached (BuildKit attestations cannot travel
+# through --load) and fails unless the pushed image's config digest equals the tested one's
+# (SOURCE_DATE_EPOCH, the commit time, keeps both builds byte-identical).
 #
-# Environment: REPOSITORY_URI and AWS_REGION (set on the CodeBuild project),
+# Environment: REPOSITORY_URI, BUILD_CACHE_REPOSITORY_URI, AWS_REGION, BUILD_KIND (the project),
 # CODEBUILD_RESOLVED_SOURCE_VERSION (the commit), optionally GIT_TAG or CODEBUILD_WEBHOOK_TRIGGER
-# (tag/NAME), CODEBUILD_WEBHOOK_EVENT, CODEBUILD_SOURCE_REPO_URL, BUILD_CACHE_REF.
+# (tag/NAME), CODEBUILD_WEBHOOK_EVENT, CODEBUILD_SOURCE_REPO_URL, SOURCE_DATE_EPOCH, BUILD_DATE.
 # Output: image.json (the artifact) and image.env (IMAGE_URI, IMAGE_DIGEST for exported-variables).
 set -euo pipefail
 
 readonly DOCKERFILE=images/trainer/Dockerfile
 readonly STATE_DIR=${BUILD_STATE_DIR:-.image-build}
 readonly SEMVER_RE='^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$'
+readonly BUILD_CACHE_TAG=buildcache # infra/registry.py BUILD_CACHE_TAG
 
 die() {
   echo "build.sh: $*" >&2
@@ -38,13 +47,30 @@ git_sha() {
   echo "$sha"
 }
 
+# release, nightly or pull-request; a webhook pull-request event is a pull-request build
+# whatever the project says.
+build_kind() {
+  if [[ ${CODEBUILD_WEBHOOK_EVENT:-} == PULL_REQUEST_* ]]; then
+    echo pull-request
+    return 0
+  fi
+  need BUILD_KIND
+  case $BUILD_KIND in
+    release | nightly | pull-request) echo "$BUILD_KIND" ;;
+    *) die "BUILD_KIND=$BUILD_KIND; allowed: release, nightly, pull-request" ;;
+  esac
+}
+
 repository_name() {
   need REPOSITORY_URI
   echo "${REPOSITORY_URI#*/}"
 }
 
-# The image version from a semver git tag, or nothing when this build is not for a tag.
+# The version from a semver git tag, or nothing when this is not a release build for a tag.
 version_tag() {
+  local kind
+  kind=$(build_kind)
+  [[ $kind == release ]] || return 0
   local tag=${GIT_TAG:-}
   if [[ -z $tag && ${CODEBUILD_WEBHOOK_TRIGGER:-} == tag/* ]]; then
     tag=${CODEBUILD_WEBHOOK_TRIGGER#tag/}
@@ -54,8 +80,18 @@ version_tag() {
   echo "${tag#v}"
 }
 
-is_pull_request() {
-  [[ ${CODEBUILD_WEBHOOK_EVENT:-} == PULL_REQUEST_* ]]
+# The tag this build pushes: the git SHA, or nightly-YYYYMMDD-<sha> for a nightly rebuild.
+image_tag() {
+  local sha kind
+  sha=$(git_sha)
+  kind=$(build_kind)
+  if [[ $kind == nightly ]]; then
+    local day=${BUILD_DATE:-$(date -u +%Y%m%d)}
+    [[ $day =~ ^[0-9]{8}$ ]] || die "BUILD_DATE=$day is not YYYYMMDD"
+    echo "nightly-$day-$sha"
+  else
+    echo "$sha"
+  fi
 }
 
 # The digest ECR holds for a tag, or nothing when the tag does not exist. Any other error
@@ -71,64 +107,89 @@ remote_digest() {
   fi
 }
 
+source_date_epoch() {
+  if [[ -n ${SOURCE_DATE_EPOCH:-} ]]; then
+    echo "$SOURCE_DATE_EPOCH"
+  else
+    git log -1 --format=%ct
+  fi
+}
+
+# Build flags shared by the self-test build and the push build, so both produce one image.
+build_args() {
+  local sha=$1 version=$2 kind=$3 tag epoch
+  tag=$(image_tag)
+  epoch=$(source_date_epoch)
+  printf '%s\n' --builder trainstack --file "$DOCKERFILE" \
+    --tag "$REPOSITORY_URI:$tag" \
+    --build-arg "GIT_SHA=$sha" \
+    --build-arg "SOURCE_URL=${CODEBUILD_SOURCE_REPO_URL:-unknown}" \
+    --build-arg "IMAGE_VERSION=${version:-$tag}" \
+    --build-arg "SOURCE_DATE_EPOCH=$epoch"
+  if [[ $kind == nightly ]]; then
+    printf '%s\n' --pull --no-cache
+  else
+    printf '%s\n' --cache-from "type=registry,ref=$BUILD_CACHE_REPOSITORY_URI:$BUILD_CACHE_TAG"
+  fi
+}
+
 cmd_login() {
-  need REPOSITORY_URI AWS_REGION
-  aws ecr get-login-password --region "$AWS_REGION" |
-    docker login --username AWS --password-stdin "${REPOSITORY_URI%%/*}"
+  need REPOSITORY_URI BUILD_CACHE_REPOSITORY_URI AWS_REGION
+  local registry
+  for registry in "${REPOSITORY_URI%%/*}" "${BUILD_CACHE_REPOSITORY_URI%%/*}"; do
+    aws ecr get-login-password --region "$AWS_REGION" |
+      docker login --username AWS --password-stdin "$registry"
+  done
 }
 
 cmd_build() {
-  need REPOSITORY_URI AWS_REGION
-  local sha existing version
+  need REPOSITORY_URI BUILD_CACHE_REPOSITORY_URI AWS_REGION
+  local sha existing version kind tag args
   sha=$(git_sha)
+  kind=$(build_kind)
   version=$(version_tag) # fails early on a malformed tag, before an hour of building
+  tag=$(image_tag)
   mkdir -p "$STATE_DIR"
-  existing=$(remote_digest "$sha")
-  if [[ $existing == sha256:* ]]; then
-    echo "image $REPOSITORY_URI:$sha already in ECR ($existing): not rebuilding"
-    echo "$existing" >"$STATE_DIR/reused-digest"
-    return 0
-  fi
   rm -f "$STATE_DIR/reused-digest"
-  local cache=${BUILD_CACHE_REF:-$REPOSITORY_URI:buildcache}
+  if [[ $kind != pull-request ]]; then
+    existing=$(remote_digest "$tag")
+    if [[ $existing == sha256:* ]]; then
+      echo "image $REPOSITORY_URI:$tag already in ECR ($existing): not rebuilding"
+      echo "$existing" >"$STATE_DIR/reused-digest"
+      return 0
+    fi
+  fi
   docker buildx inspect trainstack >/dev/null 2>&1 ||
     docker buildx create --name trainstack --driver docker-container >/dev/null
-  # --load: the self-test runs this exact image before anything is pushed. A failed cache
-  # export (a registry hiccup) must not fail the build, hence ignore-error.
-  docker buildx build --builder trainstack --file "$DOCKERFILE" --load \
-    --tag "$REPOSITORY_URI:$sha" \
-    --build-arg "GIT_SHA=$sha" \
-    --build-arg "SOURCE_URL=${CODEBUILD_SOURCE_REPO_URL:-unknown}" \
-    --build-arg "IMAGE_VERSION=${version:-$sha}" \
-    --cache-from "type=registry,ref=$cache" \
-    --cache-to "type=registry,ref=$cache,mode=max,image-manifest=true,oci-mediatypes=true,ignore-error=true" \
-    .
+  mapfile -t args < <(build_args "$sha" "$version" "$kind")
+  # --load: the self-test runs this exact image before anything is pushed.
+  docker buildx build "${args[@]}" --load .
 }
 
 cmd_selftest() {
   need REPOSITORY_URI
-  local sha
-  sha=$(git_sha)
+  local tag
+  tag=$(image_tag)
   if [[ -f "$STATE_DIR/reused-digest" ]]; then
-    echo "image $sha was self-tested when it was pushed: skipping"
+    echo "image $tag was self-tested when it was pushed: skipping"
     return 0
   fi
-  docker run --rm "$REPOSITORY_URI:$sha" python -m trainer.smoke
+  docker run --rm "$REPOSITORY_URI:$tag" python -m trainer.smoke
 }
 
 write_outputs() {
-  local sha=$1 digest=$2 pushed=$3 version=$4
+  local sha=$1 digest=$2 pushed=$3 version=$4 kind=$5 tag=$6
   local image=""
   [[ -n $digest ]] && image="$REPOSITORY_URI@$digest"
   cat >image.json <<EOF
-{"repository": "$REPOSITORY_URI", "git_sha": "$sha", "version": "$version", "digest": "$digest", "image": "$image", "pushed": $pushed}
+{"repository": "$REPOSITORY_URI", "git_sha": "$sha", "kind": "$kind", "tag": "$tag", "version": "$version", "digest": "$digest", "image": "$image", "pushed": $pushed}
 EOF
   printf 'IMAGE_URI=%s\nIMAGE_DIGEST=%s\n' "$image" "$digest" >image.env
   echo "image: ${image:-not pushed}"
 }
 
 add_version_tag() {
-  local sha=$1 digest=$2 version=$3 existing manifest media_type
+  local digest=$1 version=$2 existing manifest media_type
   existing=$(remote_digest "$version")
   if [[ $existing == sha256:* ]]; then
     [[ $existing == "$digest" ]] ||
@@ -146,33 +207,59 @@ add_version_tag() {
   echo "tagged $digest as $version"
 }
 
+# One value from buildx's --metadata-file (a flat JSON object).
+metadata_value() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$@"
+}
+
+# Rebuild from the builder's cache and push with attestations; the pushed image must be the one
+# the self-test ran. Prints the pushed digest (the image index, attestations included).
+push_with_attestations() {
+  local sha=$1 version=$2 kind=$3 tested pushed_config args
+  local metadata=$STATE_DIR/metadata.json
+  tested=$(docker image inspect --format '{{.Id}}' "$REPOSITORY_URI:$(image_tag)")
+  mapfile -t args < <(build_args "$sha" "$version" "$kind")
+  if [[ $kind == release ]]; then
+    # Only main and tag builds write the cache, in its own repository; a failed cache export
+    # (a registry hiccup) must not fail a release, hence ignore-error.
+    args+=(--cache-to "type=registry,ref=$BUILD_CACHE_REPOSITORY_URI:$BUILD_CACHE_TAG,mode=max,image-manifest=true,oci-mediatypes=true,ignore-error=true")
+  fi
+  docker buildx build "${args[@]}" --sbom=true --provenance=mode=max --push \
+    --metadata-file "$metadata" . >&2
+  pushed_config=$(metadata_value "$metadata" containerimage.config.digest)
+  [[ $pushed_config == "$tested" ]] ||
+    die "the pushed image's config $pushed_config is not the self-tested image's $tested"
+  metadata_value "$metadata" containerimage.digest
+}
+
 cmd_push() {
-  need REPOSITORY_URI AWS_REGION
-  local sha version digest existing
+  need REPOSITORY_URI BUILD_CACHE_REPOSITORY_URI AWS_REGION
+  local sha version digest existing kind tag
   sha=$(git_sha)
+  kind=$(build_kind)
   version=$(version_tag)
-  if is_pull_request; then
-    echo "pull-request build (${CODEBUILD_WEBHOOK_EVENT}): built and self-tested, not pushed"
-    write_outputs "$sha" "" false "$version"
+  tag=$(image_tag)
+  if [[ $kind == pull-request ]]; then
+    echo "pull-request build: built and self-tested, not pushed"
+    write_outputs "$sha" "" false "$version" "$kind" "$tag"
     return 0
   fi
   if [[ -f "$STATE_DIR/reused-digest" ]]; then
     digest=$(<"$STATE_DIR/reused-digest")
   else
-    existing=$(remote_digest "$sha")
+    existing=$(remote_digest "$tag")
     if [[ $existing == sha256:* ]]; then
-      # Another build of the same commit (a webhook and a workflow both started one) pushed
-      # first: its image is this commit's, already self-tested. Adopt it, never overwrite it.
-      echo "tag $sha appeared in ECR during this build ($existing): using that image"
+      # Another build of the same commit pushed first: its image is this commit's, already
+      # self-tested. Adopt it, never overwrite it.
+      echo "tag $tag appeared in ECR during this build ($existing): using that image"
       digest=$existing
     else
-      docker push "$REPOSITORY_URI:$sha"
-      digest=$(remote_digest "$sha")
-      [[ $digest == sha256:* ]] || die "pushed $REPOSITORY_URI:$sha but ECR has no digest for it"
+      digest=$(push_with_attestations "$sha" "$version" "$kind")
+      [[ $digest == sha256:* ]] || die "pushed $REPOSITORY_URI:$tag but got no digest"
     fi
   fi
-  [[ -z $version ]] || add_version_tag "$sha" "$digest" "$version"
-  write_outputs "$sha" "$digest" true "$version"
+  [[ -z $version ]] || add_version_tag "$digest" "$version"
+  write_outputs "$sha" "$digest" true "$version" "$kind" "$tag"
 }
 
 main() {

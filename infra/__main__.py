@@ -125,6 +125,10 @@ image_build = (
         config.cluster.partition,
         repository_arn=registry.repository_arn,
         repository_url=registry.repository_url,
+        repository_name=registry.repository_name,
+        cache_repository_arn=registry.cache_repository_arn,
+        cache_repository_url=registry.cache_repository_url,
+        cache_repository_name=registry.cache_repository_name,
         artifacts_bucket=storage.bucket,
         artifacts_bucket_arn=storage.bucket_arn,
         artifacts_key_arn=storage.key_arn,
@@ -151,6 +155,11 @@ outputs = {
     "fsx_claim": shared_fs.claim_name if shared_fs else None,
     "image_build_project": image_build.project_name if image_build else None,
     "deploy_project_name": deploy.project_name if deploy else None,
+    "pull_request_build_project": image_build.pull_request_project_name if image_build else None,
+    "cache_repository_url": registry.cache_repository_url,
+    # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
+    "image": config.image,
+    "last_good_image": config.last_good_image,
 }
 for key, value in outputs.items():
     pulumi.export(key, value)

@@ -61,6 +61,7 @@ _K8S_VERSION = re.compile(r"^1\.(\d{2})$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[\w-]+:\d{12}:key/[0-9a-f-]{36}$")
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
+_PINNED_IMAGE = re.compile(r"^[\w.-]+(:\d+)?/(?P<repository>[^@:]+)@sha256:[0-9a-f]{64}$")
 
 
 TOP_LEVEL_KEYS = (
@@ -81,6 +82,8 @@ TOP_LEVEL_KEYS = (
     "untaggedImageDays",
     "fsx",
     "ci",
+    "image",
+    "lastGoodImage",
     "namespace",
     "serviceAccount",
     "protectData",
@@ -104,7 +107,7 @@ GPU_GROUP_KEYS = (
 )
 SYSTEM_GROUP_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize", "rootVolumeGiB")
 FSX_KEYS = ("storageCapacityGiB", "throughputPerTiB", "dataPrefix")
-CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn")
+CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn", "pullRequestActorIds")
 
 
 def _sizes(
@@ -234,7 +237,23 @@ def _parse_ci(reader: SettingsReader) -> CiConfig | None:
     connection = ci.get_str("connectionArn")
     if connection is not None and not _CONNECTION_ARN.match(connection):
         raise fail(ci.key("connectionArn"), f"{connection!r} is not a CodeConnections ARN")
-    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection)
+    actors = tuple(str(a) for a in ci.get_list("pullRequestActorIds"))
+    for index, actor in enumerate(actors):
+        if not actor.isdigit():
+            key = f"{ci.key('pullRequestActorIds')}[{index}]"
+            raise fail(key, f"{actor!r}: a numeric GitHub account id (api.github.com/users/NAME)")
+    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection, actors)
+
+
+def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | None:
+    """A deployed image: `<registry>/<repository>@sha256:<digest>`, never a tag."""
+    image = reader.get_str(key)
+    if image is None:
+        return None
+    match = _PINNED_IMAGE.match(image)
+    if not match or match["repository"] != repository:
+        raise fail(reader.key(key), f"{image!r}: expected <registry>/{repository}@sha256:<digest>")
+    return image
 
 
 def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
@@ -357,6 +376,8 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         runs_kms_key_arn=runs_key,
         ci=_parse_ci(reader),
         namespace=namespace,
+        image=_parse_image(reader, "image", repository),
+        last_good_image=_parse_image(reader, "lastGoodImage", repository),
         service_account=service_account,
         protection=parse_protection(reader),
         autoscaler=parse_autoscaler(reader),

@@ -1,5 +1,13 @@
-"""The ECR repository for the trainer image: immutable tags, scan on push, KMS-encrypted,
-untagged images expire."""
+"""The ECR repositories of the trainer image.
+
+Two repositories, because they need opposite rules:
+- the release repository holds every image a cluster may run: `IMMUTABLE` outright (no tag is
+  ever rewritten, not even a cache tag), scanned on push, KMS-encrypted;
+- the build-cache repository holds BuildKit's layer cache, whose one tag each main build
+  rewrites. It is mutable and holds nothing a cluster runs, so a poisoned cache can at worst
+  slow a build down, never change a released image's digest. Only the release build role may
+  write it (its repository policy, `infra/ci.py`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,8 @@ import pulumi
 import pulumi_aws as aws
 
 BUILD_CACHE_TAG = "buildcache"
-"""The one mutable tag: must match BUILD_CACHE_REF's default in images/build.sh."""
+"""The cache repository's one tag: must match BUILD_CACHE_TAG in images/build.sh."""
+CACHE_REPOSITORY_SUFFIX = "-buildcache"
 
 
 def untagged_expiry_policy(days: int) -> str:
@@ -32,9 +41,17 @@ def untagged_expiry_policy(days: int) -> str:
     )
 
 
+def cache_repository_name(repository_name: str) -> str:
+    return f"{repository_name}{CACHE_REPOSITORY_SUFFIX}"
+
+
 class Registry(pulumi.ComponentResource):
     repository_arn: pulumi.Output[str]
     repository_url: pulumi.Output[str]
+    repository_name: pulumi.Output[str]
+    cache_repository_arn: pulumi.Output[str]
+    cache_repository_url: pulumi.Output[str]
+    cache_repository_name: pulumi.Output[str]
 
     def __init__(
         self,
@@ -52,25 +69,43 @@ class Registry(pulumi.ComponentResource):
             deletion_window_in_days=30,
             opts=child,
         )
+        encryption = [{"encryption_type": "KMS", "kms_key": key.arn}]
         repository = aws.ecr.Repository(
             f"{name}-trainer",
             name=repository_name,
-            # Every release tag is immutable; only the BuildKit layer-cache tag is rewritten
-            # by each build (images/build.sh), so it alone is excluded.
-            image_tag_mutability="IMMUTABLE_WITH_EXCLUSION",
-            image_tag_mutability_exclusion_filters=[
-                {"filter": BUILD_CACHE_TAG, "filter_type": "WILDCARD"}
-            ],
+            # No exclusion: a pushed tag (git SHA, version, nightly-DATE-SHA) is never rewritten.
+            image_tag_mutability="IMMUTABLE",
             image_scanning_configuration={"scan_on_push": True},
-            encryption_configurations=[{"encryption_type": "KMS", "kms_key": key.arn}],
+            encryption_configurations=encryption,
             opts=child,
         )
-        aws.ecr.LifecyclePolicy(
-            f"{name}-untagged",
-            repository=repository.name,
-            policy=untagged_expiry_policy(untagged_days),
+        cache = aws.ecr.Repository(
+            f"{name}-buildcache",
+            name=cache_repository_name(repository_name),
+            # The cache tag is rewritten by every main build; nothing here is ever deployed.
+            image_tag_mutability="MUTABLE",
+            image_scanning_configuration={"scan_on_push": False},
+            encryption_configurations=encryption,
+            # Disposable by design: a stack teardown may drop it with its content.
+            force_delete=True,
             opts=child,
         )
+        for repo, suffix in ((repository, "untagged"), (cache, "cache-untagged")):
+            aws.ecr.LifecyclePolicy(
+                f"{name}-{suffix}",
+                repository=repo.name,
+                policy=untagged_expiry_policy(untagged_days),
+                opts=child,
+            )
         self.repository_arn = repository.arn
         self.repository_url = repository.repository_url
-        self.register_outputs({"repository_url": self.repository_url})
+        self.repository_name = repository.name
+        self.cache_repository_arn = cache.arn
+        self.cache_repository_url = cache.repository_url
+        self.cache_repository_name = cache.name
+        self.register_outputs(
+            {
+                "repository_url": self.repository_url,
+                "cache_repository_url": self.cache_repository_url,
+            }
+        )

@@ -92,6 +92,9 @@ class CiConfig:
     nightly_schedule: str
     connection_arn: str | None
     """CodeConnections connection to GitHub: a reference, never a token in config."""
+    pull_request_actor_ids: tuple[str, ...] = ()
+    """Numeric GitHub account ids whose pull requests CodeBuild builds (on a project that cannot
+    push); empty: pull requests are not built by CodeBuild at all."""
 
 
 @dataclass(frozen=True)
@@ -146,3 +149,7 @@ class StackConfig:
     protection: DataProtection
     autoscaler: AutoscalerConfig
     deploy: DeployConfig | None
+    image: str | None = None
+    """The digest-pinned trainer image the stack's jobs run (set by each deploy)."""
+    last_good_image: str | None = None
+    """The last image whose smoke run passed on this stack: what a rollback returns to."""

@@ -4,7 +4,8 @@
     pulumi stack output --json --show-secrets | python -m infra.stack_defaults --stack dev
 
 Writes `conf/stack/<stack>.yaml` (`# @package _global_`, setting only `cluster.*`,
-`job.image_repository` and `storage.root`; select it with `trainstack launch stack=<stack>`),
+`job.image_repository`, `job.image` (the deployed digest, when the stack has one) and
+`storage.root`; select it with `trainstack launch stack=<stack>`),
 and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
 `cluster.kubeconfig`; the kubeconfig's content never enters the config tree. Everything is
 checked before anything is written; a bad input exits 2 with one message.
@@ -45,6 +46,15 @@ class StackOutputError(ValueError):
     """Outputs that can't become job defaults; the message names the output."""
 
 
+def job_image(outputs: dict[str, Any]) -> dict[str, str]:
+    """The repository, and the digest the stack deployed (output `image`) when there is one:
+    jobs then run that exact image, and a rollback of `image` rolls them back too."""
+    job = {"image_repository": outputs["repository_url"]}
+    if outputs.get("image"):
+        job["image"] = outputs["image"]
+    return job
+
+
 def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, Any]:
     """The `# @package _global_` content for a stack (pure: paths are passed in)."""
     missing = [key for key in REQUIRED_OUTPUTS if outputs.get(key) in (None, "")]
@@ -74,7 +84,7 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
             "kubernetes_version": str(outputs["kubernetes_version"]),
             "node_groups": node_groups,
         },
-        "job": {"image_repository": outputs["repository_url"]},
+        "job": job_image(outputs),
         "storage": {"root": root},
     }
 

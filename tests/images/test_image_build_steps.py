@@ -13,6 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 REPOSITORY_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack-trainer"
+CACHE_URI = f"{REPOSITORY_URI}-buildcache"
 SHA = "0123456789abcdef0123456789abcdef01234567"
 OTHER_DIGEST = "sha256:" + "f" * 64
 
@@ -30,9 +31,16 @@ def arg(flag):
 if tool == "docker":
     if args[0] == "login":
         sys.stdin.read()
-    elif args[0] == "push":
-        tag = args[1].rsplit(":", 1)[1]
-        (tags / tag).write_text("sha256:" + hashlib.sha256(tag.encode()).hexdigest())
+    elif args[:2] == ["image", "inspect"]:
+        print("sha256:" + "c" * 64)
+    elif args[:2] == ["buildx", "build"] and "--push" in args:
+        tag = arg("--tag").rsplit(":", 1)[1]
+        digest = "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
+        (tags / tag).write_text(digest)
+        config = os.environ.get("STAND_IN_PUSHED_CONFIG", "sha256:" + "c" * 64)
+        Path(arg("--metadata-file")).write_text(
+            '{"containerimage.config.digest": "%s", "containerimage.digest": "%s"}'
+            % (config, digest))
     elif args[0] == "run":
         sys.exit(int(os.environ.get("STAND_IN_SELFTEST_EXIT", "0")))
     elif args[:2] == ["buildx", "inspect"]:
@@ -77,6 +85,9 @@ def build(tmp_path):
             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
             "STAND_IN_STATE": str(state),
             "REPOSITORY_URI": REPOSITORY_URI,
+            "BUILD_CACHE_REPOSITORY_URI": CACHE_URI,
+            "BUILD_KIND": "release",
+            "SOURCE_DATE_EPOCH": "1700000000",
             "AWS_REGION": "us-east-1",
             "CODEBUILD_RESOLVED_SOURCE_VERSION": SHA,
         }
@@ -105,23 +116,36 @@ def run_all(build, **env) -> list[subprocess.CompletedProcess]:
     return results
 
 
-def test_new_commit_is_built_self_tested_then_pushed_and_its_digest_exported(build):
+def pushes(build) -> list[str]:
+    return [c for c in build.calls() if c.startswith("docker buildx build") and "--push" in c]
+
+
+def test_new_commit_is_built_self_tested_then_pushed_with_attestations(build):
     run_all(build, CODEBUILD_SOURCE_REPO_URL="https://github.com/acme/trainstack")
     calls = build.calls()
-    order = [next(i for i, c in enumerate(calls) if c.startswith(p)) for p in (
-        "docker login", "docker buildx build", "docker run", "docker push")]  # fmt: skip
-    assert order == sorted(order)
-    buildx = next(c for c in calls if c.startswith("docker buildx build"))
-    assert f"--tag {REPOSITORY_URI}:{SHA}" in buildx and "--load" in buildx
-    assert f"--build-arg GIT_SHA={SHA}" in buildx
-    assert "--build-arg SOURCE_URL=https://github.com/acme/trainstack" in buildx
-    assert f"--cache-from type=registry,ref={REPOSITORY_URI}:buildcache" in buildx
-    assert "--cache-to type=registry" in buildx and "ignore-error=true" in buildx
+    loaded = next(i for i, c in enumerate(calls) if "--load" in c)
+    tested = next(i for i, c in enumerate(calls) if c.startswith("docker run"))
+    pushed = next(i for i, c in enumerate(calls) if "--push" in c)
+    login = next(i for i, c in enumerate(calls) if c.startswith("docker login"))
+    assert login < loaded < tested < pushed
+    for build_call in (calls[loaded], calls[pushed]):
+        assert f"--tag {REPOSITORY_URI}:{SHA}" in build_call
+        assert f"--build-arg GIT_SHA={SHA}" in build_call
+        assert "--build-arg SOURCE_DATE_EPOCH=1700000000" in build_call
+        assert f"--cache-from type=registry,ref={CACHE_URI}:buildcache" in build_call
+    assert "--build-arg SOURCE_URL=https://github.com/acme/trainstack" in calls[loaded]
+    # SBOM and provenance travel with the pushed image; only the push writes the cache.
+    assert "--sbom=true --provenance=mode=max --push" in calls[pushed]
+    assert "--cache-to" not in calls[loaded]
+    assert f"--cache-to type=registry,ref={CACHE_URI}:buildcache" in calls[pushed]
     assert f"docker run --rm {REPOSITORY_URI}:{SHA} python -m trainer.smoke" in calls
+    assert not any(c.startswith("docker push") for c in calls)
     digest = (build.tags / SHA).read_text()
     assert build.outputs() == {
         "repository": REPOSITORY_URI,
         "git_sha": SHA,
+        "kind": "release",
+        "tag": SHA,
         "version": "",
         "digest": digest,
         "image": f"{REPOSITORY_URI}@{digest}",
@@ -132,10 +156,19 @@ def test_new_commit_is_built_self_tested_then_pushed_and_its_digest_exported(bui
     )
 
 
+def test_push_fails_when_the_pushed_image_is_not_the_self_tested_one(build):
+    for name in ("login", "build", "selftest"):
+        assert build(name).returncode == 0
+    result = build("push", STAND_IN_PUSHED_CONFIG="sha256:" + "d" * 64)
+    assert result.returncode == 1
+    assert "is not the self-tested image's" in result.stderr
+    assert not (build.env_file).exists()
+
+
 def test_failed_self_test_stops_before_anything_is_pushed(build):
     assert build("build").returncode == 0
     assert build("selftest", STAND_IN_SELFTEST_EXIT="1").returncode == 1
-    assert not any(c.startswith("docker push") for c in build.calls())
+    assert not pushes(build)
 
 
 def test_commit_already_in_ecr_is_reused_not_rebuilt_or_overwritten(build):
@@ -143,8 +176,7 @@ def test_commit_already_in_ecr_is_reused_not_rebuilt_or_overwritten(build):
     (build.tags / SHA).write_text(OTHER_DIGEST)
     results = run_all(build)
     assert "already in ECR" in results[1].stdout
-    assert not any(c.startswith(("docker buildx build", "docker run", "docker push"))
-                   for c in build.calls())  # fmt: skip
+    assert not any(c.startswith(("docker buildx build", "docker run")) for c in build.calls())
     assert build.outputs()["digest"] == OTHER_DIGEST
 
 
@@ -155,7 +187,7 @@ def test_commit_pushed_by_a_concurrent_build_is_adopted_not_overwritten(build):
     result = build("push")
     assert result.returncode == 0, result.stderr
     assert "appeared in ECR during this build" in result.stdout
-    assert not any(c.startswith("docker push") for c in build.calls())
+    assert not pushes(build)
     assert (build.tags / SHA).read_text() == OTHER_DIGEST
     assert build.outputs()["digest"] == OTHER_DIGEST
 
@@ -179,11 +211,34 @@ def test_existing_semver_tag_elsewhere_is_never_overwritten(build):
     assert (build.tags / "1.2.3").read_text() == OTHER_DIGEST
 
 
-def test_pull_request_build_is_tested_but_not_pushed(build):
-    run_all(build, CODEBUILD_WEBHOOK_EVENT="PULL_REQUEST_UPDATED")
-    assert not any(c.startswith("docker push") for c in build.calls())
+@pytest.mark.parametrize(
+    "env",
+    [{"BUILD_KIND": "pull-request"}, {"CODEBUILD_WEBHOOK_EVENT": "PULL_REQUEST_UPDATED"}],
+)
+def test_pull_request_build_reads_the_cache_and_never_pushes_or_writes_it(build, env):
+    run_all(build, **env)
+    calls = build.calls()
+    assert not pushes(build) and not any("--cache-to" in c for c in calls)
+    assert any(f"--cache-from type=registry,ref={CACHE_URI}:buildcache" in c for c in calls)
+    # It never even asks the release repository about tags.
+    assert not any(c.startswith("aws ecr describe-images") for c in calls)
     assert build.outputs()["pushed"] is False
     assert not (build.tags / SHA).exists()
+
+
+def test_nightly_rebuilds_from_scratch_under_a_tag_no_release_can_take(build):
+    build.tags.mkdir(parents=True)
+    (build.tags / SHA).write_text(OTHER_DIGEST)  # main's release of this commit exists
+    run_all(build, BUILD_KIND="nightly", BUILD_DATE="20261123", GIT_TAG="v1.2.3")
+    nightly = f"nightly-20261123-{SHA}"
+    (push,) = pushes(build)
+    assert f"--tag {REPOSITORY_URI}:{nightly}" in push and "--pull --no-cache" in push
+    assert "--cache-to" not in push and "--cache-from" not in push
+    assert (build.tags / SHA).read_text() == OTHER_DIGEST  # the release is untouched
+    assert not (build.tags / "1.2.3").exists()  # a nightly never takes a version tag
+    outputs = build.outputs()
+    assert outputs["tag"] == nightly and outputs["kind"] == "nightly"
+    assert outputs["digest"] == (build.tags / nightly).read_text()
 
 
 @pytest.mark.parametrize(
@@ -192,6 +247,9 @@ def test_pull_request_build_is_tested_but_not_pushed(build):
         ({"GIT_TAG": "release-7"}, "git tag release-7 is not semver"),
         ({"CODEBUILD_RESOLVED_SOURCE_VERSION": "main"}, "main is not a full git SHA"),
         ({"REPOSITORY_URI": ""}, "REPOSITORY_URI is not set"),
+        ({"BUILD_CACHE_REPOSITORY_URI": ""}, "BUILD_CACHE_REPOSITORY_URI is not set"),
+        ({"BUILD_KIND": "fork"}, "BUILD_KIND=fork; allowed: release, nightly, pull-request"),
+        ({"BUILD_KIND": "nightly", "BUILD_DATE": "today"}, "BUILD_DATE=today is not YYYYMMDD"),
         ({"STAND_IN_DENY": "1"}, "aws ecr describe-images for tag"),
     ],
 )

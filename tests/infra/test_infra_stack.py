@@ -148,16 +148,7 @@ def check_encryption_and_access(run: StackRun) -> None:
     assert any("abortIncompleteMultipartUpload" in r for r in rules)
     assert any("noncurrentVersionExpiration" in r for r in rules)
 
-    repository = run.one("aws:ecr/repository:Repository").inputs
-    assert repository["imageTagMutability"] == "IMMUTABLE_WITH_EXCLUSION"
-    # Only the layer-cache tag may be rewritten; every release tag stays immutable.
-    assert repository["imageTagMutabilityExclusionFilters"] == [
-        {"filter": "buildcache", "filterType": "WILDCARD"}
-    ]
-    assert repository["imageScanningConfiguration"]["scanOnPush"] is True
-    assert repository["encryptionConfigurations"][0]["encryptionType"] == "KMS"
-    expiry = json.loads(run.one("aws:ecr/lifecyclePolicy:LifecyclePolicy").inputs["policy"])
-    assert expiry["rules"][0]["selection"]["tagStatus"] == "untagged"
+    # The ECR repositories and image builds: tests/infra/test_infra_ci.py.
     for key in run.of_type("aws:kms/key:Key"):
         assert key.inputs["enableKeyRotation"] is True
 
@@ -338,28 +329,11 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     assert "eks-node-monitoring-agent" in addons
     operator = run.one("kubernetes:kustomize/v2:Directory").inputs
     assert operator["directory"].endswith("/manifests/overlays/standalone?ref=v1.9.4")
-    (project,) = [
-        p.inputs
-        for p in run.of_type("aws:codebuild/project:Project")
-        if p.inputs["source"]["buildspec"] == "images/buildspec.yml"
-    ]
-    assert project["environment"]["privilegedMode"] is True
-    assert project["source"]["buildspec"] == "images/buildspec.yml"
-    env = {v["name"] for v in project["environment"]["environmentVariables"]}
-    assert env == {"REPOSITORY_URI", "AWS_REGION"}
-    # The buildspec's image.json artifact is kept in the runs bucket, under its own prefix.
-    assert project["artifacts"]["type"] == "S3"
-    assert project["artifacts"]["path"] == "image-builds"
-    assert project["encryptionKey"]
-    hooks = run.one("aws:codebuild/webhook:Webhook").inputs["filterGroups"]
-    patterns = [f["pattern"] for group in hooks for f in group["filters"]]
-    assert "^refs/heads/main$" in patterns
-    assert any("PULL_REQUEST_CREATED" in p for p in patterns)
-    assert run.one("aws:cloudwatch/eventRule:EventRule").inputs["scheduleExpression"]
+    # CodeBuild, its webhook and the nightly rule: tests/infra/test_infra_ci.py.
     entries = [e.inputs["principalArn"] for e in run.of_type("aws:eks/accessEntry:AccessEntry")]
     assert stack_file_config(stack)["trainstack:adminRoleArn"] in entries
     log_groups = run.of_type("aws:cloudwatch/logGroup:LogGroup")
-    assert all(g.inputs["retentionInDays"] > 0 for g in log_groups)
+    assert log_groups and all(g.inputs["retentionInDays"] > 0 for g in log_groups)
     endpoints = {
         e.inputs["serviceName"].removeprefix("com.amazonaws.us-east-1.")
         for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")

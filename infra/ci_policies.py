@@ -1,0 +1,126 @@
+"""The image builds' IAM and repository policies, as plain functions of resolved ARNs.
+
+Two builders, two roles (see infra/ci.py): the release build may push the trainer image and
+the layer cache; the pull-request build may only read the cache. A pull request runs its own
+buildspec and build.sh, so these policies, not the scripts, are what keeps it from pushing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from infra.policies import BUILD_ARTIFACTS_PREFIX, ECR_LOGIN, ECR_PULL_ACTIONS, ECR_PUSH_ACTIONS
+
+ECR_WRITE_ACTIONS = sorted(set(ECR_PUSH_ACTIONS) - set(ECR_PULL_ACTIONS) | {"ecr:BatchDeleteImage"})
+"""Every ECR action that adds, changes or removes an image or a tag."""
+
+
+def _document(statements: list[dict]) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def _logs(log_group_arn: str) -> dict:
+    return {
+        "Sid": "BuildLogs",
+        "Effect": "Allow",
+        "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+        "Resource": [log_group_arn, f"{log_group_arn}:*"],
+    }
+
+
+def _source(connection_arn: str | None) -> list[dict]:
+    if not connection_arn:
+        return []
+    return [
+        {
+            "Sid": "GitHubConnection",
+            "Effect": "Allow",
+            "Action": ["codeconnections:GetConnectionToken", "codeconnections:UseConnection"],
+            "Resource": connection_arn,
+        }
+    ]
+
+
+def release_build_policy(
+    repository_arn: str,
+    cache_repository_arn: str,
+    log_group_arn: str,
+    artifacts_bucket_arn: str,
+    artifacts_key_arn: str,
+    connection_arn: str | None = None,
+) -> str:
+    """Main, tag and nightly builds: push the image, rewrite the cache, write the artifact."""
+    return _document(
+        [
+            {
+                "Sid": "PushTrainerImage",
+                "Effect": "Allow",
+                # DescribeImages: build.sh checks whether a tag exists before pushing.
+                "Action": [*ECR_PUSH_ACTIONS, "ecr:DescribeImages"],
+                "Resource": repository_arn,
+            },
+            {
+                "Sid": "WriteBuildCache",
+                "Effect": "Allow",
+                "Action": ECR_PUSH_ACTIONS,
+                "Resource": cache_repository_arn,
+            },
+            {"Sid": "EcrLogin", **ECR_LOGIN},
+            _logs(log_group_arn),
+            {
+                "Sid": "BuildArtifact",
+                "Effect": "Allow",
+                "Action": "s3:PutObject",
+                "Resource": f"{artifacts_bucket_arn}/{BUILD_ARTIFACTS_PREFIX}/*",
+            },
+            {
+                "Sid": "ArtifactBucketLocation",
+                "Effect": "Allow",
+                "Action": ["s3:GetBucketAcl", "s3:GetBucketLocation"],
+                "Resource": artifacts_bucket_arn,
+            },
+            {
+                "Sid": "ArtifactKey",
+                "Effect": "Allow",
+                "Action": "kms:GenerateDataKey",
+                "Resource": artifacts_key_arn,
+            },
+            *_source(connection_arn),
+        ]
+    )
+
+
+def pull_request_build_policy(
+    cache_repository_arn: str, log_group_arn: str, connection_arn: str | None = None
+) -> str:
+    """Pull-request builds: read the layer cache and write their own logs. No ECR write, no
+    release repository, no bucket: whatever the pull request's buildspec does."""
+    return _document(
+        [
+            {
+                "Sid": "ReadBuildCache",
+                "Effect": "Allow",
+                "Action": ECR_PULL_ACTIONS,
+                "Resource": cache_repository_arn,
+            },
+            {"Sid": "EcrLogin", **ECR_LOGIN},
+            _logs(log_group_arn),
+            *_source(connection_arn),
+        ]
+    )
+
+
+def only_writer_repository_policy(writer_role_arn: str) -> str:
+    """A repository policy denying every image write to anyone but `writer_role_arn`, so even a
+    role granted ecr:* by mistake (or a pull-request build role widened later) cannot push."""
+    return _document(
+        [
+            {
+                "Sid": "OnlyTheReleaseBuildWrites",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": ECR_WRITE_ACTIONS,
+                "Condition": {"ArnNotEquals": {"aws:PrincipalArn": writer_role_arn}},
+            }
+        ]
+    )

@@ -1,0 +1,195 @@
+"""The image pipeline's infrastructure under Pulumi's mocks, tried as an attacker would: what a
+pull request's build can write, who can trigger a privileged builder, which tags can move."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra.ci import PR_EVENTS, pull_request_filter_groups
+from infra.ci_policies import ECR_WRITE_ACTIONS, only_writer_repository_policy
+from infra.config import ConfigError, parse_stack_config
+from tests.infra.pulumi_harness import StackRun, run_program, stack_file_config
+
+PROJECT = "aws:codebuild/project:Project"
+WEBHOOK = "aws:codebuild/webhook:Webhook"
+REPOSITORY = "aws:ecr/repository:Repository"
+REPOSITORY_POLICY = "aws:ecr/repositoryPolicy:RepositoryPolicy"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+DIGEST = "sha256:" + "a" * 64
+
+
+def named(run: StackRun, type_: str, suffix: str):
+    """The one resource of `type_` named `<stack name><suffix>` (suffix `-image` is not
+    `-pr-image`)."""
+    (found,) = [r for r in run.of_type(type_) if r.name.endswith(suffix)
+                and ("-pr-" in suffix or "-pr-" not in r.name)]  # fmt: skip
+    return found
+
+
+def statements(run: StackRun, role_suffix: str) -> list[dict]:
+    policy = named(run, ROLE_POLICY, f"{role_suffix}-inline").inputs["policy"]
+    return json.loads(policy)["Statement"]
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def project_env(project) -> dict[str, str]:
+    return {v["name"]: v["value"] for v in project.inputs["environment"]["environmentVariables"]}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_release_repository_is_immutable_outright_and_the_cache_lives_apart(stack_runs, stack):
+    run = stack_runs[stack]
+    release = named(run, REPOSITORY, "-trainer").inputs
+    # Attack "tag overwrite": no tag of the release repository can ever be rewritten.
+    assert release["imageTagMutability"] == "IMMUTABLE"
+    assert not release.get("imageTagMutabilityExclusionFilters")
+    assert release["imageScanningConfiguration"]["scanOnPush"] is True
+    cache = named(run, REPOSITORY, "-buildcache").inputs
+    assert cache["name"] == release["name"] + "-buildcache"
+    assert cache["imageTagMutability"] == "MUTABLE"  # only the cache tag moves, elsewhere
+    for repository in (release, cache):
+        assert repository["encryptionConfigurations"][0]["encryptionType"] == "KMS"
+    assert run.outputs["cache_repository_url"].endswith("/trainstack/trainer-buildcache")
+    expiries = run.of_type("aws:ecr/lifecyclePolicy:LifecyclePolicy")
+    assert len(expiries) == 2
+    for expiry in expiries:
+        assert json.loads(expiry.inputs["policy"])["rules"][0]["selection"]["tagStatus"] == (
+            "untagged"
+        )
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_only_the_release_build_role_can_write_either_repository(stack_runs, stack):
+    run = stack_runs[stack]
+    release_project = named(run, PROJECT, "-image")
+    writer = release_project.inputs["serviceRole"]
+    assert writer.endswith("-codebuild")
+    policies = run.of_type(REPOSITORY_POLICY)
+    assert sorted(p.inputs["repository"] for p in policies) == [
+        "trainstack/trainer",
+        "trainstack/trainer-buildcache",
+    ]
+    for policy in policies:
+        (deny,) = json.loads(policy.inputs["policy"])["Statement"]
+        assert deny["Effect"] == "Deny" and deny["Principal"] == "*"
+        assert set(ECR_WRITE_ACTIONS) <= set(deny["Action"])
+        assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": writer}}
+    granted = statements(run, "-codebuild")
+    push = next(s for s in granted if s["Sid"] == "PushTrainerImage")
+    cache = next(s for s in granted if s["Sid"] == "WriteBuildCache")
+    assert "ecr:PutImage" in push["Action"] and push["Resource"].endswith("-trainer")
+    assert "ecr:PutImage" in cache["Action"] and cache["Resource"].endswith("-buildcache")
+    env = project_env(release_project)
+    assert env["BUILD_KIND"] == "release"
+    assert env["BUILD_CACHE_REPOSITORY_URI"] == run.outputs["cache_repository_url"]
+    assert release_project.inputs["artifacts"]["path"] == "image-builds"
+
+
+def test_pull_requests_build_on_their_own_project_whose_role_cannot_write(stack_runs):
+    """Attacks "PR edits build.sh/buildspec to push" and "PR writes the cache": the pull
+    request runs its own scripts, so only its role can stop it, and its role has no write."""
+    run = stack_runs["prod"]
+    project = named(run, PROJECT, "-pr-image")
+    assert project.inputs["serviceRole"].endswith("-pr-build")
+    assert project_env(project)["BUILD_KIND"] == "pull-request"
+    assert project.inputs["artifacts"] == {"type": "NO_ARTIFACTS"}
+    granted = statements(run, "-pr-build")
+    actions = {a for s in granted for a in as_list(s["Action"])}
+    assert not actions & set(ECR_WRITE_ACTIONS), actions & set(ECR_WRITE_ACTIONS)
+    assert not any(a.startswith(("s3:", "kms:", "codebuild:", "iam:", "sts:")) for a in actions)
+    read = next(s for s in granted if s["Sid"] == "ReadBuildCache")
+    assert read["Resource"].endswith("-buildcache")  # never the release repository
+    assert run.outputs["pull_request_build_project"].endswith("-pr-image")
+
+
+def test_webhook_builds_only_listed_accounts_pull_requests_and_never_a_push(stack_runs):
+    """Attack "fork pull request on a privileged builder": a pull request by an account not
+    listed matches no filter group, and the one webhook starts the no-push project only."""
+    run = stack_runs["prod"]
+    hook = run.one(WEBHOOK).inputs
+    assert hook["projectName"].endswith("-pr-image")
+    actors = stack_file_config("prod")["trainstack:ci"]["pullRequestActorIds"]
+    for group in hook["filterGroups"]:
+        filters = {f["type"]: f["pattern"] for f in group["filters"]}
+        assert filters["EVENT"] == PR_EVENTS and "PUSH" not in filters["EVENT"]
+        assert filters["ACTOR_ACCOUNT_ID"] == "^(" + "|".join(actors) + ")$"
+        assert filters["BASE_REF"] == "^refs/heads/main$"
+
+
+def test_without_listed_accounts_no_pull_request_reaches_codebuild(stack_runs):
+    run = stack_runs["dev"]
+    assert not run.of_type(WEBHOOK)
+    assert [p.name for p in run.of_type(PROJECT)] == ["trainstack-dev-image"]
+    assert run.outputs["pull_request_build_project"] is None
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_nightly_rebuild_starts_the_release_project_as_a_nightly(stack_runs, stack):
+    run = stack_runs[stack]
+    target = run.one("aws:cloudwatch/eventTarget:EventTarget").inputs
+    assert target["arn"].endswith("-image")
+    override = json.loads(target["input"])["environmentVariablesOverride"]
+    assert override == [{"name": "BUILD_KIND", "value": "nightly", "type": "PLAINTEXT"}]
+    assert run.one("aws:cloudwatch/eventRule:EventRule").inputs["scheduleExpression"]
+
+
+def test_filter_groups_quote_each_account_exactly():
+    (group,) = pull_request_filter_groups("main", ("1", "22"))
+    actor = next(f for f in group["filters"] if f["type"] == "ACTOR_ACCOUNT_ID")
+    assert actor["pattern"] == "^(1|22)$"  # anchored: "122" or "1x" never matches
+
+
+def test_repository_policy_spares_only_the_writer():
+    (deny,) = json.loads(only_writer_repository_policy("arn:aws:iam::1:role/w"))["Statement"]
+    assert "ecr:PutImage" in deny["Action"] and "ecr:BatchDeleteImage" in deny["Action"]
+    assert "ecr:BatchGetImage" not in deny["Action"]  # pulls stay governed by IAM
+
+
+def dev_config(**overrides) -> dict:
+    config = {k.removeprefix("trainstack:"): v for k, v in stack_file_config("dev").items()}
+    return {k: v for k, v in {**config, **overrides}.items() if not k.startswith("aws:")}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "allowed"),
+    [
+        (
+            {"ci": {"githubUrl": "https://github.com/a/b", "pullRequestActorIds": ["octocat"]}},
+            "trainstack:ci.pullRequestActorIds[0]",
+            "numeric GitHub account id",
+        ),
+        ({"image": "trainstack/trainer:latest"}, "trainstack:image", "@sha256:<digest>"),
+        (
+            {"lastGoodImage": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/other@{DIGEST}"},
+            "trainstack:lastGoodImage",
+            "trainstack/trainer@sha256",
+        ),
+    ],
+)
+def test_bad_ci_settings_name_the_key(overrides, key, allowed):
+    with pytest.raises(ConfigError) as error:
+        parse_stack_config(dev_config(**overrides), "dev", "us-east-1")
+    assert key in str(error.value) and allowed in str(error.value)
+
+
+def test_deployed_and_last_good_images_are_stack_outputs():
+    image = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack/trainer@{DIGEST}"
+    good = image.replace("a" * 64, "b" * 64)
+    config = {**stack_file_config("dev"), "trainstack:image": image}
+    config["trainstack:lastGoodImage"] = good
+    outputs = run_program(config, "dev").outputs
+    assert outputs["image"] == image and outputs["last_good_image"] == good
+
+
+def test_job_defaults_pin_the_deployed_digest():
+    from infra.stack_defaults import job_image
+
+    repository = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack/trainer"
+    assert job_image({"repository_url": repository}) == {"image_repository": repository}
+    pinned = job_image({"repository_url": repository, "image": f"{repository}@{DIGEST}"})
+    assert pinned == {"image_repository": repository, "image": f"{repository}@{DIGEST}"}
