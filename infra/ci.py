@@ -23,6 +23,7 @@ from infra.ci_policies import (
     pull_request_build_policy,
     release_build_policy,
 )
+from infra.github_oidc import GithubRoles
 from infra.iam import service_role
 from infra.policies import BUILD_ARTIFACTS_PREFIX, start_build_policy
 from infra.settings import CiConfig
@@ -127,6 +128,15 @@ class ImageBuild(pulumi.ComponentResource):
         )
         self._nightly(project, partition)
         self.project_name = project.name
+        self.github = GithubRoles(
+            f"{name}-gha",
+            config,
+            partition,
+            project_arn=project.arn,
+            log_group_arn=release_logs.arn,
+            repository_arn=repository_arn,
+            opts=child,
+        )
 
         self.pull_request_project_name = None
         if config.pull_request_actor_ids:

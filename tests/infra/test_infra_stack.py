@@ -158,6 +158,8 @@ def check_iam_scoped(run: StackRun) -> None:
     assert policies
     for policy in policies:
         for statement in json.loads(policy.inputs["policy"])["Statement"]:
+            if statement["Effect"] == "Deny":  # a deny on * only takes rights away
+                continue
             resources = statement["Resource"]
             resources = resources if isinstance(resources, list) else [resources]
             if "*" in resources or any(r.endswith(":*:*") for r in resources):
