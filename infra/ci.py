@@ -31,8 +31,10 @@ from infra.settings import CiConfig
 BUILDSPEC = "images/buildspec.yml"
 BUILD_IMAGE = "aws/codebuild/standard:7.0"
 PR_EVENTS = "PULL_REQUEST_CREATED, PULL_REQUEST_UPDATED, PULL_REQUEST_REOPENED"
-BUILD_KINDS = ("release", "nightly", "pull-request")
-"""BUILD_KIND on each project (images/build.sh reads it): set by the project, not the source."""
+FORK_APPROVAL = {
+    "requires_comment_approval": "FORK_PULL_REQUESTS",
+    "approver_roles": ["GITHUB_ADMIN", "GITHUB_MAINTAIN"],
+}
 
 
 def pull_request_filter_groups(branch: str, actor_ids: tuple[str, ...]) -> list[dict]:
@@ -167,6 +169,9 @@ class ImageBuild(pulumi.ComponentResource):
                 filter_groups=pull_request_filter_groups(
                     config.branch, config.pull_request_actor_ids
                 ),
+                # Belt and braces: even a listed account's pull request from a fork waits for
+                # a maintainer's approving comment before it reaches a builder.
+                pull_request_build_policy=FORK_APPROVAL,
                 opts=child,
             )
             self.pull_request_project_name = pr_project.name
@@ -226,6 +231,7 @@ class ImageBuild(pulumi.ComponentResource):
                     {"name": "REPOSITORY_URI", "value": repository_url},
                     {"name": "BUILD_CACHE_REPOSITORY_URI", "value": cache_repository_url},
                     {"name": "AWS_REGION", "value": self._region},
+                    # images/build.sh's mode, set by the project, never by the source.
                     {"name": "BUILD_KIND", "value": build_kind},
                 ],
             },

@@ -113,6 +113,10 @@ def test_webhook_builds_only_listed_accounts_pull_requests_and_never_a_push(stac
     run = stack_runs["prod"]
     hook = run.one(WEBHOOK).inputs
     assert hook["projectName"].endswith("-pr-image")
+    assert hook["pullRequestBuildPolicy"] == {
+        "requiresCommentApproval": "FORK_PULL_REQUESTS",
+        "approverRoles": ["GITHUB_ADMIN", "GITHUB_MAINTAIN"],
+    }
     actors = stack_file_config("prod")["trainstack:ci"]["pullRequestActorIds"]
     for group in hook["filterGroups"]:
         filters = {f["type"]: f["pattern"] for f in group["filters"]}
