@@ -162,8 +162,9 @@ cmd_build() {
   docker buildx inspect trainstack >/dev/null 2>&1 ||
     docker buildx create --name trainstack --driver docker-container >/dev/null
   mapfile -t args < <(build_args "$sha" "$version" "$kind")
-  # --load: the self-test runs this exact image before anything is pushed.
-  docker buildx build "${args[@]}" --load .
+  # --load: the self-test runs this exact image before anything is pushed. Its config digest
+  # (from BuildKit, whatever image store the engine uses) is what the push must reproduce.
+  docker buildx build "${args[@]}" --load --metadata-file "$STATE_DIR/loaded.json" .
 }
 
 cmd_selftest() {
@@ -217,7 +218,8 @@ metadata_value() {
 push_with_attestations() {
   local sha=$1 version=$2 kind=$3 tested pushed_config args
   local metadata=$STATE_DIR/metadata.json
-  tested=$(docker image inspect --format '{{.Id}}' "$REPOSITORY_URI:$(image_tag)")
+  tested=$(metadata_value "$STATE_DIR/loaded.json" containerimage.config.digest)
+  [[ $tested == sha256:* ]] || die "no config digest of the self-tested image in $STATE_DIR/loaded.json"
   mapfile -t args < <(build_args "$sha" "$version" "$kind")
   if [[ $kind == release ]]; then
     # Only main and tag builds write the cache, in its own repository; a failed cache export

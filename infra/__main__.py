@@ -157,6 +157,8 @@ outputs = {
     "deploy_project_name": deploy.project_name if deploy else None,
     "pull_request_build_project": image_build.pull_request_project_name if image_build else None,
     "cache_repository_url": registry.cache_repository_url,
+    "github_preview_role_arn": image_build.github.preview_role_arn if image_build else None,
+    "github_build_role_arn": image_build.github.build_role_arn if image_build else None,
     # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
     "image": config.image,
     "last_good_image": config.last_good_image,

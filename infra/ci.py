@@ -23,6 +23,7 @@ from infra.ci_policies import (
     pull_request_build_policy,
     release_build_policy,
 )
+from infra.github_oidc import GithubRoles
 from infra.iam import service_role
 from infra.policies import BUILD_ARTIFACTS_PREFIX, start_build_policy
 from infra.settings import CiConfig
@@ -30,8 +31,10 @@ from infra.settings import CiConfig
 BUILDSPEC = "images/buildspec.yml"
 BUILD_IMAGE = "aws/codebuild/standard:7.0"
 PR_EVENTS = "PULL_REQUEST_CREATED, PULL_REQUEST_UPDATED, PULL_REQUEST_REOPENED"
-BUILD_KINDS = ("release", "nightly", "pull-request")
-"""BUILD_KIND on each project (images/build.sh reads it): set by the project, not the source."""
+FORK_APPROVAL = {
+    "requires_comment_approval": "FORK_PULL_REQUESTS",
+    "approver_roles": ["GITHUB_ADMIN", "GITHUB_MAINTAIN"],
+}
 
 
 def pull_request_filter_groups(branch: str, actor_ids: tuple[str, ...]) -> list[dict]:
@@ -127,6 +130,15 @@ class ImageBuild(pulumi.ComponentResource):
         )
         self._nightly(project, partition)
         self.project_name = project.name
+        self.github = GithubRoles(
+            f"{name}-gha",
+            config,
+            partition,
+            project_arn=project.arn,
+            log_group_arn=release_logs.arn,
+            repository_arn=repository_arn,
+            opts=child,
+        )
 
         self.pull_request_project_name = None
         if config.pull_request_actor_ids:
@@ -157,6 +169,9 @@ class ImageBuild(pulumi.ComponentResource):
                 filter_groups=pull_request_filter_groups(
                     config.branch, config.pull_request_actor_ids
                 ),
+                # Belt and braces: even a listed account's pull request from a fork waits for
+                # a maintainer's approving comment before it reaches a builder.
+                pull_request_build_policy=FORK_APPROVAL,
                 opts=child,
             )
             self.pull_request_project_name = pr_project.name
@@ -216,6 +231,7 @@ class ImageBuild(pulumi.ComponentResource):
                     {"name": "REPOSITORY_URI", "value": repository_url},
                     {"name": "BUILD_CACHE_REPOSITORY_URI", "value": cache_repository_url},
                     {"name": "AWS_REGION", "value": self._region},
+                    # images/build.sh's mode, set by the project, never by the source.
                     {"name": "BUILD_KIND", "value": build_kind},
                 ],
             },

@@ -124,3 +124,83 @@ def only_writer_repository_policy(writer_role_arn: str) -> str:
             }
         ]
     )
+
+
+GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
+DATA_READ_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+    "ecr:BatchGetImage",
+    "ecr:GetDownloadUrlForLayer",
+    "kms:Decrypt",
+    "logs:GetLogEvents",
+    "s3:GetObject",
+    "s3:GetObjectVersion",
+    "secretsmanager:GetSecretValue",
+    "ssm:GetParameter",
+    "ssm:GetParameters",
+    "ssm:GetParametersByPath",
+]
+"""What AWS's ReadOnlyAccess allows that reads data rather than configuration; the preview role
+(code from a pull request runs with it) is denied all of it."""
+
+
+def github_trust_policy(provider_arn: str, subjects: list[str]) -> str:
+    """Trust GitHub's OIDC tokens for these `sub` claims only (wildcards allowed)."""
+    return _document(
+        [
+            {
+                "Effect": "Allow",
+                "Principal": {"Federated": provider_arn},
+                "Action": "sts:AssumeRoleWithWebIdentity",
+                "Condition": {
+                    "StringEquals": {f"{GITHUB_OIDC_HOST}:aud": "sts.amazonaws.com"},
+                    "StringLike": {f"{GITHUB_OIDC_HOST}:sub": subjects},
+                },
+            }
+        ]
+    )
+
+
+def deny_data_reads_policy() -> str:
+    return _document(
+        [
+            {
+                "Sid": "NoDataReads",
+                "Effect": "Deny",
+                "Action": DATA_READ_ACTIONS,
+                "Resource": "*",
+            }
+        ]
+    )
+
+
+def start_release_build_policy(project_arn: str, log_group_arn: str, repository_arn: str) -> str:
+    """The deploy workflow's image job: start and follow the release build, read its digest."""
+    return _document(
+        [
+            {
+                "Sid": "ReleaseBuild",
+                "Effect": "Allow",
+                "Action": [
+                    "codebuild:BatchGetBuilds",
+                    "codebuild:BatchGetProjects",
+                    "codebuild:StartBuild",
+                ],
+                "Resource": project_arn,
+            },
+            {
+                "Sid": "FollowBuildLogs",
+                "Effect": "Allow",
+                "Action": "logs:GetLogEvents",
+                "Resource": [log_group_arn, f"{log_group_arn}:*"],
+            },
+            {
+                "Sid": "ReadImageTags",
+                "Effect": "Allow",
+                "Action": "ecr:DescribeImages",
+                "Resource": repository_arn,
+            },
+        ]
+    )

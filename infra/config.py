@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 
 from catalog import INSTANCE_TYPES
+from infra.ci_policies import GITHUB_OIDC_HOST
 from infra.config_reader import NAMESPACE, ConfigError, SettingsReader, fail
 from infra.config_sections import CONNECTION_ARN as _CONNECTION_ARN
 from infra.config_sections import GITHUB_URL as _GITHUB_URL
@@ -61,6 +62,9 @@ _K8S_VERSION = re.compile(r"^1\.(\d{2})$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[\w-]+:\d{12}:key/[0-9a-f-]{36}$")
 _SCHEDULE = re.compile(r"^(cron|rate)\(.+\)$")
+_GITHUB_OIDC_PROVIDER = re.compile(
+    rf"^arn:aws[a-z-]*:iam::\d{{12}}:oidc-provider/{re.escape(GITHUB_OIDC_HOST)}$"
+)
 _PINNED_IMAGE = re.compile(r"^[\w.-]+(:\d+)?/(?P<repository>[^@:]+)@sha256:[0-9a-f]{64}$")
 
 
@@ -107,7 +111,14 @@ GPU_GROUP_KEYS = (
 )
 SYSTEM_GROUP_KEYS = ("instanceType", "minSize", "desiredSize", "maxSize", "rootVolumeGiB")
 FSX_KEYS = ("storageCapacityGiB", "throughputPerTiB", "dataPrefix")
-CI_KEYS = ("githubUrl", "branch", "nightlySchedule", "connectionArn", "pullRequestActorIds")
+CI_KEYS = (
+    "githubUrl",
+    "branch",
+    "nightlySchedule",
+    "connectionArn",
+    "pullRequestActorIds",
+    "githubOidcProviderArn",
+)
 
 
 def _sizes(
@@ -242,7 +253,13 @@ def _parse_ci(reader: SettingsReader) -> CiConfig | None:
         if not actor.isdigit():
             key = f"{ci.key('pullRequestActorIds')}[{index}]"
             raise fail(key, f"{actor!r}: a numeric GitHub account id (api.github.com/users/NAME)")
-    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection, actors)
+    provider = ci.get_str("githubOidcProviderArn")
+    if provider is not None and not _GITHUB_OIDC_PROVIDER.match(provider):
+        raise fail(
+            ci.key("githubOidcProviderArn"),
+            f"{provider!r} is not arn:aws:iam::<account>:oidc-provider/{GITHUB_OIDC_HOST}",
+        )
+    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection, actors, provider)
 
 
 def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | None:

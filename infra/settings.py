@@ -95,6 +95,8 @@ class CiConfig:
     pull_request_actor_ids: tuple[str, ...] = ()
     """Numeric GitHub account ids whose pull requests CodeBuild builds (on a project that cannot
     push); empty: pull requests are not built by CodeBuild at all."""
+    github_oidc_provider_arn: str | None = None
+    """The account's existing GitHub OIDC provider; None: the stack creates one."""
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ def arg(flag):
 if tool == "docker":
     if args[0] == "login":
         sys.stdin.read()
-    elif args[:2] == ["image", "inspect"]:
-        print("sha256:" + "c" * 64)
+    elif args[:2] == ["buildx", "build"] and "--load" in args:
+        Path(arg("--metadata-file")).write_text(
+            '{"containerimage.config.digest": "sha256:%s"}' % ("c" * 64))
     elif args[:2] == ["buildx", "build"] and "--push" in args:
         tag = arg("--tag").rsplit(":", 1)[1]
         digest = "sha256:" + hashlib.sha256(tag.encode()).hexdigest()

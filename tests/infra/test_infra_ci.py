@@ -113,6 +113,10 @@ def test_webhook_builds_only_listed_accounts_pull_requests_and_never_a_push(stac
     run = stack_runs["prod"]
     hook = run.one(WEBHOOK).inputs
     assert hook["projectName"].endswith("-pr-image")
+    assert hook["pullRequestBuildPolicy"] == {
+        "requiresCommentApproval": "FORK_PULL_REQUESTS",
+        "approverRoles": ["GITHUB_ADMIN", "GITHUB_MAINTAIN"],
+    }
     actors = stack_file_config("prod")["trainstack:ci"]["pullRequestActorIds"]
     for group in hook["filterGroups"]:
         filters = {f["type"]: f["pattern"] for f in group["filters"]}
@@ -163,6 +167,11 @@ def dev_config(**overrides) -> dict:
             "trainstack:ci.pullRequestActorIds[0]",
             "numeric GitHub account id",
         ),
+        (
+            {"ci": {"githubUrl": "https://github.com/a/b", "githubOidcProviderArn": "github"}},
+            "trainstack:ci.githubOidcProviderArn",
+            "oidc-provider/token.actions.githubusercontent.com",
+        ),
         ({"image": "trainstack/trainer:latest"}, "trainstack:image", "@sha256:<digest>"),
         (
             {"lastGoodImage": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/other@{DIGEST}"},
@@ -193,3 +202,69 @@ def test_job_defaults_pin_the_deployed_digest():
     assert job_image({"repository_url": repository}) == {"image_repository": repository}
     pinned = job_image({"repository_url": repository, "image": f"{repository}@{DIGEST}"})
     assert pinned == {"image_repository": repository, "image": f"{repository}@{DIGEST}"}
+
+
+# ---- the roles GitHub Actions assumes --------------------------------------------------------
+
+
+def role(run: StackRun, suffix: str):
+    (found,) = [r for r in run.of_type("aws:iam/role:Role") if r.name.endswith(suffix)]
+    return found
+
+
+def trust(run: StackRun, suffix: str) -> dict:
+    (statement,) = json.loads(role(run, suffix).inputs["assumeRolePolicy"])["Statement"]
+    return statement
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_preview_role_is_read_only_and_trusts_only_the_preview_environment(stack_runs, stack):
+    """`pulumi preview` runs a pull request's code: its role reads configuration only."""
+    run = stack_runs[stack]
+    statement = trust(run, "-gha-preview")
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert statement["Condition"]["StringEquals"] == {
+        "token.actions.githubusercontent.com:aud": "sts.amazonaws.com"
+    }
+    subjects = statement["Condition"]["StringLike"]["token.actions.githubusercontent.com:sub"]
+    assert subjects == ["repo:example-org/trainstack:environment:preview"]
+    attached = [
+        a.inputs["policyArn"]
+        for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if a.name.startswith(role(run, "-gha-preview").name)
+    ]
+    assert attached == ["arn:aws:iam::aws:policy/ReadOnlyAccess"]
+    (deny,) = statements(run, "-gha-preview")
+    assert deny["Effect"] == "Deny" and deny["Resource"] == "*"
+    for action in ("s3:GetObject", "secretsmanager:GetSecretValue", "kms:Decrypt"):
+        assert action in deny["Action"]
+    assert run.outputs["github_preview_role_arn"].endswith("-gha-preview")
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_build_role_trusts_main_and_tags_and_can_only_start_the_release_build(stack_runs, stack):
+    run = stack_runs[stack]
+    subjects = trust(run, "-gha-build")["Condition"]["StringLike"][
+        "token.actions.githubusercontent.com:sub"
+    ]
+    assert subjects == [
+        "repo:example-org/trainstack:ref:refs/heads/main",
+        "repo:example-org/trainstack:ref:refs/tags/v*",
+    ]
+    granted = statements(run, "-gha-build")
+    start = next(s for s in granted if s["Sid"] == "ReleaseBuild")
+    assert "codebuild:StartBuild" in start["Action"]
+    assert start["Resource"].endswith("-image")  # never the pull-request project
+    actions = {a for s in granted for a in as_list(s["Action"])}
+    assert not actions & set(ECR_WRITE_ACTIONS)
+    provider = run.one("aws:iam/openIdConnectProvider:OpenIdConnectProvider").inputs
+    assert provider["url"] == "https://token.actions.githubusercontent.com"
+
+
+def test_an_existing_oidc_provider_is_used_not_duplicated():
+    config = stack_file_config("dev")
+    provider = "arn:aws:iam::123456789012:oidc-provider/token.actions.githubusercontent.com"
+    config["trainstack:ci"] = {**config["trainstack:ci"], "githubOidcProviderArn": provider}
+    run = run_program(config, "dev")
+    assert not run.of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider")
+    assert trust(run, "-gha-build")["Principal"] == {"Federated": provider}

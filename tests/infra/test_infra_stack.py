@@ -172,6 +172,8 @@ def check_iam_scoped(run: StackRun) -> None:
     assert policies
     for policy in policies:
         for statement in json.loads(policy.inputs["policy"])["Statement"]:
+            if statement["Effect"] == "Deny":  # a deny on * only takes rights away
+                continue
             resources = statement["Resource"]
             resources = resources if isinstance(resources, list) else [resources]
             actions = statement["Action"]

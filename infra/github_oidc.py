@@ -1,0 +1,107 @@
+"""The roles GitHub Actions assumes through OIDC (no keys anywhere), each trusting one kind of
+workflow run of this repository only:
+
+- preview: the pull-request `pulumi preview` (job environment `preview`). ReadOnlyAccess minus
+  every data read (objects, secrets, parameters, decryption, logs, image layers): code from a
+  pull request runs with it, so it must see configuration, never content.
+- build: the deploy workflow's image job on main or a `v*` tag: start and follow the release
+  build, read image tags. Nothing else; the build's own role pushes.
+The dev and prod deploy roles belong to the stacks they deploy (see README, "Deploys").
+"""
+
+from __future__ import annotations
+
+import re
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.ci_policies import (
+    GITHUB_OIDC_HOST,
+    deny_data_reads_policy,
+    github_trust_policy,
+    start_release_build_policy,
+)
+from infra.settings import CiConfig
+
+
+def repository_slug(github_url: str) -> str:
+    """`owner/name` of https://github.com/owner/name(.git)."""
+    return re.sub(r"\.git$", "", github_url.removeprefix("https://github.com/"))
+
+
+def preview_subjects(slug: str) -> list[str]:
+    return [f"repo:{slug}:environment:preview"]
+
+
+def build_subjects(slug: str, branch: str) -> list[str]:
+    return [f"repo:{slug}:ref:refs/heads/{branch}", f"repo:{slug}:ref:refs/tags/v*"]
+
+
+class GithubRoles(pulumi.ComponentResource):
+    preview_role_arn: pulumi.Output[str]
+    build_role_arn: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        config: CiConfig,
+        partition: str,
+        project_arn: pulumi.Input[str],
+        log_group_arn: pulumi.Input[str],
+        repository_arn: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("trainstack:infra:GithubRoles", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        provider_arn: pulumi.Input[str]
+        if config.github_oidc_provider_arn:
+            provider_arn = config.github_oidc_provider_arn  # one per account: maybe shared
+        else:
+            provider_arn = aws.iam.OpenIdConnectProvider(
+                f"{name}-oidc",
+                url=f"https://{GITHUB_OIDC_HOST}",
+                client_id_lists=["sts.amazonaws.com"],
+                opts=child,
+            ).arn
+        slug = repository_slug(config.github_url)
+
+        preview = aws.iam.Role(
+            f"{name}-preview",
+            description="pulumi preview on pull requests: read configuration, never data",
+            assume_role_policy=pulumi.Output.from_input(provider_arn).apply(
+                lambda arn: github_trust_policy(arn, preview_subjects(slug))
+            ),
+            opts=child,
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-preview-readonly",
+            role=preview.name,
+            policy_arn=f"arn:{partition}:iam::aws:policy/ReadOnlyAccess",
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-preview-inline", role=preview.id, policy=deny_data_reads_policy(), opts=child
+        )
+
+        build = aws.iam.Role(
+            f"{name}-build",
+            description="deploy workflow: start and follow the release image build",
+            assume_role_policy=pulumi.Output.from_input(provider_arn).apply(
+                lambda arn: github_trust_policy(arn, build_subjects(slug, config.branch))
+            ),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-build-inline",
+            role=build.id,
+            policy=pulumi.Output.all(project_arn, log_group_arn, repository_arn).apply(
+                lambda a: start_release_build_policy(*a)
+            ),
+            opts=child,
+        )
+        self.preview_role_arn = preview.arn
+        self.build_role_arn = build.arn
+        self.register_outputs(
+            {"preview_role_arn": self.preview_role_arn, "build_role_arn": self.build_role_arn}
+        )
