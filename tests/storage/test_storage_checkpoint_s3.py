@@ -94,3 +94,20 @@ def test_one_rank_failing_for_good_abandons_the_step_and_the_run_goes_on(
     ]
     for rank, nbytes in read.items():
         assert nbytes <= 1.2 * shard_bytes / 2, (rank, nbytes, shard_bytes, detail)
+
+
+def test_failed_saves_in_a_row_end_the_run_in_one_line(
+    run_trainer, fault_proxy: FaultProxy, s3_bucket: str
+) -> None:
+    run_dir = f"s3://{s3_bucket}/run"
+    env = {**s3_env(fault_proxy.url), "AWS_MAX_ATTEMPTS": "2"}
+    fault_proxy.set_rule(fail_matching(r"/checkpoints/step-\d+/__1_", status=500, methods=("PUT",)))
+    failed = run_trainer(2, STEPS, run_dir=run_dir, env=env, launcher="trainer.launch")
+    assert failed.returncode == 1, failed.stderr
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, failed.stderr
+    assert errors[0].startswith("error: 2 checkpoint saves failed in a row ")
+    assert "(trainer.checkpoint.max_consecutive_failures=2); last: checkpoint step 4" in errors[0]
+    events = [r for r in read_metrics(run_dir) if r.get("event") == "checkpoint_abandoned"]
+    assert [(e["step"], e["rank"]) for e in events] == [(2, 1), (4, 1)]
+    assert committed(run_dir) == []
