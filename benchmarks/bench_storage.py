@@ -63,7 +63,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_moto() -> tuple[subprocess.Popen, str]:
+def start_moto() -> tuple[subprocess.Popen, str]:
+    """moto_server in its own process (its own GIL) on a free port; (process, url)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     moto = Path(sys.executable).with_name("moto_server")
@@ -110,7 +111,7 @@ def _s3(work: Path) -> dict[str, float]:
     shard = work / "staging" / "__0_0.distcp"
     shard.parent.mkdir()
     shard.write_bytes(os.urandom(SHARD_MIB * MIB))
-    moto, moto_url = _start_moto()
+    moto, moto_url = start_moto()
     proxy = FaultProxy(moto_url, link=Link(LINK_LATENCY_S, LINK_MIB_S)).start()
     saved = dict(os.environ)
     try:

@@ -116,6 +116,29 @@ def test_upload_and_download_dir_round_trip(storage: RunStorage, tmp_path: Path)
     assert read_tree(target) == files
 
 
+def test_file_sizes_lists_every_file_under_a_dir(storage: RunStorage, tmp_path: Path) -> None:
+    files = make_tree(tmp_path / "src")
+    storage.upload_dir(tmp_path / "src", "checkpoints/step-00000001")
+    storage.write_text("checkpoints/other.txt", "x")
+    assert storage.file_sizes("checkpoints/step-00000001") == {
+        rel: len(data) for rel, data in files.items()
+    }
+    assert storage.file_sizes("checkpoints")["step-00000001/__0_0.distcp"] == 3000
+    assert storage.file_sizes("nothing-here") == {}
+
+
+def test_abort_uploads_leaves_no_unfinished_multipart_upload(storage: RunStorage) -> None:
+    if not isinstance(storage, S3Storage):
+        storage.abort_uploads("checkpoints")  # nothing to do, and no error
+        return
+    client, key = storage.client, storage.key("checkpoints/step-00000001/__0_0.distcp")
+    client.create_multipart_upload(Bucket=storage.bucket, Key=key)
+    client.create_multipart_upload(Bucket=storage.bucket, Key=storage.key("keep/me"))
+    storage.abort_uploads("checkpoints")
+    left = client.list_multipart_uploads(Bucket=storage.bucket).get("Uploads", [])
+    assert [u["Key"] for u in left] == [storage.key("keep/me")]
+
+
 def test_upload_file(storage: RunStorage, tmp_path: Path) -> None:
     source = tmp_path / "events.bin"
     source.write_bytes(b"tensorboard-ish")

@@ -2,14 +2,14 @@
 rank 1's upload of one step fails for good, that step is abandoned on every rank (no marker, no
 objects, no multipart uploads left), training goes on, the next checkpoint commits, and a resume
 reproduces the uninterrupted run's losses — for sync and async saves. The resume reads, per
-rank, only its share of the shards (byte counts per rank from the proxy)."""
+rank, only its share of the shards (byte counts per rank from the proxy), and
+`trainstack checkpoints` lists the S3 run dir."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from jobs.cli import main as trainstack
 from tests.s3_server import FaultProxy, MotoS3, fail_matching, s3_env
 from tests.trainer.harness import read_metrics
 from trainer.checkpoint import list_checkpoints
@@ -31,7 +31,7 @@ def training_losses(run_dir: str) -> dict[int, float]:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_one_rank_failing_for_good_abandons_the_step_and_the_run_goes_on(
-    start_trainer, fault_proxy: FaultProxy, moto_s3: MotoS3, s3_bucket: str, mode: str
+    start_trainer, fault_proxy: FaultProxy, moto_s3: MotoS3, s3_bucket: str, mode: str, capsys
 ) -> None:
     run_dir = f"s3://{s3_bucket}/run"
     env = {**s3_env(fault_proxy.url), "AWS_MAX_ATTEMPTS": "2"}
@@ -61,6 +61,12 @@ def test_one_rank_failing_for_good_abandons_the_step_and_the_run_goes_on(
     assert sorted(uninterrupted) == list(range(1, 9))
     assert committed(run_dir) == [6, 8]
     assert all(r.complete for r in list_checkpoints(open_run_storage(run_dir)))
+    assert trainstack(["checkpoints", run_dir]) == 0
+    listed = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [(row[0], row[1], row[-1]) for row in listed] == [
+        ("6", "yes", "complete"),
+        ("8", "yes", "complete"),
+    ]
 
     # Resume from step 6 (step 8 removed): the uninterrupted run's losses, bit for bit, and
     # each rank reads about half of the shard bytes, not the whole checkpoint.
@@ -88,4 +94,20 @@ def test_one_rank_failing_for_good_abandons_the_step_and_the_run_goes_on(
     ]
     for rank, nbytes in read.items():
         assert nbytes <= 1.2 * shard_bytes / 2, (rank, nbytes, shard_bytes, detail)
-    print(json.dumps({"shard_bytes": shard_bytes, "read_per_rank": read}))
+
+
+def test_failed_saves_in_a_row_end_the_run_in_one_line(
+    run_trainer, fault_proxy: FaultProxy, s3_bucket: str
+) -> None:
+    run_dir = f"s3://{s3_bucket}/run"
+    env = {**s3_env(fault_proxy.url), "AWS_MAX_ATTEMPTS": "2"}
+    fault_proxy.set_rule(fail_matching(r"/checkpoints/step-\d+/__1_", status=500, methods=("PUT",)))
+    failed = run_trainer(2, STEPS, run_dir=run_dir, env=env, launcher="trainer.launch")
+    assert failed.returncode == 1, failed.stderr
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, failed.stderr
+    assert errors[0].startswith("error: 2 checkpoint saves failed in a row ")
+    assert "(trainer.checkpoint.max_consecutive_failures=2); last: checkpoint step 4" in errors[0]
+    events = [r for r in read_metrics(run_dir) if r.get("event") == "checkpoint_abandoned"]
+    assert [(e["step"], e["rank"]) for e in events] == [(2, 1), (4, 1)]
+    assert committed(run_dir) == []

@@ -71,6 +71,10 @@ CASES = {
     ),
     "unknown model": (["model.name=gpt5"], "model.name: unknown model 'gpt5'; allowed: tiny,"),
     "out of range": (["trainer.checkpoint.keep=0"], "trainer.checkpoint.keep: 0 is out of range"),
+    "no failed save allowed at all": (
+        ["trainer.checkpoint.max_consecutive_failures=0"],
+        "trainer.checkpoint.max_consecutive_failures: 0 is out of range",
+    ),
     "not key=value": (["max_steps"], "override 'max_steps': expected key=value"),
     "override not YAML": (["trainer.max_steps=[1"], "override 'trainer.max_steps=[1': value is"),
 }
