@@ -69,6 +69,10 @@ CASES = {
         ["trainer.mixed_precision=fp16"],
         "trainer.mixed_precision: 'fp16' is not allowed; allowed: auto, fp32, bf16",
     ),
+    "profile steps beyond the run": (
+        ["trainer.max_steps=5", "trainer.profile.steps=[4,6]"],
+        "trainer.profile.steps: [4, 6] is not allowed; allowed: [] (off) or [first, last]",
+    ),
     "unknown model": (["model.name=gpt5"], "model.name: unknown model 'gpt5'; allowed: tiny,"),
     "out of range": (["trainer.checkpoint.keep=0"], "trainer.checkpoint.keep: 0 is out of range"),
     "no failed save allowed at all": (
@@ -88,6 +92,17 @@ def test_bad_config_gets_one_line_and_exit_2(job, capsys, overrides, message):
     assert err.startswith(f"error: {message}"), err
     assert err.count("\n") == 1
     assert snapshot(job.parent / "run") == before  # no config.yaml, no checkpoint touched
+
+
+def test_hsdp_mesh_must_be_the_world_size(job, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    overrides = ["trainer.parallel.dp_replicate=2", "trainer.parallel.dp_shard=4"]
+    assert main(["--config", str(job), *overrides]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (
+        "error: trainer.parallel.dp_replicate x trainer.parallel.dp_shard: 2 x 4 = 8 must equal "
+        "the world size 4; allowed: a product equal to it (dp_shard=-1: world size / "
+        "dp_replicate)\n"
+    )
 
 
 def test_global_batch_not_divisible_by_ranks(job, capsys, monkeypatch):
