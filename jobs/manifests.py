@@ -132,7 +132,7 @@ def pytorch_job(spec: JobSpec) -> Any:
             rdzv_backend="c10d",
             min_replicas=spec.elastic.min_nodes,
             max_replicas=spec.elastic.max_nodes,
-            max_restarts=spec.elastic.max_restarts,
+            max_restarts=spec.run_policy.backoff_limit,  # job.max_restarts, as torchrun's
         )
     policy = spec.run_policy
     run_policy = kf.KubeflowOrgV1RunPolicy(

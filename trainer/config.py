@@ -26,6 +26,10 @@ EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 143
 """Stopped by SIGTERM after writing a checkpoint (128 + SIGTERM): restart to resume. The
 training operator's `ExitCode` restart policy treats 128-255 as retryable."""
+EXIT_PEER_LOST = 129
+"""(`trainer.launch` only) the rendezvous lost its peers or its store (another pod or node
+died) and in-pod restarts could not recover: retryable like 143 (128 + SIGHUP: the peer hung
+up), so the operator recreates the pod and it rejoins from the last checkpoint."""
 
 
 @dataclass
@@ -118,6 +122,10 @@ class TrainerConfig:
     """One of none, full, selective. selective: recompute every other block."""
     compile: bool = False
     """torch.compile each transformer block."""
+    collective_timeout_s: int = 600
+    """Seconds a collective (gloo or NCCL) waits for its peers before the process group gives
+    up and the rank exits, so a hung or lost peer ends in minutes (torch's default: 30 min on
+    gloo, 10 on NCCL) and torchrun restarts the ranks from the last checkpoint."""
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU; null uses the known-GPU table, or on CPU a quick
     measurement (labelled as measured)."""

@@ -159,6 +159,7 @@ _RANGES: dict[str, tuple[float, float | None, str]] = {
     "trainer.min_lr_ratio": (0, 1, "a number in [0, 1]"),
     "trainer.grad_clip": (0, None, "0 (off) or a number > 0"),
     "trainer.peak_flops": (1, None, "null or a positive FLOP/s figure"),
+    "trainer.collective_timeout_s": (10, None, "an integer >= 10 (seconds)"),
     "trainer.checkpoint.interval": (0, None, "0 (only at the end) or an integer >= 1"),
     "trainer.checkpoint.keep": (1, None, "an integer >= 1"),
     "data.seq_len": (1, None, "an integer >= 1"),

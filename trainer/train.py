@@ -4,6 +4,7 @@ model, resume from the newest committed checkpoint, train, checkpoint, stop on S
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -51,7 +52,7 @@ def run(cfg: TrainerJobConfig) -> int:
         raise ConfigError(f"run_dir: {exc}") from None
 
     # 2. Ranks, model, optimizer.
-    env = init_distributed()
+    env = init_distributed(cfg.trainer.collective_timeout_s)
     try:
         torch.manual_seed(cfg.seed)
         with torch.device("meta"):
@@ -88,7 +89,7 @@ def run(cfg: TrainerJobConfig) -> int:
             metrics.close()
     finally:
         stop.restore()
-        shutdown()
+        shutdown(after_error=sys.exc_info()[0] is not None)
 
 
 @dataclass
@@ -154,6 +155,7 @@ def _train(
         metrics.note(f"checkpoint step {step} {kind} in {time.perf_counter() - started:.2f}s")
 
     # 4. The loop.
+    stop.arm()
     window_time, window_steps, losses = 0.0, 0, []
     while progress.step < t.max_steps:
         started = time.perf_counter()
