@@ -30,6 +30,13 @@ TRAINING_OPERATOR_OVERLAY = (
     "https://github.com/kubeflow/trainer//manifests/overlays/standalone"
     f"?ref={TRAINING_OPERATOR_VERSION}"
 )
+POD_SECURITY_LABELS = {
+    # Training pods run as the image's non-root uid with every capability dropped, no
+    # privilege escalation and the runtime's seccomp profile (jobs/manifests.py): the
+    # namespace refuses any pod that is less locked down.
+    f"pod-security.kubernetes.io/{mode}": "restricted"
+    for mode in ("enforce", "audit", "warn")
+}
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -72,10 +79,7 @@ class ClusterAddons(pulumi.ComponentResource):
 
         training_ns = k8s.core.v1.Namespace(
             f"{name}-training",
-            metadata={
-                "name": namespace,
-                "labels": {"pod-security.kubernetes.io/warn": "baseline"},
-            },
+            metadata={"name": namespace, "labels": POD_SECURITY_LABELS},
             opts=in_cluster,
         )
         for plugin, label in ((NVIDIA_DEVICE_PLUGIN, GPU_LABEL), (EFA_DEVICE_PLUGIN, EFA_LABEL)):
