@@ -15,6 +15,13 @@ import pulumi_kubernetes as k8s
 from infra.gpu_nodes import EFA_LABEL, GPU_LABEL, GPU_TAINT
 from infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR_OVERLAY
 
+POD_SECURITY_LABELS = {
+    # Training pods run as the image's non-root uid with every capability dropped, no
+    # privilege escalation and the runtime's seccomp profile (jobs/manifests.py): the
+    # namespace refuses any pod that is less locked down.
+    f"pod-security.kubernetes.io/{mode}": "restricted"
+    for mode in ("enforce", "audit", "warn")
+}
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -88,10 +95,7 @@ class ClusterAddons(pulumi.ComponentResource):
 
         training_ns = k8s.core.v1.Namespace(
             f"{name}-training",
-            metadata={
-                "name": namespace,
-                "labels": {"pod-security.kubernetes.io/warn": "baseline"},
-            },
+            metadata={"name": namespace, "labels": POD_SECURITY_LABELS},
             opts=in_cluster,
         )
         helm_release(name, NVIDIA_DEVICE_PLUGIN, "kube-system", nvidia_plugin_values(), in_cluster)

@@ -56,6 +56,43 @@ def check_pytorchjob_webhook(job: dict) -> None:
         )
 
 
+def check_restricted_pod(template: dict, where: str) -> None:
+    """The `restricted` Pod Security Standard's rules for a pod template (what the training
+    namespace enforces; a pod breaking one would be refused at creation, after submit)."""
+    spec = template["spec"]
+    pod = spec.get("securityContext") or {}
+    for container in spec.get("containers", []) + spec.get("initContainers", []):
+        ctx = container.get("securityContext") or {}
+        key = f"{where}: container {container['name']!r} securityContext"
+        non_root = ctx.get("runAsNonRoot", pod.get("runAsNonRoot"))
+        uid = ctx.get("runAsUser", pod.get("runAsUser"))
+        seccomp = (ctx.get("seccompProfile") or pod.get("seccompProfile") or {}).get("type")
+        added = set((ctx.get("capabilities") or {}).get("add") or []) - {"NET_BIND_SERVICE"}
+        problems = [
+            ("runAsNonRoot", non_root is not True, "must be true"),
+            ("runAsUser", uid == 0, "must not be 0"),
+            ("allowPrivilegeEscalation", ctx.get("allowPrivilegeEscalation") is not False, "false"),
+            (
+                "capabilities.drop",
+                "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []),
+                "[ALL]",
+            ),
+            ("capabilities.add", bool(added), f"nothing but NET_BIND_SERVICE, got {sorted(added)}"),
+            (
+                "seccompProfile.type",
+                seccomp not in ("RuntimeDefault", "Localhost"),
+                "RuntimeDefault",
+            ),
+            ("privileged", bool(ctx.get("privileged")), "must not be true"),
+        ]
+        for field, bad, allowed in problems:
+            if bad:
+                raise ManifestError(f"{key}.{field}: {allowed} (Pod Security Standard restricted)")
+    for volume in spec.get("volumes", []):
+        if "hostPath" in volume:
+            raise ManifestError(f"{where}: volume {volume['name']!r}: hostPath is not allowed")
+
+
 def _schema_version(kubernetes_version: str) -> str:
     """The newest bundled schema version not newer than `kubernetes_version`."""
     from kubernetes_validate import utils
@@ -117,6 +154,8 @@ def check_manifests(manifests: list[dict], kubernetes_version: str) -> None:
                     "metadata": {"name": f"{name}-{rtype.lower()}"},
                     "template": replica["template"],
                 }
-                check_schema(wrapped, kubernetes_version, f"PyTorchJob {name} {rtype} template")
+                where = f"PyTorchJob {name} {rtype} template"
+                check_schema(wrapped, kubernetes_version, where)
+                check_restricted_pod(replica["template"], where)
         else:
             check_schema(manifest, kubernetes_version, f"{kind} {name}")

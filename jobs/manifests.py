@@ -20,6 +20,8 @@ RESTART_POLICY = "ExitCode"
 """Retry exit codes 128-255 (SIGTERM preemption: the trainer resumes), fail on 1-127."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_TAINT = "nvidia.com/gpu"
+IMAGE_UID = 10001
+"""The trainer image's user (images/trainer/Dockerfile: `USER 10001:10001`)."""
 
 
 def config_map_name(run_id: str) -> str:
@@ -59,9 +61,34 @@ def _env(spec: JobSpec) -> list[Any]:
     return env
 
 
+def security_contexts(k8s: Any) -> tuple[Any, Any]:
+    """(pod, container) contexts meeting the `restricted` Pod Security Standard: a non-root
+    uid (the image's), no privilege escalation, every capability dropped, the runtime's
+    default seccomp profile. EFA needs none back: the device plugin hands the pod its
+    /dev/infiniband devices, the huge pages come as a resource, and memory locking (which
+    libfabric needs unlimited) is the node runtime's memlock ulimit — CAP_IPC_LOCK would only
+    matter if the pod had to raise that limit itself; the image self-test checks it."""
+    pod = k8s.V1PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=IMAGE_UID,
+        run_as_group=IMAGE_UID,
+        fs_group=IMAGE_UID,
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
+    container = k8s.V1SecurityContext(
+        run_as_non_root=True,
+        run_as_user=IMAGE_UID,
+        allow_privilege_escalation=False,
+        capabilities=k8s.V1Capabilities(drop=["ALL"]),
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
+    return pod, container
+
+
 def pod_template(spec: JobSpec) -> Any:
     from kubernetes import client as k8s
 
+    pod_security, container_security = security_contexts(k8s)
     container = k8s.V1Container(
         name=CONTAINER_NAME,
         image=spec.image,
@@ -69,6 +96,7 @@ def pod_template(spec: JobSpec) -> Any:
         command=list(spec.command),
         env=_env(spec),
         resources=_resources(spec),
+        security_context=container_security,
         volume_mounts=[
             k8s.V1VolumeMount(name="trainer-config", mount_path=CONFIG_MOUNT_DIR, read_only=True),
             k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
@@ -97,6 +125,7 @@ def pod_template(spec: JobSpec) -> Any:
         tolerations=[k8s.V1Toleration(key=GPU_TAINT, operator="Exists", effect="NoSchedule")],
         service_account_name=spec.service_account,
         termination_grace_period_seconds=spec.termination_grace_period_seconds,
+        security_context=pod_security,
     )
     meta = k8s.V1ObjectMeta(labels=dict(spec.labels), annotations=dict(spec.annotations))
     return k8s.V1PodTemplateSpec(metadata=meta, spec=pod)
@@ -132,7 +161,7 @@ def pytorch_job(spec: JobSpec) -> Any:
             rdzv_backend="c10d",
             min_replicas=spec.elastic.min_nodes,
             max_replicas=spec.elastic.max_nodes,
-            max_restarts=spec.elastic.max_restarts,
+            max_restarts=spec.run_policy.backoff_limit,  # job.max_restarts, as torchrun's
         )
     policy = spec.run_policy
     run_policy = kf.KubeflowOrgV1RunPolicy(

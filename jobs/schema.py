@@ -72,8 +72,6 @@ class ElasticConfig:
 
     min_nodes: int | None = None
     max_nodes: int | None = None
-    max_restarts: int = 3
-    """Worker-group restarts torchrun attempts before the job fails."""
 
 
 @dataclass
@@ -101,10 +99,14 @@ class JobConfig:
     """Registry repository of the trainer image (set by the stack group)."""
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     """Worker-only elastic job with c10d rendezvous between min and max nodes."""
+    max_restarts: int = 3
+    """Recovery without a follower, on every backend: torchrun restarts all ranks of a node
+    together (from the last committed checkpoint) up to this many times when one dies, and on
+    a cluster the operator recreates failed pods (exit 128-255: preempted, killed, peer lost)
+    up to this many times (runPolicy.backoffLimit). Bad input (exit 2) is never restarted."""
     max_retries: int = 2
-    """kubernetes: resubmit a Failed job (same run id, resumes) this many times."""
-    backoff_limit: int = 3
-    """runPolicy.backoffLimit: pod restarts the operator allows before marking Failed."""
+    """kubernetes, second line: while `--wait` follows a run it submitted, resubmit it (same
+    run id and manifests, resumes) this many times after it ended Failed."""
     clean_pod_policy: str = "Running"
     """runPolicy.cleanPodPolicy: None, Running or All."""
     ttl_seconds_after_finished: int = 7 * 24 * 3600

@@ -29,8 +29,17 @@ EFA_ENV = {
     "FI_PROVIDER": "efa",
     "FI_EFA_FORK_SAFE": "1",
     "NCCL_SOCKET_IFNAME": "^lo,docker",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
     "NCCL_DEBUG": "WARN",
+}
+NCCL_HEARTBEAT_TIMEOUT_S = 300
+# How a GPU rank notices a dead peer or a hung collective (torch's ProcessGroupNCCL): the
+# watchdog aborts a collective after trainer.collective_timeout_s and tears the process down
+# (async error handling 1), so torchrun restarts the ranks; the heartbeat monitor kills a rank
+# whose watchdog itself is stuck (e.g. inside a hung CUDA call) after this many seconds.
+NCCL_RECOVERY_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(NCCL_HEARTBEAT_TIMEOUT_S),
 }
 SECRET_ENV_NAMES = {"wandb_api_key": "WANDB_API_KEY", "hf_token": "HF_TOKEN"}
 
@@ -59,7 +68,6 @@ class SecretEnv:
 class Elastic:
     min_nodes: int
     max_nodes: int
-    max_restarts: int
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,7 @@ def elastic_of(cfg: Any) -> Elastic | None:
     elastic = cfg.job.elastic
     if elastic.min_nodes is None and elastic.max_nodes is None:
         return None
-    return Elastic(elastic.min_nodes, elastic.max_nodes, elastic.max_restarts)
+    return Elastic(elastic.min_nodes, elastic.max_nodes)
 
 
 def procs_per_node(compute: Any) -> int:
@@ -171,6 +179,8 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     }
     if cfg.sweep_id:
         env["TRAINSTACK_SWEEP_ID"] = cfg.sweep_id
+    if instance is not None and instance.gpus:
+        env.update(NCCL_RECOVERY_ENV)
     if instance is not None and instance.has_efa:
         env.update(EFA_ENV)
         if instance.gpudirect_rdma:
@@ -179,17 +189,19 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
 
 
 def torchrun_command(
-    shutdown_timeout_s: int, config_path: str = POD_CONFIG_PATH
+    shutdown_timeout_s: int, max_restarts: int, config_path: str = POD_CONFIG_PATH
 ) -> tuple[str, ...]:
-    """torchrun through `trainer.launch`, which exits with the trainer's code (143 preempted:
-    the `ExitCode` restart policy retries; 2 bad input: it doesn't) where plain torchrun
-    exits 1. Nodes, ranks, rendezvous and processes per node come from the PET_* variables
-    the operator sets (and the local backend sets the same way)."""
+    """torchrun through `trainer.launch`, which exits with the trainer's code (143 preempted,
+    129 peer lost: the `ExitCode` restart policy retries; 2 bad input: it doesn't) where plain
+    torchrun exits 1, and restarts a node's ranks together up to `max_restarts` times (never
+    after bad input). Nodes, ranks, rendezvous and processes per node come from the PET_*
+    variables the operator sets (and the local backend sets the same way)."""
     return (
         "python",
         "-m",
         "trainer.launch",
         f"--shutdown-timeout={shutdown_timeout_s}",
+        f"--max-restarts={max_restarts}",
         "-m",
         "trainer",
         "--config",
@@ -234,7 +246,7 @@ def to_job_spec(
         namespace=cfg.cluster.namespace,
         run_dir=run_dir,
         image=image_for(cfg, git_sha),
-        command=torchrun_command(max(grace - TORCHRUN_EXIT_MARGIN_S, 1)),
+        command=torchrun_command(max(grace - TORCHRUN_EXIT_MARGIN_S, 1), cfg.job.max_restarts),
         env=job_env(cfg, run_id, run_dir, instance),
         secret_env=secrets,
         nodes=compute.nodes,
@@ -247,7 +259,7 @@ def to_job_spec(
         service_account=cfg.cluster.service_account,
         termination_grace_period_seconds=grace,
         run_policy=RunPolicy(
-            backoff_limit=cfg.job.backoff_limit,
+            backoff_limit=cfg.job.max_restarts,
             clean_pod_policy=cfg.job.clean_pod_policy,
             ttl_seconds_after_finished=cfg.job.ttl_seconds_after_finished,
             active_deadline_seconds=cfg.job.active_deadline_seconds,

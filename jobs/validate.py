@@ -102,7 +102,6 @@ def check_elastic(cfg: Any) -> None:
             "job.elastic", "set both min_nodes and max_nodes (or neither for a fixed-size job)"
         )
     _at_least("job.elastic.min_nodes", elastic.min_nodes, 1)
-    _at_least("job.elastic.max_restarts", elastic.max_restarts, 0)
     if elastic.min_nodes > elastic.max_nodes:
         raise JobConfigError(
             "job.elastic.min_nodes",
@@ -219,7 +218,7 @@ def check_job_policy(cfg: Any) -> None:
             f"{job.clean_pod_policy!r} is not allowed; allowed: {_allowed(CLEAN_POD_POLICIES)}",
         )
     _at_least("job.max_retries", job.max_retries, 0)
-    _at_least("job.backoff_limit", job.backoff_limit, 0)
+    _at_least("job.max_restarts", job.max_restarts, 0)
     _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
     _at_least("job.active_deadline_seconds", job.active_deadline_seconds, 1)
     _at_least("job.termination_grace_period_seconds", job.termination_grace_period_seconds, 60)

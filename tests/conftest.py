@@ -10,14 +10,52 @@ exit-code-keeping wrapper).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.procs import SESSION_MARKER, Proc, processes
 from tests.s3_server import FaultProxy, MotoS3, s3_env
 from tests.trainer.harness import TrainerProcess, TrainerResult, launch_trainer
+
+# Every process this session starts inherits the marker: the check below finds its leftovers.
+os.environ.setdefault(SESSION_MARKER, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+LEFTOVER_GRACE_S = 20.0
+"""How long trainer processes of this session may take to exit after the last test (a
+SIGTERMed rank checkpoints first)."""
+
+
+def leftover_trainer_processes(grace_s: float = LEFTOVER_GRACE_S) -> list[Proc]:
+    """trainer ranks, torchrun/trainer.launch and local supervisors this session started that
+    are still alive after `grace_s`."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        mine = processes(**{SESSION_MARKER: os.environ[SESSION_MARKER]})
+        left = [p for p in mine if p.is_trainstack]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite fails if it leaves a trainer process behind (then kills them)."""
+    left = leftover_trainer_processes()
+    if not left:
+        return
+    for proc in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+    listing = "; ".join(f"pid {p.pid}: {' '.join(p.argv)[:120]}" for p in left)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"FAILED: trainer processes left behind by the suite: {listing}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,10 @@ them checkpoints that fail to save or to load (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
-from trainer.distributed import env_rank
 from trainer.errors import ConfigError
 
 
@@ -20,7 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the job's YAML (TrainerJobConfig)")
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. trainer.max_steps=100")
     args = parser.parse_args(argv)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: never outlive the agent
+        from trainer.lifeline import AGENT_PID_ENV, die_with_parent
+
+        die_with_parent(parent=int(os.environ.get(AGENT_PID_ENV) or 0) or None)
     from trainer.checkpoint import CheckpointError
+    from trainer.distributed import env_rank  # torch: after the lifeline, it takes seconds
     from trainer.job_config import load_config
     from trainer.train import run
 

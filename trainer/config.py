@@ -29,6 +29,10 @@ EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 143
 """Stopped by SIGTERM after writing a checkpoint (128 + SIGTERM): restart to resume. The
 training operator's `ExitCode` restart policy treats 128-255 as retryable."""
+EXIT_PEER_LOST = 129
+"""(`trainer.launch` only) the rendezvous lost its peers or its store (another pod or node
+died) and in-pod restarts could not recover: retryable like 143 (128 + SIGHUP: the peer hung
+up), so the operator recreates the pod and it rejoins from the last checkpoint."""
 
 
 @dataclass
@@ -169,6 +173,10 @@ class TrainerConfig:
     unknown GPU without it logs MFU as null."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    collective_timeout_s: int = 600
+    """Seconds a collective (gloo or NCCL) waits for its peers before the process group gives
+    up and the rank exits, so a hung or lost peer ends in minutes (torch's default: 30 min on
+    gloo, 10 on NCCL) and torchrun restarts the ranks from the last checkpoint."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -49,9 +50,13 @@ def env_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def init_distributed(dp_replicate: int = 1) -> Distributed:
+def init_distributed(dp_replicate: int = 1, collective_timeout_s: float = 600) -> Distributed:
     """`dp_replicate` > 1: a 2-D (replicate, shard) mesh for HSDP; its rows are consecutive
-    ranks, so with dp_shard = processes per node each replica is sharded within a node."""
+    ranks, so with dp_shard = processes per node each replica is sharded within a node.
+    `collective_timeout_s` (trainer.collective_timeout_s) bounds every collective of both
+    groups: a rank whose peer died or hangs raises after it instead of torch's 10-30 min
+    default, its process exits and torchrun restarts the ranks from the last checkpoint."""
+    timeout = timedelta(seconds=collective_timeout_s)
     rank = env_rank()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -63,7 +68,9 @@ def init_distributed(dp_replicate: int = 1) -> Distributed:
         device = torch.device("cpu")
         backend = "gloo"
     if "MASTER_ADDR" in os.environ:
-        dist.init_process_group(backend, rank=rank, world_size=world_size, device_id=_dev(device))
+        dist.init_process_group(
+            backend, rank=rank, world_size=world_size, device_id=_dev(device), timeout=timeout
+        )
     else:
         # `python -m trainer`: a single process, an in-memory store, no port to pick.
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
@@ -78,7 +85,7 @@ def init_distributed(dp_replicate: int = 1) -> Distributed:
         local_rank=local_rank,
         device=device,
         mesh=mesh,
-        checkpoint_group=dist.new_group(backend="gloo"),
+        checkpoint_group=dist.new_group(backend="gloo", timeout=timeout),
     )
 
 
@@ -86,6 +93,9 @@ def _dev(device: torch.device) -> torch.device | None:
     return device if device.type == "cuda" else None
 
 
-def shutdown() -> None:
-    if dist.is_initialized():
+def shutdown(after_error: bool = False) -> None:
+    """Destroy the process groups on a clean exit only. After an error (a peer died) the
+    process is about to exit anyway, and destroying a broken gloo group under torchrun leaves
+    the agent's store so that the restarted ranks hang connecting to each other."""
+    if dist.is_initialized() and not after_error:
         dist.destroy_process_group()

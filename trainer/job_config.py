@@ -194,6 +194,7 @@ _RANGES: dict[str, tuple[float, float | None, str]] = {
     "trainer.min_lr_ratio": (0, 1, "a number in [0, 1]"),
     "trainer.grad_clip": (0, None, "0 (off) or a number > 0"),
     "trainer.peak_tflops": (1e-6, None, "null or a positive TFLOP/s figure, e.g. 989.4"),
+    "trainer.collective_timeout_s": (10, None, "an integer >= 10 (seconds)"),
     "trainer.checkpoint.interval": (0, None, "0 (only at the end) or an integer >= 1"),
     "trainer.checkpoint.keep": (1, None, "an integer >= 1"),
     "trainer.checkpoint.max_consecutive_failures": (1, None, "an integer >= 1"),

@@ -9,18 +9,31 @@ same SIGTERM forwarding to the workers) and maps the outcome:
 - 143 (`EXIT_PREEMPTED`) when the launcher got SIGTERM, or the first worker to fail exited 143
   (or died of SIGTERM);
 - 2 (`EXIT_BAD_INPUT`) when the first worker to fail exited 2;
+- 128+N when the first worker to fail was killed by signal N (137: SIGKILL, the OOM killer);
+- otherwise 0 when done, 1 for any other failure, 128+N when the launcher got signal N.
+
+- 129 (`EXIT_PEER_LOST`) when the rendezvous lost its store or peers (another pod died);
 - otherwise 0 when done, 1 for any other failure, 128+N when the launcher got signal N.
 
 Only the FIRST failure counts: once a worker fails, torchrun stops the others with SIGTERM, so
 their codes say nothing about the cause.
+
+Recovery inside the pod: `--max-restarts=N` (job.max_restarts) lets torchrun restart all local
+ranks together when one dies (SIGKILL, OOM, a collective that timed out because a peer is
+gone); they resume from the last committed checkpoint. Multi-node jobs rendezvous through
+c10d on the master pod (`rendezvous_env`), so when one node's ranks restart, every other node's
+agent sees the new round and restarts its ranks too (membership changes don't count as
+restarts). Bad input (exit 2) is never restarted: the same config would fail the same way.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from collections.abc import Mapping
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PEER_LOST, EXIT_PREEMPTED
 
 
 def exit_code_for(first_failure_code: int) -> int:
@@ -29,14 +42,61 @@ def exit_code_for(first_failure_code: int) -> int:
         return EXIT_PREEMPTED
     if first_failure_code == EXIT_BAD_INPUT:
         return EXIT_BAD_INPUT
+    if first_failure_code < 0:  # killed by a signal (OOM killer: SIGKILL): retryable, as a
+        return 128 - first_failure_code  # shell or kubelet would report it
     return EXIT_FAILED
 
 
+def rendezvous_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """PET_* variables that switch an operator-launched multi-node job from torchrun's static
+    rendezvous (which cannot restart one node's ranks: the others never learn of it) to c10d
+    on the master pod's address; empty when a rendezvous is already chosen (elastic jobs,
+    `--standalone` here) or the job has one node."""
+    if environ.get("PET_RDZV_ENDPOINT") or environ.get("PET_STANDALONE"):
+        return {}
+    addr = environ.get("PET_MASTER_ADDR") or environ.get("MASTER_ADDR")
+    port = environ.get("PET_MASTER_PORT") or environ.get("MASTER_PORT")
+    if not (addr and port) or environ.get("PET_NNODES", "1") == "1":
+        return {}
+    return {
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": f"{addr}:{port}",
+        "PET_RDZV_ID": environ.get("TRAINSTACK_RUN_ID", "trainstack"),
+    }
+
+
+def _never_restart_bad_input(agent_class: type) -> None:
+    """torchrun restarts a failed worker group whatever the exit code; a worker that exited 2
+    (bad input) would fail identically, so its agent gets no restarts left."""
+    monitor = agent_class._monitor_workers
+    if getattr(monitor, "trainstack_wrapped", False):
+        return
+
+    def _monitor_workers(self, worker_group):
+        result = monitor(self, worker_group)
+        if result.is_failed() and any(
+            f.exitcode == EXIT_BAD_INPUT for f in result.failures.values()
+        ):
+            self._remaining_restarts = 0
+        return result
+
+    _monitor_workers.trainstack_wrapped = True  # type: ignore[attr-defined]
+    agent_class._monitor_workers = _monitor_workers
+
+
 def main(argv: list[str] | None = None) -> int:
+    from torch.distributed import DistNetworkError
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun
 
+    from trainer.lifeline import AGENT_PID_ENV
+
+    os.environ.update(rendezvous_env(os.environ))
+    os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers' parent: see trainer.lifeline
+    _never_restart_bad_input(LocalElasticAgent)
     try:
         torchrun(argv)
     except SignalException as exc:
@@ -44,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     except ChildFailedError as exc:
         _, first = exc.get_first_failure()
         return exit_code_for(first.exitcode)
+    except (RendezvousError, DistNetworkError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        print(f"[trainer.launch] lost the rendezvous: {reason}", file=sys.stderr, flush=True)
+        return EXIT_PEER_LOST
     return EXIT_OK
 
 

@@ -10,21 +10,31 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 
 class StopSignal:
+    """Catches SIGTERM from `arm()` on (the loop is about to start). Before that SIGTERM
+    keeps its default action and ends the process at once: there is nothing to checkpoint
+    yet, and a Python handler cannot run while a rank is stuck in C++ (e.g. connecting to a
+    peer that died), which would make torchrun wait out its shutdown timeout to restart."""
+
     def __init__(self) -> None:
         self.received = False
+        self._previous: Any = None
+
+    def arm(self) -> None:
         self._previous = signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = True
 
     def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def agree(stop_requested: bool, write_pending: bool, group: dist.ProcessGroup | None = None):

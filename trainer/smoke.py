@@ -216,6 +216,31 @@ def check_efa(opts: SmokeOptions) -> str:
     return f"libfabric efa provider ok ({reason}); NCCL plugin {plugin}"
 
 
+def locked_memory_limit() -> int:
+    """This process's soft RLIMIT_MEMLOCK in bytes (resource.RLIM_INFINITY: unlimited)."""
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+
+
+def check_memlock(opts: SmokeOptions) -> str:
+    """libfabric's EFA provider pins (mlocks) its buffers; a finite limit fails registration
+    at scale. Pods get the node's container-runtime default (EKS AMIs: unlimited), since they
+    drop every capability and cannot raise it themselves."""
+    import resource
+
+    reason = _efa_expected(opts)
+    if reason is None:
+        return "no EFA on this node: skipped"
+    limit = locked_memory_limit()
+    if limit != resource.RLIM_INFINITY:
+        raise SmokeFailure(
+            f"EFA expected ({reason}) but the locked-memory limit is {limit} bytes, expected "
+            "unlimited (set the container runtime's default memlock ulimit to unlimited)"
+        )
+    return f"locked-memory limit unlimited ({reason})"
+
+
 def _pick_device(opts: SmokeOptions):
     import torch
 
@@ -302,6 +327,7 @@ CHECKS: tuple[tuple[str, Callable[[SmokeOptions], str]], ...] = (
     ("nccl", check_nccl),
     ("trainer_imports", check_trainer_imports),
     ("efa", check_efa),
+    ("memlock", check_memlock),
     ("device", check_device),
     ("train_step", check_train_step),
     ("collective", check_collective),

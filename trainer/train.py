@@ -4,6 +4,7 @@ model, resume from the newest committed checkpoint, train, checkpoint, stop on S
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ def run(cfg: TrainerJobConfig) -> int:
         raise ConfigError(f"run_dir: {exc}") from None
 
     # 2. Ranks, model, optimizer.
-    env = init_distributed(plan.dp_replicate)
+    env = init_distributed(plan.dp_replicate, cfg.trainer.collective_timeout_s)
     try:
         torch.manual_seed(cfg.seed)
         with torch.device("meta"):
@@ -96,7 +97,7 @@ def run(cfg: TrainerJobConfig) -> int:
             metrics.close()
     finally:
         stop.restore()
-        shutdown()
+        shutdown(after_error=sys.exc_info()[0] is not None)
 
 
 @dataclass
@@ -167,6 +168,7 @@ def _train(
             metrics.note(f"checkpoint step {step} {kind} in {time.perf_counter() - started:.2f}s")
 
     # 4. The loop.
+    stop.arm()
     timer, losses = StepTimer(device_synchronize(env.device)), []
     profiler = StepProfiler(t.profile.steps, checkpointer.storage, rank=env.rank, device=env.device)
     while progress.step < t.max_steps:

@@ -224,4 +224,14 @@ def _alive(state: dict) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Dead but not yet reaped (its parent, e.g. the `trainstack launch` that started it, is
+    still running): signal 0 still reaches it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # no procfs here: trust the signal
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"

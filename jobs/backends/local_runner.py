@@ -18,6 +18,7 @@ from pathlib import Path
 from jobs.backends import run_state
 from jobs.backends.base import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from trainer.config import EXIT_PREEMPTED
+from trainer.lifeline import die_with_parent
 
 
 def outcome(exit_code: int, cancel_requested: bool) -> str:
@@ -28,10 +29,13 @@ def outcome(exit_code: int, cancel_requested: bool) -> str:
     return FAILED
 
 
-def _default_signals() -> None:
-    """Ignored signals survive exec: give torchrun back the defaults it expects."""
+def _prepare_torchrun() -> None:
+    """In the child before exec. Ignored signals survive exec: give torchrun back the defaults
+    it expects. And if this supervisor dies (SIGKILL, OOM), torchrun gets SIGTERM, which it
+    forwards to the ranks (they checkpoint and exit): no rank trains on unsupervised."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    die_with_parent(signal.SIGTERM)
 
 
 def supervise(state_dir: Path) -> int:
@@ -48,7 +52,7 @@ def supervise(state_dir: Path) -> int:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_default_signals,
+            preexec_fn=_prepare_torchrun,
         )
         started = time.monotonic()
         run_state.update_state(state_dir, state=RUNNING, pid=proc.pid)

@@ -101,9 +101,16 @@ def test_efa_without_the_nccl_plugin_fails_and_with_it_passes(capsys, monkeypatc
     assert f"the aws-ofi-nccl plugin {smoke.OFI_NCCL_PLUGIN} is not on LD_LIBRARY_PATH" in out
 
     (tmp_path / smoke.OFI_NCCL_PLUGIN).write_bytes(b"")
+    monkeypatch.setattr(smoke, "locked_memory_limit", lambda: smoke_unlimited())
     code, out = run_smoke(capsys, "--efa", "require")
     assert code == 0, out
     assert f"NCCL plugin {tmp_path / smoke.OFI_NCCL_PLUGIN}" in out
+
+
+def smoke_unlimited() -> int:
+    import resource
+
+    return resource.RLIM_INFINITY
 
 
 def test_bad_option_from_the_environment_names_the_variable(capsys, monkeypatch):

@@ -49,6 +49,7 @@ def test_launch_runs_torchrun_locally_and_resumes(cli, workdir):
         "-m",
         "trainer.launch",
         "--shutdown-timeout=270",
+        "--max-restarts=3",
         "-m",
         "trainer",
         "--config",

@@ -95,16 +95,21 @@ class TrainerProcess:
 
 
 def trainer_command(
-    nproc: int, config: Path, overrides: list[str], launcher: str = "torchrun"
+    nproc: int,
+    config: Path,
+    overrides: list[str],
+    launcher: str = "torchrun",
+    torchrun_args: tuple[str, ...] = (),
 ) -> list[str]:
-    """nproc=0: plain `python -m trainer`; else `torchrun` or `python -m trainer.launch`."""
+    """nproc=0: plain `python -m trainer`; else `torchrun` or `python -m trainer.launch`
+    (with `torchrun_args`, e.g. --max-restarts=2)."""
     trainer = ["-m", "trainer", "--config", str(config), *overrides]
     if nproc == 0:
         return [str(BIN / "python"), *trainer]
     start = [str(BIN / "python"), "-m", launcher]
     if launcher == "torchrun":
         start = [str(BIN / "torchrun")]
-    return [*start, "--standalone", f"--nproc_per_node={nproc}", *trainer]
+    return [*start, "--standalone", f"--nproc_per_node={nproc}", *torchrun_args, *trainer]
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -136,6 +141,7 @@ def launch_trainer(
     env: dict[str, str] | None = None,
     small: bool = True,
     launcher: str = "torchrun",
+    torchrun_args: tuple[str, ...] = (),
 ) -> TrainerProcess:
     """Start the trainer; its config, stdout and stderr go to a fresh folder of `work_dir`."""
     run_dir = run_dir or str(work_dir / "run")
@@ -151,5 +157,5 @@ def launch_trainer(
             lines = SAMPLE.read_text().splitlines(keepends=True)[:SMALL_CORPUS_DOCS]
             corpus.write_text("".join(lines))
         args.insert(0, f"data.path={corpus}")
-    command = trainer_command(nproc, config, args, launcher)
+    command = trainer_command(nproc, config, args, launcher, torchrun_args)
     return TrainerProcess(command, full_env, run_dir, log_dir)

@@ -179,13 +179,19 @@ def test_config_checks_stay_torch_free():
     assert proc.stdout.strip() == "False", proc.stderr
 
 
-def test_launch_wrapper_keeps_exit_2_of_two_ranks(run_trainer):
-    """torchrun alone exits 1 for any worker failure; trainer.launch passes the 2 through."""
-    result = run_trainer(2, ["trainer.max_steps=0"], launcher="trainer.launch")
+def test_launch_wrapper_keeps_exit_2_of_two_ranks_and_never_restarts_it(run_trainer):
+    """torchrun alone exits 1 for any worker failure and restarts bad input like any other
+    failure; trainer.launch passes the 2 through, at once."""
+    result = run_trainer(
+        2, ["trainer.max_steps=0"], launcher="trainer.launch", torchrun_args=("--max-restarts=3",)
+    )
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
-    assert "error: trainer.max_steps: 0 is out of range" in result.stderr
+    assert result.stderr.count("error: trainer.max_steps: 0 is out of range") == 1
+    assert "will restart worker group" not in result.stderr
 
 
-@pytest.mark.parametrize("first_code, job_code", [(143, 143), (-15, 143), (2, 2), (1, 1), (-9, 1)])
+@pytest.mark.parametrize(
+    "first_code, job_code", [(143, 143), (-15, 143), (2, 2), (1, 1), (-9, 137)]
+)
 def test_launch_wrapper_maps_the_first_failure(first_code, job_code):
     assert exit_code_for(first_code) == job_code
