@@ -1,9 +1,10 @@
 """Checkpoint integrity on S3 (2 ranks under torchrun, moto behind `FaultProxy`): when only
 rank 1's upload of one step fails for good, that step is abandoned on every rank (no marker, no
 objects, no multipart uploads left), training goes on, the next checkpoint commits, and a resume
-reproduces the uninterrupted run's losses — for sync and async saves. The resume reads, per
-rank, only its share of the shards (byte counts per rank from the proxy), and
-`trainstack checkpoints` lists the S3 run dir."""
+(falling back past a newest checkpoint that lost a shard) reproduces the uninterrupted run's
+losses — for sync and async saves. The resume reads, per rank, only its share of the shards
+(byte counts per rank from the proxy), and `trainstack checkpoints` lists the S3 run dir.
+Failed saves in a row end the run in one line."""
 
 from __future__ import annotations
 
@@ -68,10 +69,10 @@ def test_one_rank_failing_for_good_abandons_the_step_and_the_run_goes_on(
         ("8", "yes", "complete"),
     ]
 
-    # Resume from step 6 (step 8 removed): the uninterrupted run's losses, bit for bit, and
-    # each rank reads about half of the shard bytes, not the whole checkpoint.
+    # Step 8 loses rank 1's shard: the resume falls back to step 6, repeats the uninterrupted
+    # run's losses bit for bit, and each rank reads about half of the shard bytes.
     storage = open_run_storage(run_dir)
-    storage.delete_tree("checkpoints/step-00000008")
+    storage.delete_tree("checkpoints/step-00000008/__1_0.distcp")
     shard_bytes = sum(
         size
         for name, size in storage.file_sizes("checkpoints/step-00000006").items()
@@ -80,6 +81,7 @@ def test_one_rank_failing_for_good_abandons_the_step_and_the_run_goes_on(
     before = len(fault_proxy.transfers)
     resumed = start_trainer(2, overrides, run_dir=run_dir, env=env).finish()
     assert resumed.returncode == 0, resumed.stderr
+    assert f"skipping {run_dir}/checkpoints/step-00000008: missing __1_0.distcp" in resumed.stderr
     assert f"resumed from {run_dir}/checkpoints/step-00000006 at step 6" in resumed.stdout
     assert training_losses(run_dir) == uninterrupted
     read = {}

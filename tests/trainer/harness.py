@@ -80,9 +80,15 @@ class TrainerProcess:
         self.proc.send_signal(signum)
 
     def kill_group(self) -> None:
-        """SIGKILL torchrun and every worker at once: a node lost without warning."""
+        """SIGKILL torchrun and every worker at once: a node lost without warning. torchrun
+        starts each worker in its own session, so the workers are found by parentage (they
+        would outlive the test otherwise)."""
+        workers = descendants(self.proc.pid)
         with contextlib.suppress(ProcessLookupError):  # already gone
             os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.proc.wait(timeout=60)
 
     def finish(self, timeout: float = 240) -> TrainerResult:
@@ -92,6 +98,23 @@ class TrainerProcess:
             self.kill_group()
             raise
         return TrainerResult(self.proc.returncode, self.output(), self.stderr(), self.run_dir)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited while listing
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def trainer_command(

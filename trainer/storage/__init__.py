@@ -12,8 +12,9 @@ errors retried with jittered backoff, bounded attempts). ``AWS_RETRY_MODE`` and
 
 Atomicity: local writes go to a temp file in the same directory and are renamed into place;
 an S3 PUT (and a completed multipart upload) is atomic per object. A directory upload is not
-atomic as a whole — callers that need "all or nothing" (checkpoints) write a marker object
-last, after `upload_dir` returned, and delete it first when removing the tree.
+atomic as a whole — callers that need "all or nothing" (checkpoints, `trainer.checkpoint`)
+write a marker object last, after checking every file landed (`file_sizes`: one listing), and
+delete it first when removing the tree.
 """
 
 from __future__ import annotations
