@@ -62,7 +62,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def document_causal_mask(documents: torch.Tensor) -> torch.Tensor:
-    """(batch, 1, seq, seq) bool for SDPA: query i sees key j <= i of the same document."""
+    """(batch, 1, seq, seq) bool for SDPA: query i sees key j <= i of the same document.
+
+    A dense mask, built once per forward and shared by every layer: flex_attention's
+    document BlockMask would skip the masked blocks, but it has no backward on CPU in torch
+    2.13, and this is the path the tests and CPU runs take (benchmarks/bench_formats.py).
+    """
     seq = documents.shape[1]
     causal = torch.ones(seq, seq, dtype=torch.bool, device=documents.device).tril()
     same = documents[:, :, None] == documents[:, None, :]

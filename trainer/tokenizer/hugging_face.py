@@ -88,13 +88,12 @@ class HuggingFaceTokenizer:
         """The special tokens the post-processor puts before and after one sequence."""
         for probe in ("a", "0", " ", "."):
             plain = self._tok.encode(probe, add_special_tokens=False).ids
-            if plain:
-                break
-        framed = self._tok.encode(probe, add_special_tokens=True).ids
-        for start in range(len(framed) - len(plain) + 1):
-            if framed[start : start + len(plain)] == plain:
-                return framed[:start], framed[start + len(plain) :]
-        return framed, []  # no text token to anchor on: count it all as the opening
+            framed = self._tok.encode(probe, add_special_tokens=True).ids
+            for start in range(len(framed) - len(plain) + 1) if plain else ():
+                if framed[start : start + len(plain)] == plain:
+                    return framed[:start], framed[start + len(plain) :]
+        # No text token to anchor on: whatever it adds to an empty text opens a document.
+        return self._tok.encode("", add_special_tokens=True).ids, []
 
     def _config_token(self, key: str, config_file: Path) -> int | None:
         text = self.special_tokens.get(key)
