@@ -255,5 +255,14 @@ def in_vpc_deploy_policy(repository_arn: str, project_arn: str, log_group_arn: s
                 "Action": "logs:GetLogEvents",
                 "Resource": [log_group_arn, f"{log_group_arn}:*"],
             },
+            {
+                # The build runs the repository's infra/deploy/buildspec.yml, never commands
+                # sent with the request (`codebuild:source.buildspec` is present only then).
+                "Sid": "NoBuildspecOverride",
+                "Effect": "Deny",
+                "Action": "codebuild:StartBuild",
+                "Resource": project_arn,
+                "Condition": {"Null": {"codebuild:source.buildspec": "false"}},
+            },
         ]
     )

@@ -70,7 +70,8 @@ def test_prod_deploy_role_only_starts_and_follows_the_deploy_project(stack_runs)
     project = one(run, "aws:codebuild/project:Project", "trainstack-prod-deploy")
     logs = one(run, "aws:cloudwatch/logGroup:LogGroup", "trainstack-prod-deploy-logs")
     statements = granted(run, "prod")
-    assert set(statements) == {"ScanGate", "DeployProject", "FollowDeployLogs"}
+    assert set(statements) == {
+        "ScanGate", "DeployProject", "FollowDeployLogs", "NoBuildspecOverride"}  # fmt: skip
     assert statements["DeployProject"]["Action"] == [
         "codebuild:BatchGetBuilds",
         "codebuild:StartBuild",
@@ -79,12 +80,20 @@ def test_prod_deploy_role_only_starts_and_follows_the_deploy_project(stack_runs)
     assert statements["FollowDeployLogs"]["Action"] == "logs:GetLogEvents"
     arn = logs.state["arn"]
     assert statements["FollowDeployLogs"]["Resource"] == [arn, f"{arn}:*"]
-    # Not `pulumi up`: no managed policy, no access to the cluster, no Effect other than Allow
-    # on exactly those resources (the project's own role does the deploy, in the VPC).
+    # Not `pulumi up`: no managed policy, no access to the cluster, nothing but those resources
+    # (the project's own role does the deploy, in the VPC).
     role = deployer(run, "prod")
     assert not [a for a in run.of_type(ATTACHMENT) if a.inputs["role"] == role.state["name"]]
     assert not [a for a in run.of_type(ACCESS) if a.inputs["principalArn"] == role.state["arn"]]
-    assert all(s["Effect"] == "Allow" and s["Resource"] != "*" for s in statements.values())
+    assert all(s["Resource"] != "*" for s in statements.values())
+    # It starts the project's own buildspec only: a request carrying commands is denied.
+    assert statements["NoBuildspecOverride"] == {
+        "Sid": "NoBuildspecOverride",
+        "Effect": "Deny",
+        "Action": "codebuild:StartBuild",
+        "Resource": project.state["arn"],
+        "Condition": {"Null": {"codebuild:source.buildspec": "false"}},
+    }
 
 
 def test_dev_deploy_role_runs_pulumi_up_with_its_policies_and_its_own_access_entry(stack_runs):
