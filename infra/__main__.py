@@ -12,6 +12,7 @@ from infra.cluster_addons import ClusterAddons
 from infra.config import load_stack_config
 from infra.costs import group_summary, hourly_usd
 from infra.deploy_runner import DeployRunner
+from infra.github_deploy import github_deploy_role
 from infra.gpu_health import GpuHealth
 from infra.gpu_nodes import GpuNodeGroup
 from infra.identity import TrainingIdentity
@@ -65,6 +66,38 @@ deploy = (
     if config.deploy
     else None
 )
+image_build = (
+    ImageBuild(
+        name,
+        config.ci,
+        config.region,
+        config.cluster.partition,
+        repository_arn=registry.repository_arn,
+        repository_url=registry.repository_url,
+        repository_name=registry.repository_name,
+        cache_repository_arn=registry.cache_repository_arn,
+        cache_repository_url=registry.cache_repository_url,
+        cache_repository_name=registry.cache_repository_name,
+        artifacts_bucket=storage.bucket,
+        artifacts_bucket_arn=storage.bucket_arn,
+        artifacts_key_arn=storage.key_arn,
+        log_retention_days=config.cluster.log_retention_days,
+    )
+    if config.ci
+    else None
+)
+github_deploy = (
+    github_deploy_role(
+        name,
+        config,
+        image_build.github.provider_arn,
+        repository_arn=registry.repository_arn,
+        cluster=cluster,
+        deploy=deploy,
+    )
+    if image_build
+    else None
+)
 addons = ClusterAddons(
     name,
     cluster.kubeconfig,
@@ -74,6 +107,7 @@ addons = ClusterAddons(
         cluster.system_nodes,
         *cluster.access_ready,
         *(deploy.access_ready if deploy else []),
+        *(github_deploy.access_ready if github_deploy else []),
     ],
 )
 autoscaler = ClusterAutoscaler(
@@ -117,27 +151,6 @@ shared_fs = (
     if config.fsx
     else None
 )
-image_build = (
-    ImageBuild(
-        name,
-        config.ci,
-        config.region,
-        config.cluster.partition,
-        repository_arn=registry.repository_arn,
-        repository_url=registry.repository_url,
-        repository_name=registry.repository_name,
-        cache_repository_arn=registry.cache_repository_arn,
-        cache_repository_url=registry.cache_repository_url,
-        cache_repository_name=registry.cache_repository_name,
-        artifacts_bucket=storage.bucket,
-        artifacts_bucket_arn=storage.bucket_arn,
-        artifacts_key_arn=storage.key_arn,
-        log_retention_days=config.cluster.log_retention_days,
-    )
-    if config.ci
-    else None
-)
-
 outputs = {
     "cluster_name": cluster.name,
     "region": config.region,
@@ -159,6 +172,8 @@ outputs = {
     "cache_repository_url": registry.cache_repository_url,
     "github_preview_role_arn": image_build.github.preview_role_arn if image_build else None,
     "github_build_role_arn": image_build.github.build_role_arn if image_build else None,
+    # AWS_DEV_DEPLOY_ROLE_ARN / AWS_PROD_DEPLOY_ROLE_ARN: the role of this stack's deploy job.
+    "github_deploy_role_arn": github_deploy.role_arn if github_deploy else None,
     # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
     "image": config.image,
     "last_good_image": config.last_good_image,

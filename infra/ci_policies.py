@@ -204,3 +204,65 @@ def start_release_build_policy(project_arn: str, log_group_arn: str, repository_
             },
         ]
     )
+
+
+SCAN_GATE_ACTIONS = ["ecr:BatchGetImage", "ecr:DescribeImageScanFindings", "ecr:DescribeImages"]
+"""images/scan_gate.py: the image index (BatchGetImage), its platform image's scan (`ecr wait
+image-scan-complete` and the findings: DescribeImageScanFindings), image details."""
+
+
+def _scan_gate(repository_arn: str) -> dict:
+    return {
+        "Sid": "ScanGate",
+        "Effect": "Allow",
+        "Action": SCAN_GATE_ACTIONS,
+        "Resource": repository_arn,
+    }
+
+
+def runner_deploy_policy(repository_arn: str, cluster_arn: str) -> str:
+    """The deploy workflow's runner deploying this stack (public endpoint): the scan gate and the
+    cluster's endpoint; `pulumi up`'s AWS side comes from `ci.deployPolicyArns`, the cluster
+    side from the role's access entry."""
+    return _document(
+        [
+            _scan_gate(repository_arn),
+            {
+                "Sid": "ClusterEndpoint",
+                "Effect": "Allow",
+                "Action": "eks:DescribeCluster",
+                "Resource": cluster_arn,
+            },
+        ]
+    )
+
+
+def in_vpc_deploy_policy(repository_arn: str, project_arn: str, log_group_arn: str) -> str:
+    """The deploy workflow's prod job: the scan gate, then start and follow the in-VPC deploy
+    project (what aws-codebuild-run-build calls). `pulumi up` runs with the project's role."""
+    return _document(
+        [
+            _scan_gate(repository_arn),
+            {
+                "Sid": "DeployProject",
+                "Effect": "Allow",
+                "Action": ["codebuild:BatchGetBuilds", "codebuild:StartBuild"],
+                "Resource": project_arn,
+            },
+            {
+                "Sid": "FollowDeployLogs",
+                "Effect": "Allow",
+                "Action": "logs:GetLogEvents",
+                "Resource": [log_group_arn, f"{log_group_arn}:*"],
+            },
+            {
+                # The build runs the repository's infra/deploy/buildspec.yml, never commands
+                # sent with the request (`codebuild:source.buildspec` is present only then).
+                "Sid": "NoBuildspecOverride",
+                "Effect": "Deny",
+                "Action": "codebuild:StartBuild",
+                "Resource": project_arn,
+                "Condition": {"Null": {"codebuild:source.buildspec": "false"}},
+            },
+        ]
+    )

@@ -25,6 +25,7 @@ from infra.config_sections import (
     parse_autoscaler,
     parse_deploy,
     parse_protection,
+    policy_arns,
 )
 from infra.policies import RESERVED_PREFIXES
 from infra.settings import (
@@ -118,6 +119,7 @@ CI_KEYS = (
     "connectionArn",
     "pullRequestActorIds",
     "githubOidcProviderArn",
+    "deployPolicyArns",
 )
 
 
@@ -259,7 +261,15 @@ def _parse_ci(reader: SettingsReader) -> CiConfig | None:
             ci.key("githubOidcProviderArn"),
             f"{provider!r} is not arn:aws:iam::<account>:oidc-provider/{GITHUB_OIDC_HOST}",
         )
-    return CiConfig(url, ci.get_str("branch", "main"), schedule, connection, actors, provider)
+    return CiConfig(
+        url,
+        ci.get_str("branch", "main"),
+        schedule,
+        connection,
+        actors,
+        provider,
+        deploy_policy_arns=policy_arns(ci, "deployPolicyArns"),
+    )
 
 
 def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | None:

@@ -70,14 +70,11 @@ def parse_deploy(reader: SettingsReader, cluster: ClusterConfig) -> DeployConfig
             f"{token!r}: a Secrets Manager secret ARN or SSM parameter ARN (the token itself "
             "never goes in config)",
         )
-    policies = deploy.get_list("policyArns")
+    policies = policy_arns(deploy, "policyArns")
     if not policies:
         raise fail(
             deploy.key("policyArns"), "required: IAM policy ARNs for creating the stack's resources"
         )
-    for index, policy in enumerate(policies):
-        if not _POLICY_ARN.match(policy):
-            raise fail(f"{deploy.key('policyArns')}[{index}]", f"{policy!r} is not a policy ARN")
     return DeployConfig(
         github_url=url,
         connection_arn=connection,
@@ -85,6 +82,15 @@ def parse_deploy(reader: SettingsReader, cluster: ClusterConfig) -> DeployConfig
         policy_arns=policies,
         timeout_minutes=deploy.get_int("timeoutMinutes", 120, minimum=10),
     )
+
+
+def policy_arns(reader: SettingsReader, key: str) -> tuple[str, ...]:
+    """A list of IAM policy ARNs (empty when unset), each checked."""
+    policies = tuple(reader.get_list(key))
+    for index, policy in enumerate(policies):
+        if not _POLICY_ARN.match(policy):
+            raise fail(f"{reader.key(key)}[{index}]", f"{policy!r} is not a policy ARN")
+    return policies
 
 
 def parse_autoscaler(reader: SettingsReader) -> AutoscalerConfig:

@@ -1,5 +1,6 @@
 """The in-VPC deploy path for a private cluster: a CodeBuild project in the VPC's private subnets
-that runs `infra/deploy/buildspec.yml` (`pulumi up`, stack defaults, the smoke job).
+that runs `infra/deploy/buildspec.yml`: images/deploy.sh's `up`, `smoke` and `promote` (the same
+steps the deploy workflow's runner runs for dev), or `rollback` with DEPLOY_ACTION=rollback.
 
 The workflow starts it through OIDC (aws-actions/aws-codebuild-run-build), which streams its log
 and fails when it fails. From inside the VPC it reaches the private API endpoint: the cluster
@@ -103,8 +104,33 @@ def deploy_policy(
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
+def deploy_access(
+    name: str,
+    cluster_name: pulumi.Input[str],
+    principal_arn: pulumi.Input[str],
+    partition: str,
+    parent: pulumi.Resource,
+) -> aws.eks.AccessPolicyAssociation:
+    """An access entry for a role that runs `pulumi up`, with DEPLOY_ACCESS_POLICY."""
+    child = pulumi.ResourceOptions(parent=parent)
+    entry = aws.eks.AccessEntry(
+        name, cluster_name=cluster_name, principal_arn=principal_arn, type="STANDARD", opts=child
+    )
+    return aws.eks.AccessPolicyAssociation(
+        name,
+        cluster_name=cluster_name,
+        principal_arn=entry.principal_arn,
+        policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{DEPLOY_ACCESS_POLICY}",
+        access_scope={"type": "cluster"},
+        opts=child,
+    )
+
+
 class DeployRunner(pulumi.ComponentResource):
     project_name: pulumi.Output[str]
+    project_arn: pulumi.Output[str]
+    log_group_arn: pulumi.Output[str]
+    """Where the build's log goes (the workflow follows it there)."""
     role_arn: pulumi.Output[str]
     access_ready: list[pulumi.Resource]
 
@@ -176,21 +202,7 @@ class DeployRunner(pulumi.ComponentResource):
                 f"{name}-deploy-policy-{index}", role=role.name, policy_arn=policy_arn, opts=child
             )
 
-        entry = aws.eks.AccessEntry(
-            f"{name}-deploy",
-            cluster_name=cluster_name,
-            principal_arn=role.arn,
-            type="STANDARD",
-            opts=child,
-        )
-        access = aws.eks.AccessPolicyAssociation(
-            f"{name}-deploy",
-            cluster_name=cluster_name,
-            principal_arn=entry.principal_arn,
-            policy_arn=f"arn:{partition}:eks::aws:cluster-access-policy/{DEPLOY_ACCESS_POLICY}",
-            access_scope={"type": "cluster"},
-            opts=child,
-        )
+        access = deploy_access(f"{name}-deploy", cluster_name, role.arn, partition, self)
 
         source: dict = {
             "type": "GITHUB",
@@ -229,6 +241,8 @@ class DeployRunner(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[access]),
         )
         self.project_name = project.name
+        self.project_arn = project.arn
+        self.log_group_arn = log_group.arn
         self.role_arn = role.arn
         self.security_group_id = security_group.id
         self.access_ready = [access]

@@ -6,7 +6,7 @@ workflow run of this repository only:
   pull request runs with it, so it must see configuration, never content.
 - build: the deploy workflow's image job on main or a `v*` tag: start and follow the release
   build, read image tags. Nothing else; the build's own role pushes.
-The dev and prod deploy roles belong to the stacks they deploy (see README, "Deploys").
+Each stack's deploy role is its own (infra/github_deploy.py), for this provider.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def build_subjects(slug: str, branch: str) -> list[str]:
 
 
 class GithubRoles(pulumi.ComponentResource):
+    provider_arn: pulumi.Output[str]
     preview_role_arn: pulumi.Output[str]
     build_role_arn: pulumi.Output[str]
 
@@ -100,6 +101,7 @@ class GithubRoles(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        self.provider_arn = pulumi.Output.from_input(provider_arn)
         self.preview_role_arn = preview.arn
         self.build_role_arn = build.arn
         self.register_outputs(

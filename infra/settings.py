@@ -97,6 +97,9 @@ class CiConfig:
     push); empty: pull requests are not built by CodeBuild at all."""
     github_oidc_provider_arn: str | None = None
     """The account's existing GitHub OIDC provider; None: the stack creates one."""
+    deploy_policy_arns: tuple[str, ...] = ()
+    """IAM policies for the AWS side of `pulumi up` when the deploy workflow's runner deploys
+    this stack (no `deploy` section: public endpoint); empty: no runner deploy role."""
 
 
 @dataclass(frozen=True)

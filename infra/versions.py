@@ -6,10 +6,10 @@ Checked against the projects' releases in 2026-11.
 
 from __future__ import annotations
 
-KUBERNETES_VERSION = "1.35"
-"""Default control-plane version: in EKS standard support until 2027-03 (1.34's ends 2026-12).
-The cluster's `upgradePolicy` is STANDARD, so a cluster left behind is upgraded, not billed for
-extended support."""
+# The default control-plane version lives in catalog/kubernetes.py: jobs validates pod templates
+# against the same version. The cluster's `upgradePolicy` is STANDARD, so a cluster left behind
+# is upgraded, not billed for extended support.
+from catalog.kubernetes import KUBERNETES_VERSION as KUBERNETES_VERSION
 
 VPC_CNI_VERSION = "v1.20.1-eksbuild.3"
 """Default `trainstack:vpcCniVersion`; at least v1.19.0 (leaves `efa-only` interfaces alone)."""

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from catalog import INSTANCE_TYPES
+from catalog.kubernetes import KUBERNETES_VERSION
 from trainer.config import DataConfig, ModelConfig, TrainerConfig
 
 SCHEMA_NAME = "trainstack_schema"
@@ -136,8 +137,9 @@ class ClusterConfig:
     context: str | None = None
     namespace: str = "training"
     service_account: str = "trainer"
-    kubernetes_version: str = "1.33"
-    """Pod templates are validated against this version's schemas."""
+    kubernetes_version: str = KUBERNETES_VERSION
+    """Pod templates are validated against this version's schemas; a stack's outputs set its
+    cluster's version (conf/stack/<stack>.yaml), the default is what new clusters run."""
     node_groups: list[NodeGroupConfig] = field(default_factory=list)
 
 

@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainstack/trainer"
 GOOD = f"{REPOSITORY}@sha256:" + "a" * 64
 NEW = f"{REPOSITORY}@sha256:" + "b" * 64
 STACK = "acme/trainstack/dev"
+DEPLOY_BUILDSPEC = "infra/deploy/buildspec.yml"
 
 PULUMI = r"""#!/usr/bin/env python3
 import json, os, sys
@@ -49,7 +51,9 @@ if "infra.stack_defaults" in sys.argv:
     json.loads(sys.stdin.read())  # the stack's outputs, piped from `pulumi stack output`
 with open(state / "calls.log", "a") as log:
     log.write(" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
-sys.exit(int(os.environ.get("STAND_IN_EXIT", "0")))
+# STAND_IN_EXIT: this exit status, for every stand-in or only the one named by STAND_IN_FAIL.
+if os.environ.get("STAND_IN_FAIL", Path(sys.argv[0]).name) == Path(sys.argv[0]).name:
+    sys.exit(int(os.environ.get("STAND_IN_EXIT", "0")))
 """
 
 
@@ -62,7 +66,8 @@ def deploy(tmp_path):
         (bin_dir / tool).write_text(body)
         (bin_dir / tool).chmod(0o755)
 
-    def step(name: str, **env: str) -> subprocess.CompletedProcess:
+    def step(name: str, *, script: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        """`images/deploy.sh NAME`, or `script` (bash) run from the repository root."""
         base = {
             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
             "STAND_IN_STATE": str(state),
@@ -70,8 +75,9 @@ def deploy(tmp_path):
             "PYTHON": str(bin_dir / "python"),
             "TRAINSTACK": str(bin_dir / "trainstack"),
         }
+        argv = ["bash", "-c", script] if script else ["bash", str(REPO / "images/deploy.sh"), name]
         return subprocess.run(
-            ["bash", str(REPO / "images/deploy.sh"), name],
+            argv,
             cwd=REPO,
             env={**base, **env},
             capture_output=True,
@@ -135,7 +141,11 @@ def test_first_deploy_has_no_last_good_and_rollback_says_so(deploy):
         ("up", {"IMAGE_URI": f"{REPOSITORY}:latest"}, "is not digest-pinned"),
         ("promote", {"IMAGE_URI": f"{REPOSITORY}:nightly-20261123-" + "c" * 40}, "digest-pinned"),
         ("up", {"IMAGE_URI": NEW, "PULUMI_STACK": ""}, "PULUMI_STACK is not set"),
-        ("deploy", {}, "unknown step 'deploy'; allowed: scan, up, smoke, promote, rollback"),
+        ("ship", {}, "unknown step 'ship'; allowed: scan, up, smoke, promote, deploy, rollback"),
+        ("deploy", {"IMAGE_URI": NEW, "IMAGE_DIGEST": "sha256:abc"}, "IMAGE_DIGEST=sha256:abc"),
+        ("deploy", {"IMAGE_URI": GOOD, "IMAGE_DIGEST": NEW[-71:]}, "name different images"),
+        ("deploy", {"IMAGE_URI": REPOSITORY}, "is not digest-pinned"),
+        ("action", {"DEPLOY_ACTION": "promote"}, "DEPLOY_ACTION=promote; allowed: deploy, rollb"),
     ],
 )
 def test_bad_input_stops_before_pulumi_with_one_message(deploy, step, env, message):
@@ -143,6 +153,70 @@ def test_bad_input_stops_before_pulumi_with_one_message(deploy, step, env, messa
     assert result.returncode == 2
     assert message in result.stderr
     assert not any(c.startswith("pulumi up") for c in deploy.calls())
+
+
+def test_deploy_runs_up_smoke_promote_and_takes_the_digest_apart(deploy):
+    """The deploy project's form: IMAGE_URI the repository (or the pinned image), IMAGE_DIGEST
+    the digest; SMOKE_COMPUTE picks the smoke run's compute."""
+    deploy.set_outputs({"image": GOOD, "last_good_image": GOOD})
+    result = deploy("deploy", IMAGE_URI=REPOSITORY, IMAGE_DIGEST=NEW.split("@")[1],
+                    SMOKE_COMPUTE="p5.48xlarge")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert deploy.outputs() == {"image": NEW, "last_good_image": NEW}
+    calls = deploy.calls()
+    ups = [i for i, c in enumerate(calls) if c.startswith("pulumi up")]
+    (launch,) = [i for i, c in enumerate(calls) if c.startswith("trainstack launch")]
+    assert len(ups) == 2 and ups[0] < launch < ups[1]  # up, smoke, then promote
+    assert f"job.image={NEW}" in calls[launch] and "compute=p5.48xlarge" in calls[launch]
+
+
+def test_deploy_with_a_failed_smoke_never_promotes(deploy):
+    deploy.set_outputs({"image": GOOD, "last_good_image": GOOD})
+    result = deploy("deploy", IMAGE_URI=NEW, STAND_IN_EXIT="1", STAND_IN_FAIL="trainstack")
+    assert result.returncode == 1
+    assert deploy.outputs() == {"image": NEW, "last_good_image": GOOD}
+    assert sum(c.startswith("pulumi up") for c in deploy.calls()) == 1
+    launch = next(c for c in deploy.calls() if c.startswith("trainstack launch"))
+    assert "compute=" not in launch  # no SMOKE_COMPUTE: the smoke experiment's own
+
+
+# ---- the in-VPC deploy project runs the same steps --------------------------------------------
+
+
+def buildspec_script(path: str) -> str:
+    """A buildspec's build phase as CodeBuild runs it: one bash shell, each command in turn."""
+    spec = yaml.safe_load((REPO / path).read_text())
+    assert spec["env"]["shell"] == "bash"
+    return "\n".join(["set -e", *spec["phases"]["build"]["commands"]])
+
+
+def test_deploy_project_runs_deploy_sh_and_promotes_only_after_its_smoke(deploy):
+    deploy.set_outputs({"image": GOOD, "last_good_image": GOOD})
+    script = buildspec_script(DEPLOY_BUILDSPEC)
+    env = {"IMAGE_URI": NEW, "IMAGE_DIGEST": NEW.split("@")[1]}
+    failed = deploy("", script=script, STAND_IN_EXIT="1", STAND_IN_FAIL="trainstack", **env)
+    assert failed.returncode == 1  # the build, and the workflow following it, fails
+    assert deploy.outputs() == {"image": NEW, "last_good_image": GOOD}
+    passed = deploy("", script=script, **env)
+    assert passed.returncode == 0, passed.stderr
+    assert deploy.outputs() == {"image": NEW, "last_good_image": NEW}
+
+
+def test_deploy_project_rolls_prod_back_with_deploy_action_rollback(deploy):
+    deploy.set_outputs({"image": NEW, "last_good_image": GOOD})
+    result = deploy("", script=buildspec_script(DEPLOY_BUILDSPEC), DEPLOY_ACTION="rollback")
+    assert result.returncode == 0, result.stderr
+    assert deploy.outputs() == {"image": GOOD, "last_good_image": GOOD}
+    assert not any(c.startswith("trainstack launch") for c in deploy.calls())
+    assert deploy.calls()[-1].startswith("python -m infra.stack_defaults --stack dev")
+
+
+def test_deploy_project_refuses_any_other_action_before_pulumi(deploy):
+    deploy.set_outputs({"image": GOOD, "last_good_image": GOOD})
+    script = buildspec_script(DEPLOY_BUILDSPEC)
+    result = deploy("", script=script, DEPLOY_ACTION="promote", IMAGE_URI=NEW)
+    assert result.returncode == 2 and "allowed: deploy, rollback" in result.stderr
+    assert deploy.calls() == [] and deploy.outputs()["last_good_image"] == GOOD
 
 
 # ---- the scan gate ---------------------------------------------------------------------------

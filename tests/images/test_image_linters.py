@@ -44,8 +44,9 @@ def test_shellcheck_passes_on_image_scripts(script):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_shellcheck_passes_on_buildspec_commands(tmp_path):
-    spec = yaml.safe_load((REPO / "images/buildspec.yml").read_text())
+@pytest.mark.parametrize("buildspec", ["images/buildspec.yml", "infra/deploy/buildspec.yml"])
+def test_shellcheck_passes_on_buildspec_commands(tmp_path, buildspec):
+    spec = yaml.safe_load((REPO / buildspec).read_text())
     assert spec["env"]["shell"] == "bash"
     commands = [c for phase in spec["phases"].values() for c in phase["commands"]]
     script = tmp_path / "buildspec.sh"

@@ -168,22 +168,50 @@ def test_deploy_builds_once_then_dev_then_smoke_then_prod_with_one_digest():
         "scan", "up", "smoke", "promote")]  # fmt: skip
     assert order == sorted(order)  # a failed scan or smoke stops before what follows
     assert step_index(dev["steps"], runs("make install")) < order[0]
+    # dev's endpoint admits its publicAccessCidrs only: the runner is the repository's choice.
+    assert dev["runs-on"] == "${{ vars.DEV_DEPLOY_RUNNER || 'ubuntu-24.04' }}"
 
 
 def test_prod_waits_for_reviewers_and_deploys_in_the_vpc_after_a_scan():
     prod = workflow("deploy.yml")["jobs"]["prod"]
     assert prod["environment"] == "production"
     steps = prod["steps"]
-    scan = step_index(steps, lambda s: "images/scan_gate.py" in s.get("run", ""))
+    scan = step_index(steps, runs("images/deploy.sh scan"))  # the dev job's own gate
+    assert steps[scan]["env"] == {"PYTHON": "python3"}  # no venv here: stdlib + aws CLI
     deploy = step_index(steps, uses("aws-actions/aws-codebuild-run-build"))
     assert scan < deploy
     with_ = steps[deploy]["with"]
-    assert with_ == {
-        "project-name": "${{ vars.DEPLOY_PROJECT }}",
-        "env-vars-for-codebuild": "IMAGE_URI,IMAGE_DIGEST,PULUMI_STACK",
-    }
-    assert steps[deploy]["env"]["PULUMI_STACK"] == "${{ vars.PROD_PULUMI_STACK }}"
+    assert with_["project-name"] == "${{ vars.DEPLOY_PROJECT }}"
+    passed = with_["env-vars-for-codebuild"].split(",")
+    assert set(passed) == {
+        "DEPLOY_ACTION", "IMAGE_URI", "IMAGE_DIGEST", "PULUMI_STACK", "SMOKE_COMPUTE"}  # fmt: skip
+    env = {**prod["env"], **steps[deploy]["env"]}
+    assert set(passed) <= set(env)
+    # The project runs images/deploy.sh action: up, smoke, promote (tests/images/
+    # test_deploy_steps.py runs that buildspec); rollback is DEPLOY_ACTION=rollback, by hand.
+    assert env["DEPLOY_ACTION"] == "deploy"
+    assert env["PULUMI_STACK"] == "${{ vars.PROD_PULUMI_STACK }}"
+    assert env["IMAGE_URI"] == "${{ needs.image.outputs.image }}"
+    assert env["IMAGE_DIGEST"] == "${{ steps.pin.outputs.digest }}"
+    assert "PROD_SMOKE_COMPUTE" in env["SMOKE_COMPUTE"]
     assert not any(uses("pulumi/actions")(s) for s in steps)  # no pulumi from outside the VPC
+    assert "secrets." not in yaml.safe_dump(prod)  # prod's Pulumi token stays in AWS
+
+
+def test_deploy_jobs_assume_the_role_their_environment_is_trusted_for():
+    """infra/github_deploy.py trusts each stack's deploy role for one environment only; the job
+    that deploys that way must run in it."""
+    from infra.github_deploy import IN_VPC_ENVIRONMENT, RUNNER_ENVIRONMENT
+
+    jobs = workflow("deploy.yml")["jobs"]
+    for job, environment, role in (
+        ("dev", RUNNER_ENVIRONMENT, "AWS_DEV_DEPLOY_ROLE_ARN"),
+        ("prod", IN_VPC_ENVIRONMENT, "AWS_PROD_DEPLOY_ROLE_ARN"),
+    ):
+        assert jobs[job]["environment"].split()[0] == environment
+        assumes = uses("aws-actions/configure-aws-credentials")
+        (assume,) = [s for s in jobs[job]["steps"] if assumes(s)]
+        assert assume["with"]["role-to-assume"] == f"${{{{ vars.{role} }}}}"
 
 
 def test_a_nightly_is_deployed_only_when_asked_for_by_name():

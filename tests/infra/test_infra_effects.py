@@ -5,7 +5,6 @@ what the autoscaler sees, and what the network gives a private cluster."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import yaml
@@ -235,18 +234,15 @@ def test_token_in_parameter_store_is_passed_by_name():
     }
 
 
-def test_buildspec_runs_the_deploy_and_the_smoke_job(stack_runs):
+def test_buildspec_runs_the_same_deploy_steps_as_the_dev_runner(stack_runs):
+    """One place for the deploy's shell: the project installs, then runs images/deploy.sh
+    (tests/images/test_deploy_steps.py runs this build phase against stand-in CLIs)."""
     project = deploy_project(stack_runs["prod"]).inputs
     spec = yaml.safe_load((REPO / project["source"]["buildspec"]).read_text())
-    commands = "\n".join(c for phase in spec["phases"].values() for c in phase["commands"])
-    assert 'pulumi up --yes --non-interactive --stack "$PULUMI_STACK"' in commands
-    assert 'python -m infra.stack_defaults --stack "$STACK_GROUP" --outputs -' in commands
-    smoke = re.search(r"trainstack launch (.*) --wait", commands.replace("\n", " "))
-    assert smoke and "experiment=smoke backend=kubernetes" in smoke.group(1)
-    assert '"job.image=${IMAGE_URI%@*}@$IMAGE_DIGEST"' in smoke.group(1)
-    assert '"stack=$STACK_GROUP"' in smoke.group(1)
-    assert commands.index("pulumi up") < commands.index("stack_defaults") < smoke.start()
-    assert "make install" in commands
+    assert spec["phases"]["build"]["commands"] == ["images/deploy.sh action"]
+    install = spec["phases"]["install"]["commands"]
+    assert install[-1] == "make install"
+    assert not any("pulumi up" in c or "trainstack" in c for c in install)
     assert "PULUMI_ACCESS_TOKEN" not in json.dumps(spec.get("env", {}))  # only the project's
 
 

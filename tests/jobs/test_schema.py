@@ -7,6 +7,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from catalog import INSTANCE_TYPES
+from catalog.kubernetes import KUBERNETES_VERSION
 from jobs.compose import CONF_DIR, compose
 from jobs.schema import JobsConfig
 
@@ -21,7 +22,17 @@ def test_defaults_compose_to_exactly_the_interface_keys():
     assert list(cfg.keys()) == list(JobsConfig.__dataclass_fields__)
     assert cfg.compute.name == "local_cpu" and cfg.compute.procs_per_node == 2
     assert (cfg.backend.name, cfg.storage.root, cfg.model.name) == ("local", "runs", "tiny")
-    assert cfg.cluster.namespace == "training" and cfg.cluster.kubernetes_version == "1.33"
+    assert cfg.cluster.namespace == "training"
+
+
+def test_jobs_validate_against_the_version_new_clusters_run():
+    """Without a stack, pod templates are checked against the default cluster version: the one
+    constant infra creates clusters at, and one kubernetes-validate bundles schemas for."""
+    from infra.versions import KUBERNETES_VERSION as cluster_default
+    from jobs.manifest_checks import _schema_version
+
+    assert compose().cluster.kubernetes_version == KUBERNETES_VERSION == cluster_default
+    assert _schema_version(KUBERNETES_VERSION).startswith(KUBERNETES_VERSION + ".")
 
 
 @pytest.mark.parametrize(
