@@ -16,7 +16,8 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from jobs.backends import run_state
@@ -24,6 +25,7 @@ from jobs.backends.base import (
     CANCELLED,
     FAILED,
     PENDING,
+    QUEUED,
     RUNNING,
     SUCCEEDED,
     BackendError,
@@ -40,7 +42,7 @@ MANAGED_SELECTOR = "app.kubernetes.io/managed-by=trainstack"
 _STATES = {
     "Pending": PENDING,
     "Created": PENDING,
-    "Suspended": PENDING,
+    "Suspended": QUEUED,
     "Running": RUNNING,
     "Restarting": RUNNING,
     "Succeeded": SUCCEEDED,
@@ -144,11 +146,30 @@ class KubernetesBackend:
             raise BackendError(
                 f"no run {run_id!r} in namespace {self.settings.namespace} on the cluster"
             )
-        return to_status(job)
+        return self._status(job)
+
+    def _status(self, job: dict) -> RunStatus:
+        """to_status, plus Kueue's reason for a queued job."""
+        from jobs.k8s.kueue import queue_reason, workload_of
+
+        status = to_status(job)
+        if status.state == QUEUED:
+            status = replace(status, message=queue_reason(workload_of(self.cluster, job)))
+        return status
 
     def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
+        """The runs; cancelled ones past their ttlSecondsAfterFinished are deleted on the way
+        (the operator's TTL never counts a suspended job as finished)."""
+        from jobs.k8s.submit import delete_job
+
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
-        runs = [to_status(job) for job in self.cluster.list_jobs(selector)]
+        now = datetime.now(UTC)
+        runs = []
+        for job in self.cluster.list_jobs(selector):
+            if k8s_state.cancelled_and_expired(job, now):
+                delete_job(self.cluster, job["metadata"]["name"], wait=False)
+                continue
+            runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:

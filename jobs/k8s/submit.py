@@ -78,8 +78,9 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
     return Submission(name, outcome, created)
 
 
-def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0) -> None:
-    """Delete the job and wait (bounded) until it and its dependents are gone (Foreground)."""
+def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool = True) -> None:
+    """Delete the job and (`wait`) block, bounded, until it and its dependents are gone
+    (Foreground: the job stays, with a deletionTimestamp, until its pods are deleted)."""
     from kubernetes.client import V1DeleteOptions
 
     cluster.call_or_none(
@@ -92,6 +93,8 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0) -> None:
         name,
         body=V1DeleteOptions(propagation_policy="Foreground"),
     )
+    if not wait:
+        return
     deadline = time.monotonic() + timeout_s
     delay = 0.1
     while cluster.get_job(name) is not None:

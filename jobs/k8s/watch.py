@@ -26,6 +26,9 @@ MAX_RECONNECTS = 5
 """Consecutive failed watch/log connections (no event in between) before giving up."""
 WATCH_WINDOW_S = 60
 """Server-side timeout of one watch request; the watch then reconnects from where it was."""
+LOG_READ_TIMEOUT_S = 120.0
+"""A followed log silent this long is read again from a new connection (a dropped connection
+sends nothing, not even an end); lines already shown are skipped."""
 CONTAINER = "pytorch"
 
 
@@ -155,7 +158,7 @@ def follow_log(
                 name=pod["metadata"]["name"],
                 namespace=cluster.namespace,
                 container=CONTAINER,
-                _request_timeout=(cluster.retry.connect_timeout_s, None),
+                _request_timeout=(cluster.retry.connect_timeout_s, LOG_READ_TIMEOUT_S),
             ):
                 seen += 1
                 if seen > yielded.get(container, 0):
@@ -167,6 +170,8 @@ def follow_log(
         except Exception as exc:
             if status_of(exc) == 400 and time.monotonic() - waiting_since < start_timeout_s:
                 cluster.sleep(poll_s)  # the container is (re)starting: no log to read yet
+                continue
+            if _read_timed_out(exc):  # silent: maybe dropped; a fresh connection tells
                 continue
             failures += 1
             if failures > MAX_RECONNECTS:
@@ -180,6 +185,21 @@ def follow_log(
         # The pod ended or was replaced while the job goes on: follow its successor.
         waiting_since = time.monotonic()
         cluster.sleep(poll_s)
+
+
+def _read_timed_out(exc: BaseException) -> bool:
+    from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+    seen: BaseException | None = exc
+    while seen is not None:  # urllib3 wraps the socket timeout in ProtocolError mid-stream
+        if isinstance(seen, ReadTimeoutError | TimeoutError):
+            return True
+        if isinstance(seen, ProtocolError) and any(
+            isinstance(arg, ReadTimeoutError | TimeoutError) for arg in seen.args
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _restarts(pod: dict) -> int:

@@ -47,6 +47,9 @@ class Faults:
     """Object name -> HTTP status (e.g. 403, 422) its creates are refused with."""
     gone_on_watch: int = 0
     """The next N watches answer 410 Gone (an expired resourceVersion)."""
+    silent_log_streams: int = 0
+    """The next N log follows answer 200 and then send nothing, never ending (a connection
+    dropped without a FIN: NAT timeout, a dead node's kubelet)."""
 
 
 class _Dropped(Exception):
@@ -60,6 +63,7 @@ class FakeKubeApiServer(ObjectStore):
         self.requests: list[tuple[str, str]] = []
         """(method, path with query) of every request, for counting retries."""
         self.operator = None  # set by FakeOperator
+        self.kueue = None  # set by FakeKueue
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -232,6 +236,8 @@ def _handler_for(server: FakeKubeApiServer):
 
         def _create(self, plural: str, namespace: str, obj: dict) -> dict:
             created = server.put(plural, obj, namespace)
+            if plural == "pytorchjobs" and server.kueue is not None:
+                server.kueue.job_created(created)
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_created(created)
             return created
@@ -350,6 +356,12 @@ def _handler_for(server: FakeKubeApiServer):
                 text = "".join(line + "\n" for line in operator.log_lines(uid))
                 return self._send(200, text, "text/plain")
             self._start_stream("text/plain")
+            if server.faults.silent_log_streams > 0:
+                server.faults.silent_log_streams -= 1
+                with server.cond:
+                    server.cond.wait_for(lambda: getattr(server, "stopped", False), timeout=60)
+                self.close_connection = True
+                return None
             sent = 0
             try:
                 while True:

@@ -37,6 +37,15 @@ class _Run:
     thread: threading.Thread | None = None
 
 
+def _suspended(job: dict) -> bool:
+    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+
+def _condition_true(job: dict, kind: str) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conditions)
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -49,6 +58,7 @@ class FakeOperator:
         self.created: dict[str, int] = {}
         """Submissions per job name (what the tests count duplicates with)."""
         self._runs: dict[str, _Run] = {}
+        self._plans_in_use: dict[str, JobPlan] = {}
         self._logs: dict[str, list[str]] = {}
         self._closed: set[str] = set()
         server.operator = self
@@ -59,14 +69,29 @@ class FakeOperator:
         self.created[name] = self.created.get(name, 0) + 1
         queue = self.plans.get(name) or []
         plan = queue.pop(0) if queue else self.default
+        self._plans_in_use[name] = plan
+        if _suspended(job):  # created suspended (for Kueue): no pods until it is admitted
+            namespace = job["metadata"]["namespace"]
+            self._condition(name, namespace, "Created", "PyTorchJobCreated", "created")
+            self._condition(name, namespace, "Suspended", "PyTorchJobSuspended", "suspended")
+            return
+        self._start(job, plan)
+
+    def _start(self, job: dict, plan: JobPlan) -> None:
         run = _Run()
         run.thread = threading.Thread(target=self._run, args=(job, plan, run.stop), daemon=True)
-        self._runs[name] = run
+        self._runs[job["metadata"]["name"]] = run
         run.thread.start()
 
     def job_patched(self, job: dict) -> None:
-        suspended = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend")
-        run = self._runs.get(job["metadata"]["name"])
+        suspended = _suspended(job)
+        name = job["metadata"]["name"]
+        run = self._runs.get(name)
+        if not suspended and (run is None or run.stop.is_set()):
+            # Unsuspended (Kueue admitted it): pods again; the trainer resumes.
+            if name in self._plans_in_use and _condition_true(job, "Suspended"):
+                self._start(job, self._plans_in_use[name])
+            return
         if suspended and run and not run.stop.is_set():
             run.stop.set()
             if run.thread is not threading.current_thread():
@@ -207,6 +232,8 @@ class FakeOperator:
                     break
             for cond in conditions:
                 if cond["type"] in ("Running", "Restarting") and kind != "Created":
+                    cond["status"] = "False"
+                if cond["type"] == "Suspended" and kind == "Running":
                     cond["status"] = "False"
             conditions.append(
                 {"type": kind, "status": "True", "reason": reason, "message": message}

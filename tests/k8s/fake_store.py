@@ -13,7 +13,14 @@ import threading
 import time
 import uuid
 
-CLUSTER_SCOPED = {"namespaces", "nodes", "customresourcedefinitions", "persistentvolumes"}
+CLUSTER_SCOPED = {
+    "namespaces",
+    "nodes",
+    "customresourcedefinitions",
+    "persistentvolumes",
+    "clusterqueues",
+    "resourceflavors",
+}
 KINDS = {
     "namespaces": "Namespace",
     "nodes": "Node",
@@ -22,6 +29,9 @@ KINDS = {
     "pods": "Pod",
     "pytorchjobs": "PyTorchJob",
     "customresourcedefinitions": "CustomResourceDefinition",
+    "workloads": "Workload",
+    "localqueues": "LocalQueue",
+    "clusterqueues": "ClusterQueue",
 }
 
 

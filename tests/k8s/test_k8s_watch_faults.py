@@ -132,3 +132,23 @@ def test_an_ended_pod_is_read_once_while_its_successor_is_awaited(apiserver, clu
     assert not follower.is_alive()
     assert lines and lines == operator.log_lines(pod["metadata"]["uid"])
     assert apiserver.count("GET", "/pods/w6-master-0/log") <= 2
+
+
+def test_a_silently_dropped_log_stream_is_reopened_not_waited_on_forever(
+    apiserver, cluster, monkeypatch
+):
+    from jobs.k8s import watch
+
+    monkeypatch.setattr(watch, "LOG_READ_TIMEOUT_S", 0.5)
+    apiserver.operator.default = JobPlan(steps=6, step_seconds=0.1)
+    apiserver.faults.silent_log_streams = 1  # the first follow hears nothing, ever
+    submit(cluster, [config_map("w7"), pytorch_job("w7", workers=0)])
+    lines: list[str] = []
+    follower = threading.Thread(
+        target=lambda: lines.extend(follow_log(cluster, "w7", rank=0, poll_s=0.02)), daemon=True
+    )
+    follower.start()
+    follower.join(20)
+    assert not follower.is_alive(), "follow_log blocked on a dead connection"
+    assert lines[-1] == "[w7-master-0] step 6 loss 0.667"
+    assert len(lines) == len(set(lines)) == 6
