@@ -12,6 +12,7 @@ from infra.config import load_stack_config
 from infra.costs import group_summary, hourly_usd
 from infra.gpu_nodes import GpuNodeGroup
 from infra.identity import TrainingIdentity
+from infra.kueue import Kueue
 from infra.network import Network
 from infra.registry import Registry
 from infra.shared_fs import SharedFileSystem
@@ -49,6 +50,11 @@ addons = ClusterAddons(
     cluster.kubeconfig,
     config.namespace,
     depends_on=[cluster.system_nodes, *cluster.access_ready],
+)
+kueue = (
+    Kueue(name, config.kueue, config.gpu_node_groups, addons.namespace, addons.provider)
+    if config.kueue
+    else None
 )
 identity = TrainingIdentity(
     name,
@@ -109,6 +115,7 @@ outputs = {
     "gpu_hourly_usd_at_rest": hourly_usd(config.gpu_node_groups, at_rest=True),
     "fsx_claim": shared_fs.claim_name if shared_fs else None,
     "image_build_project": image_build.project_name if image_build else None,
+    "local_queue": kueue.local_queue if kueue else None,
 }
 for key, value in outputs.items():
     pulumi.export(key, value)

@@ -85,6 +85,17 @@ class CiConfig:
 
 
 @dataclass(frozen=True)
+class KueueConfig:
+    """Kueue's queues for the GPU node groups (see infra/kueue.py)."""
+
+    cluster_queue: str
+    local_queue: str
+    """The LocalQueue in the training namespace: what `job.queue` names."""
+    priority_classes: tuple[tuple[str, int], ...]
+    """WorkloadPriorityClass name -> value (`job.priority`); higher preempts lower."""
+
+
+@dataclass(frozen=True)
 class StackConfig:
     stack: str
     region: str
@@ -98,3 +109,5 @@ class StackConfig:
     ci: CiConfig | None
     namespace: str
     service_account: str
+    kueue: KueueConfig | None = None
+    """None: `trainstack:kueue.enabled` is false (no Kueue, jobs go straight to the nodes)."""
