@@ -14,6 +14,7 @@ to `job.max_retries` times with exponential backoff, and resumes from its checkp
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
@@ -130,6 +131,8 @@ class KubernetesBackend:
 
         spec = job.spec
         resources = spec.resources
+        from jobs.k8s.kueue import parse_quantity
+
         request = PreflightRequest(
             service_account=spec.service_account,
             instance_type=spec.instance_type,
@@ -137,8 +140,12 @@ class KubernetesBackend:
             gpus_per_node=resources.gpus if resources else 0,
             efa_per_node=resources.efa if resources else 0,
             node_groups=self.settings.node_groups,
+            queue=job.cfg.job.queue,
+            cpu_per_node=parse_quantity(resources.cpu) if resources else 0,
+            memory_per_node=parse_quantity(resources.memory) if resources else 0,
         )
-        preflight(self.cluster, request)
+        for warning in preflight(self.cluster, request):
+            print(f"{job.run_id}: preflight warning: {warning}", file=sys.stderr)
 
     def status(self, run_id: str) -> RunStatus:
         job = self.cluster.get_job(run_id)
