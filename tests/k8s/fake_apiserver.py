@@ -47,6 +47,8 @@ class Faults:
     """Object name -> HTTP status (e.g. 403, 422) its creates are refused with."""
     gone_on_watch: int = 0
     """The next N watches answer 410 Gone (an expired resourceVersion)."""
+    outage: object = None
+    """A callable: while it returns True every request is answered 503 (an API outage)."""
     silent_log_streams: int = 0
     """The next N log follows answer 200 and then send nothing, never ending (a connection
     dropped without a FIN: NAT timeout, a dead node's kubelet)."""
@@ -179,6 +181,9 @@ def _handler_for(server: FakeKubeApiServer):
 
         def _faulted_read(self) -> bool:
             faults = server.faults
+            if callable(faults.outage) and faults.outage():
+                self._error(503, "ServiceUnavailable", "injected outage")
+                return True
             if faults.read_stalls > 0:
                 faults.read_stalls -= 1
                 time.sleep(faults.stall_seconds)
