@@ -216,8 +216,29 @@ class FakeOperator:
                 self.server.cond.notify_all()
 
     def _set_phase(self, pod_name: str, namespace: str, phase: str) -> None:
+        """Phase plus the container's status, as the kubelet reports it."""
+        if phase == "Running":
+            state = {"running": {"startedAt": _now()}}
+        elif phase in ("Succeeded", "Failed"):
+            code = 0 if phase == "Succeeded" else 1
+            state = {
+                "terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+            }
+        else:
+            state = {"waiting": {"reason": "ContainerCreating"}}
+        container = {
+            "name": "pytorch",
+            "ready": phase == "Running",
+            "restartCount": 0,
+            "image": "trainer",
+            "imageID": "",
+            "state": state,
+        }
         self.server.update(
-            "pods", pod_name, namespace, lambda p: p.setdefault("status", {}).update(phase=phase)
+            "pods",
+            pod_name,
+            namespace,
+            lambda p: p.setdefault("status", {}).update(phase=phase, containerStatuses=[container]),
         )
 
     def _condition(self, name: str, namespace: str, kind: str, reason: str, message: str) -> None:
