@@ -27,6 +27,9 @@ class JobPlan:
     step_seconds: float = 0.05
     kill_pod_at: int | None = None
     """Kill the master pod at this step; the operator restarts it (condition Restarting)."""
+    lose_node_at: int | None = None
+    """Lose worker 0's node at this step: its pod vanishes (no SIGTERM, no exit code) and the
+    operator recreates it; the job goes Restarting, then Running again."""
     hold: bool = False
     """Keep running after the last step until the job is suspended or deleted."""
 
@@ -144,6 +147,8 @@ class FakeOperator:
                 self._log(pod, namespace, f"step {step} loss {4.0 / step:.3f}")
             if plan.kill_pod_at == step:
                 self._restart_pod(job, pods[0], namespace)
+            if plan.lose_node_at == step and len(pods) > 1:
+                self._restart_pod(job, pods[1], namespace, "Worker", 0)
             if stop.wait(plan.step_seconds):
                 return
         if stop.is_set():
@@ -188,13 +193,15 @@ class FakeOperator:
         }
         self.server.put("pods", pod, meta["namespace"])
 
-    def _restart_pod(self, job: dict, pod_name: str, namespace: str) -> None:
+    def _restart_pod(
+        self, job: dict, pod_name: str, namespace: str, replica: str = "Master", index: int = 0
+    ) -> None:
         job_name = job["metadata"]["name"]
         old = self.server.remove("pods", pod_name, namespace)
         if old:
             self._closed.add(old["metadata"]["uid"])
         self._condition(job_name, namespace, "Restarting", "PyTorchJobRestarting", "pod killed")
-        self._put_pod(job, pod_name, "Master", 0)
+        self._put_pod(job, pod_name, replica, index)
         self._set_phase(pod_name, namespace, "Running")
         self._log(pod_name, namespace, "resumed from latest checkpoint")
         self._condition(job_name, namespace, "Running", "PyTorchJobRunning", "running")
