@@ -65,6 +65,9 @@ class KubernetesBackend:
     name = "kubernetes"
     restart_backoff_s = 30.0
     """Sleep before the first automatic resubmission; doubles per retry (capped at 15 min)."""
+    _uids: ClassVar[dict[str, str]] = {}
+    """run id -> uid of the PyTorchJob this process created or adopted for it: a job of the same
+    name with another uid (someone resubmitted the run) is not ours to restart."""
     _scheduled: ClassVar[dict[str, tuple[list[dict], int]]] = {}
     """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
     the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
@@ -115,14 +118,16 @@ class KubernetesBackend:
 
     def schedule(self, dryrun: DryRun) -> str:
         from jobs.k8s.ecr import pin_images
-        from jobs.k8s.submit import submit
+        from jobs.k8s.submit import ALREADY_ACTIVE, submit
 
         job: MaterializedJob = dryrun.job
         if self.run_preflight:
             self.preflight(job)
         manifests = pin_images(dryrun.request)
         submission = submit(self.cluster, manifests)
-        self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
+        if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
+            self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
+            self._uids[job.run_id] = submission.job["metadata"]["uid"]
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -299,7 +304,11 @@ class KubernetesBackend:
         if job is not None and k8s_state.is_cancelled(job):
             yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
             return False
+        if job is None or job["metadata"]["uid"] != self._uids.get(run_id):
+            yield f"[trainstack] {run_id}: replaced or deleted by someone else; not restarting"
+            return False
         submission = submit(self.cluster, manifests, retries=attempt)
+        self._uids[run_id] = submission.job["metadata"]["uid"]
         yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
         return True
 

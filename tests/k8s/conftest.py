@@ -105,6 +105,7 @@ def fast_restarts(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.01)
     monkeypatch.setattr(KubernetesBackend, "_scheduled", {})
+    monkeypatch.setattr(KubernetesBackend, "_uids", {})
     monkeypatch.setattr(KubernetesBackend, "_connections", {})
 
 

@@ -40,3 +40,32 @@ def test_a_followed_run_survives_without_a_resubmit(
     assert final.retries == 0
     if plan.kill_pod_at or plan.lose_node_at:
         assert "[trainstack] f1: Restarting" in lines
+
+
+def test_the_second_line_never_restarts_a_run_someone_else_replaced(
+    apiserver, kubeconfig, fast_retry, fast_restarts
+):
+    apiserver.operator.plans["f2"] = [JobPlan(outcome="Failed", steps=2)]
+    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    ours = [config_map("f2"), pytorch_job("f2")]
+    created = submit(backend.cluster, ours)
+    backend._scheduled["f2"] = (ours, 2)  # as schedule() records a run it submitted
+    backend._uids["f2"] = created.job["metadata"]["uid"]
+    theirs = pytorch_job("f2", labels={"owner": "someone-else"})
+    from jobs.k8s.api import connect
+
+    other_user = connect(str(kubeconfig), "fake", NAMESPACE, retry=fast_retry)
+
+    def someone_resubmits(_: float) -> None:  # during our backoff
+        if apiserver.get("pytorchjobs", "f2", NAMESPACE)["metadata"]["uid"] == backend._uids["f2"]:
+            apiserver.operator.plans["f2"] = [JobPlan(outcome="Failed", steps=2)]
+            submit(other_user, [config_map("f2"), theirs])
+            apiserver.operator.wait_idle()
+
+    backend.cluster.sleep = someone_resubmits
+    lines: list[str] = []
+    backend.wait("f2", on_line=lines.append)
+    assert "[trainstack] f2: replaced or deleted by someone else; not restarting" in lines
+    assert apiserver.operator.created["f2"] == 2  # ours and theirs; never ours again
+    labels = apiserver.get("pytorchjobs", "f2", NAMESPACE)["metadata"]["labels"]
+    assert labels == {"owner": "someone-else"}
