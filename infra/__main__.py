@@ -16,6 +16,7 @@ from infra.github_deploy import github_deploy_role
 from infra.gpu_health import GpuHealth
 from infra.gpu_nodes import GpuNodeGroup
 from infra.identity import TrainingIdentity
+from infra.kueue import Kueue
 from infra.network import Network
 from infra.registry import Registry
 from infra.shared_fs import KeyOwner, SharedFileSystem
@@ -120,6 +121,11 @@ autoscaler = ClusterAutoscaler(
     k8s_provider=addons.provider,
 )
 gpu_health = GpuHealth(name, addons.provider)
+kueue = (
+    Kueue(name, config.kueue, config.gpu_node_groups, addons.namespace, addons.provider)
+    if config.kueue
+    else None
+)
 identity = TrainingIdentity(
     name,
     cluster_name=cluster.name,
@@ -177,6 +183,7 @@ outputs = {
     # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
     "image": config.image,
     "last_good_image": config.last_good_image,
+    "local_queue": kueue.local_queue if kueue else None,
 }
 for key, value in outputs.items():
     pulumi.export(key, value)

@@ -33,6 +33,7 @@ from infra.settings import (
     ClusterConfig,
     FsxConfig,
     GpuNodeGroupConfig,
+    KueueConfig,
     NetworkConfig,
     StackConfig,
     SystemNodeGroupConfig,
@@ -96,7 +97,10 @@ TOP_LEVEL_KEYS = (
     "autoscaler",
     "deploy",
     "runsKmsKeyArn",
+    "kueue",
 )
+KUEUE_KEYS = ("enabled", "clusterQueue", "localQueue", "priorityClasses")
+DEFAULT_PRIORITY_CLASSES = (("high", 1000), ("default", 100), ("low", 10))
 GPU_GROUP_KEYS = (
     "name",
     "instanceType",
@@ -283,6 +287,32 @@ def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | Non
     return image
 
 
+def _parse_kueue(reader: SettingsReader) -> KueueConfig | None:
+    values = reader.get_object("kueue") or {}
+    kueue = SettingsReader(values, f"{NAMESPACE}:kueue.", KUEUE_KEYS)
+    if not kueue.get_bool("enabled", True):
+        return None
+    names = {}
+    for key, default in (("clusterQueue", "trainstack"), ("localQueue", "training")):
+        names[key] = kueue.get_str(key, default)
+        if not _DNS_LABEL.match(names[key]):
+            raise fail(kueue.key(key), f"{names[key]!r} is not a DNS-1123 label")
+    classes = kueue.raw("priorityClasses")
+    if classes is None:
+        return KueueConfig(names["clusterQueue"], names["localQueue"], DEFAULT_PRIORITY_CLASSES)
+    if not isinstance(classes, dict) or not classes:
+        raise fail(kueue.key("priorityClasses"), f"expected {{name: value}}, got {classes!r}")
+    parsed = []
+    for name, value in classes.items():
+        key = f"{kueue.key('priorityClasses')}.{name}"
+        if not _DNS_LABEL.match(str(name)):
+            raise fail(key, f"{name!r} is not a DNS-1123 label")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail(key, f"expected a whole number (higher preempts lower), got {value!r}")
+        parsed.append((str(name), value))
+    return KueueConfig(names["clusterQueue"], names["localQueue"], tuple(parsed))
+
+
 def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
     name = reader.get_str("clusterName", f"trainstack-{stack}")
     # Resource names (IAM roles <= 64, S3 buckets lowercase) are derived from it.
@@ -409,6 +439,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         protection=parse_protection(reader),
         autoscaler=parse_autoscaler(reader),
         deploy=parse_deploy(reader, cluster),
+        kueue=_parse_kueue(reader),
     )
 
 

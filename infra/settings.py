@@ -135,6 +135,17 @@ class DataProtection:
 
 
 @dataclass(frozen=True)
+class KueueConfig:
+    """Kueue's queues for the GPU node groups (see infra/kueue.py)."""
+
+    cluster_queue: str
+    local_queue: str
+    """The LocalQueue in the training namespace: what `job.queue` names."""
+    priority_classes: tuple[tuple[str, int], ...]
+    """WorkloadPriorityClass name -> value (`job.priority`); higher preempts lower."""
+
+
+@dataclass(frozen=True)
 class StackConfig:
     stack: str
     region: str
@@ -158,3 +169,5 @@ class StackConfig:
     """The digest-pinned trainer image the stack's jobs run (set by each deploy)."""
     last_good_image: str | None = None
     """The last image whose smoke run passed on this stack: what a rollback returns to."""
+    kueue: KueueConfig | None = None
+    """None: `trainstack:kueue.enabled` is false (no Kueue, jobs go straight to the nodes)."""

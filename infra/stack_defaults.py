@@ -84,7 +84,8 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
             "kubernetes_version": str(outputs["kubernetes_version"]),
             "node_groups": node_groups,
         },
-        "job": job_image(outputs),
+        "job": job_image(outputs)
+        | ({"queue": outputs["local_queue"]} if outputs.get("local_queue") else {}),
         "storage": {"root": root},
     }
 

@@ -45,7 +45,9 @@ CLUSTER_AUTOSCALER = helm_chart(
 DCGM_EXPORTER = helm_chart(
     "dcgm-exporter", "4.8.3", "https://nvidia.github.io/dcgm-exporter/helm-charts"
 )
-HELM_CHARTS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, DCGM_EXPORTER)
+KUEUE = helm_chart("kueue", "0.14.3", "oci://registry.k8s.io/kueue/charts")
+"""Kueue (infra/kueue.py): queues, all-or-nothing admission and priorities for training jobs."""
+HELM_CHARTS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, DCGM_EXPORTER, KUEUE)
 
 PULUMI_CLI_VERSION = "3.272.0"
 """The Pulumi CLI the in-VPC deploy (infra/deploy/buildspec.yml) installs: the version of the

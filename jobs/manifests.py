@@ -127,7 +127,9 @@ def pod_template(spec: JobSpec) -> Any:
         termination_grace_period_seconds=spec.termination_grace_period_seconds,
         security_context=pod_security,
     )
-    meta = k8s.V1ObjectMeta(labels=dict(spec.labels), annotations=dict(spec.annotations))
+    # Kueue's labels belong on the job only: Kueue admits the job, never its pods one by one.
+    labels = {k: v for k, v in spec.labels.items() if not k.startswith("kueue.x-k8s.io/")}
+    meta = k8s.V1ObjectMeta(labels=labels, annotations=dict(spec.annotations))
     return k8s.V1PodTemplateSpec(metadata=meta, spec=pod)
 
 
@@ -169,6 +171,7 @@ def pytorch_job(spec: JobSpec) -> Any:
         clean_pod_policy=policy.clean_pod_policy,
         ttl_seconds_after_finished=policy.ttl_seconds_after_finished,
         active_deadline_seconds=policy.active_deadline_seconds,
+        suspend=True if policy.suspend else None,
     )
     return kf.KubeflowOrgV1PyTorchJob(
         api_version="kubeflow.org/v1",

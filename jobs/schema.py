@@ -114,6 +114,13 @@ class JobConfig:
     """Seconds a finished PyTorchJob is kept (pods and logs with it)."""
     active_deadline_seconds: int | None = None
     """Wall-clock limit of the whole job; null means none."""
+    queue: str | None = None
+    """Kueue LocalQueue (in cluster.namespace) the job waits in: it is created suspended and
+    Kueue admits all its pods at once when the quota allows. Set by the stack; null: no
+    Kueue, the pods go straight to the scheduler."""
+    priority: str | None = None
+    """Kueue WorkloadPriorityClass (e.g. the stack's `high`/`low`); a higher one may preempt
+    lower ones (they checkpoint on SIGTERM and resume when re-admitted). Needs `job.queue`."""
     termination_grace_period_seconds: int = 300
     """Seconds between SIGTERM and SIGKILL for a pod: the trainer checkpoints in this window."""
     secrets: SecretsConfig = field(default_factory=SecretsConfig)

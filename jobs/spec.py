@@ -19,6 +19,8 @@ CONFIG_MOUNT_DIR = "/etc/trainstack"
 CONFIG_FILE = "config.yaml"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
 LABEL_PREFIX = "trainstack.io"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 HUGEPAGES_2MI = "5120Mi"
 """libfabric's EFA provider registers its buffers in 2 MiB huge pages."""
 TORCHRUN_EXIT_MARGIN_S = 30
@@ -76,6 +78,8 @@ class RunPolicy:
     clean_pod_policy: str
     ttl_seconds_after_finished: int
     active_deadline_seconds: int | None
+    suspend: bool = False
+    """Created suspended for Kueue (job.queue): only Kueue un-suspends it, on admission."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +234,10 @@ def to_job_spec(
     }
     if sweep_id:
         labels[f"{LABEL_PREFIX}/sweep-id"] = sweep_id
+    if cfg.job.queue:
+        labels[QUEUE_LABEL] = cfg.job.queue
+    if cfg.job.priority:
+        labels[PRIORITY_LABEL] = cfg.job.priority
     annotations = {
         f"{LABEL_PREFIX}/run-dir": run_dir,
         f"{LABEL_PREFIX}/created-at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -263,6 +271,7 @@ def to_job_spec(
             clean_pod_policy=cfg.job.clean_pod_policy,
             ttl_seconds_after_finished=cfg.job.ttl_seconds_after_finished,
             active_deadline_seconds=cfg.job.active_deadline_seconds,
+            suspend=bool(cfg.job.queue),
         ),
         labels=labels,
         annotations=annotations,

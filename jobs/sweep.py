@@ -134,16 +134,19 @@ def launch_sweep(overrides: list[str], *, dryrun: bool, git_sha: str | None) -> 
     """`trainstack launch -m ...`; returns the exit code."""
     from hydra.errors import HydraException
 
-    if any(o.startswith("hydra/launcher=") for o in overrides):
-        return hydra_multirun(overrides)
     now = datetime.now(UTC)
     sweep_id = sweep_id_of(overrides, now)
+    # Every point is checked first, also when a Hydra launcher was chosen by hand: one bad
+    # point, or one run id shared by several points, means nothing is submitted.
+    own = [o for o in overrides if not o.startswith(("hydra/", "hydra."))]
     try:
-        points = expand(overrides)
+        points = expand(own)
         jobs = materialize_points(points, sweep_id=sweep_id, git_sha=git_sha, now=now)
     except (HydraException, SweepPointError) as err:
         print(f"trainstack launch: {str(err).splitlines()[0]}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if len(own) != len(overrides):
+        return hydra_multirun([*overrides, f"sweep_id={sweep_id}"])
     if not dryrun and all(job.cfg.backend.name == "kubernetes" for job in jobs):
         # Every point is valid: the cluster launcher submits them (concurrent --wait, skip on
         # re-run of the same sweep_id, auto-restart).

@@ -219,6 +219,14 @@ def check_job_policy(cfg: Any) -> None:
         )
     _at_least("job.max_retries", job.max_retries, 0)
     _at_least("job.max_restarts", job.max_restarts, 0)
+    for key in ("queue", "priority"):
+        value = job[key]
+        if value is not None and not DNS1123_SUBDOMAIN.match(value):
+            raise JobConfigError(
+                f"job.{key}", f"{value!r} is not allowed; allowed: a DNS-1123 name"
+            )
+    if job.priority is not None and job.queue is None:
+        raise JobConfigError("job.priority", "needs job.queue (priorities are Kueue's)")
     _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
     _at_least("job.active_deadline_seconds", job.active_deadline_seconds, 1)
     _at_least("job.termination_grace_period_seconds", job.termination_grace_period_seconds, 60)

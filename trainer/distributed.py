@@ -69,7 +69,12 @@ def init_distributed(dp_replicate: int = 1, collective_timeout_s: float = 600) -
         backend = "gloo"
     if "MASTER_ADDR" in os.environ:
         dist.init_process_group(
-            backend, rank=rank, world_size=world_size, device_id=_dev(device), timeout=timeout
+            backend,
+            rank=rank,
+            world_size=world_size,
+            device_id=_dev(device),
+            timeout=timeout,
+            store=_round_store(world_size, timeout),
         )
     else:
         # `python -m trainer`: a single process, an in-memory store, no port to pick.
@@ -87,6 +92,24 @@ def init_distributed(dp_replicate: int = 1, collective_timeout_s: float = 600) -
         mesh=mesh,
         checkpoint_group=dist.new_group(backend="gloo", timeout=timeout),
     )
+
+
+def _round_store(world_size: int, timeout: timedelta) -> dist.Store | None:
+    """Under torchrun's c10d rendezvous every round's ranks use the agent's one TCPStore, and
+    the process-group keys of the round before are still there: a restarted rank may read a
+    dead peer's address and hang. `trainer.launch` passes the round; keys get its prefix.
+    None (torch's own env:// store) otherwise."""
+    round_ = os.environ.get("TRAINSTACK_RDZV_ROUND")
+    if round_ is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=False,
+        timeout=timeout,
+    )
+    return dist.PrefixStore(f"trainstack/round-{round_}", store)
 
 
 def _dev(device: torch.device) -> torch.device | None:

@@ -84,6 +84,29 @@ def _never_restart_bad_input(agent_class: type) -> None:
     agent_class._monitor_workers = _monitor_workers
 
 
+ROUND_ENV = "TRAINSTACK_RDZV_ROUND"
+"""The rendezvous round the workers were started in (the same on every node of a round)."""
+
+
+def _tell_workers_the_round(agent_class: type) -> None:
+    """With c10d rendezvous the workers share the agent's TCPStore across restarts, so a
+    restarted rank can read its peer's address from the round before (a dead process) and hang
+    connecting to it. The round number lets `trainer.distributed` prefix its keys per round."""
+    start = agent_class._start_workers
+    if getattr(start, "trainstack_wrapped", False):
+        return
+
+    def _start_workers(self, worker_group):
+        handler = worker_group.spec.rdzv_handler
+        holder = getattr(handler, "_state_holder", None)
+        state = getattr(holder, "state", None)
+        os.environ[ROUND_ENV] = str(getattr(state, "round", "static"))
+        return start(self, worker_group)
+
+    _start_workers.trainstack_wrapped = True  # type: ignore[attr-defined]
+    agent_class._start_workers = _start_workers
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed import DistNetworkError
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
@@ -97,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(rendezvous_env(os.environ))
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers' parent: see trainer.lifeline
     _never_restart_bad_input(LocalElasticAgent)
+    _tell_workers_the_round(LocalElasticAgent)
     try:
         torchrun(argv)
     except SignalException as exc:

@@ -37,13 +37,16 @@ if TYPE_CHECKING:
 
 # Run states shared by all backends (the kubernetes backend maps job conditions onto these).
 PENDING = "pending"
+QUEUED = "queued"
+"""kubernetes: suspended but not cancelled — waiting for Kueue to admit it (or re-admit it
+after a preemption), or paused by an admin. Not finished."""
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
 RENDERED = "rendered"
 UNKNOWN = "unknown"
-STATES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, RENDERED, UNKNOWN)
+STATES = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, RENDERED, UNKNOWN)
 FINISHED_STATES = (SUCCEEDED, FAILED, CANCELLED)
 
 

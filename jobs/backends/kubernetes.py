@@ -14,9 +14,11 @@ to `job.max_retries` times with exponential backoff, and resumes from its checkp
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from jobs.backends import run_state
@@ -24,6 +26,7 @@ from jobs.backends.base import (
     CANCELLED,
     FAILED,
     PENDING,
+    QUEUED,
     RUNNING,
     SUCCEEDED,
     BackendError,
@@ -40,7 +43,7 @@ MANAGED_SELECTOR = "app.kubernetes.io/managed-by=trainstack"
 _STATES = {
     "Pending": PENDING,
     "Created": PENDING,
-    "Suspended": PENDING,
+    "Suspended": QUEUED,
     "Running": RUNNING,
     "Restarting": RUNNING,
     "Succeeded": SUCCEEDED,
@@ -62,6 +65,9 @@ class KubernetesBackend:
     name = "kubernetes"
     restart_backoff_s = 30.0
     """Sleep before the first automatic resubmission; doubles per retry (capped at 15 min)."""
+    _uids: ClassVar[dict[str, str]] = {}
+    """run id -> uid of the PyTorchJob this process created or adopted for it: a job of the same
+    name with another uid (someone resubmitted the run) is not ours to restart."""
     _scheduled: ClassVar[dict[str, tuple[list[dict], int]]] = {}
     """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
     the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
@@ -112,14 +118,16 @@ class KubernetesBackend:
 
     def schedule(self, dryrun: DryRun) -> str:
         from jobs.k8s.ecr import pin_images
-        from jobs.k8s.submit import submit
+        from jobs.k8s.submit import ALREADY_ACTIVE, submit
 
         job: MaterializedJob = dryrun.job
         if self.run_preflight:
             self.preflight(job)
         manifests = pin_images(dryrun.request)
         submission = submit(self.cluster, manifests)
-        self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
+        if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
+            self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
+            self._uids[job.run_id] = submission.job["metadata"]["uid"]
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -128,6 +136,8 @@ class KubernetesBackend:
 
         spec = job.spec
         resources = spec.resources
+        from jobs.k8s.kueue import parse_quantity
+
         request = PreflightRequest(
             service_account=spec.service_account,
             instance_type=spec.instance_type,
@@ -135,8 +145,12 @@ class KubernetesBackend:
             gpus_per_node=resources.gpus if resources else 0,
             efa_per_node=resources.efa if resources else 0,
             node_groups=self.settings.node_groups,
+            queue=job.cfg.job.queue,
+            cpu_per_node=parse_quantity(resources.cpu) if resources else 0,
+            memory_per_node=parse_quantity(resources.memory) if resources else 0,
         )
-        preflight(self.cluster, request)
+        for warning in preflight(self.cluster, request):
+            print(f"{job.run_id}: preflight warning: {warning}", file=sys.stderr)
 
     def status(self, run_id: str) -> RunStatus:
         job = self.cluster.get_job(run_id)
@@ -144,11 +158,30 @@ class KubernetesBackend:
             raise BackendError(
                 f"no run {run_id!r} in namespace {self.settings.namespace} on the cluster"
             )
-        return to_status(job)
+        return self._status(job)
+
+    def _status(self, job: dict) -> RunStatus:
+        """to_status, plus Kueue's reason for a queued job."""
+        from jobs.k8s.kueue import queue_reason, workload_of
+
+        status = to_status(job)
+        if status.state == QUEUED:
+            status = replace(status, message=queue_reason(workload_of(self.cluster, job)))
+        return status
 
     def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
+        """The runs; cancelled ones past their ttlSecondsAfterFinished are deleted on the way
+        (the operator's TTL never counts a suspended job as finished)."""
+        from jobs.k8s.submit import delete_job
+
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
-        runs = [to_status(job) for job in self.cluster.list_jobs(selector)]
+        now = datetime.now(UTC)
+        runs = []
+        for job in self.cluster.list_jobs(selector):
+            if k8s_state.cancelled_and_expired(job, now):
+                delete_job(self.cluster, job["metadata"]["name"], wait=False)
+                continue
+            runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
@@ -271,7 +304,11 @@ class KubernetesBackend:
         if job is not None and k8s_state.is_cancelled(job):
             yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
             return False
+        if job is None or job["metadata"]["uid"] != self._uids.get(run_id):
+            yield f"[trainstack] {run_id}: replaced or deleted by someone else; not restarting"
+            return False
         submission = submit(self.cluster, manifests, retries=attempt)
+        self._uids[run_id] = submission.job["metadata"]["uid"]
         yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
         return True
 

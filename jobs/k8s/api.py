@@ -92,6 +92,8 @@ class Cluster:
     namespace: str
     retry: RetryPolicy = field(default_factory=lambda: DEFAULT_RETRY)
     sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for how long an outage has lasted (tests pass a fake clock with `sleep`)."""
 
     @property
     def timeout(self) -> tuple[float, float]:

@@ -37,13 +37,35 @@ class PreflightRequest:
     gpus_per_node: int
     efa_per_node: int
     node_groups: tuple[NodeGroup, ...] = ()
+    queue: str | None = None
+    """job.queue: the Kueue LocalQueue the job waits in (None: no Kueue)."""
+    cpu_per_node: float = 0
+    memory_per_node: float = 0
+    """Bytes."""
 
 
-def preflight(cluster: Cluster, request: PreflightRequest) -> None:
-    """Raise PreflightError listing every failed check; return quietly when all pass."""
+TOLERATED_TAINTS = {("nvidia.com/gpu", "NoSchedule")}
+"""What the rendered pods tolerate (jobs/manifests.py)."""
+
+
+def preflight(cluster: Cluster, request: PreflightRequest) -> list[str]:
+    """Raise PreflightError listing every failed check; else return warnings (one line each:
+    checks this submitter may not run, a job that will wait for busy nodes)."""
     namespace = cluster.namespace
+    warnings: list[str] = []
+
+    def crd() -> str | None:
+        # Cluster-scoped: namespace-only RBAC (normal on shared clusters) may not read it.
+        try:
+            return _check_crd(cluster)
+        except ClusterError as err:
+            if status_of(err.__cause__) != 403:
+                raise
+            warnings.append(f"{err} (no permission: CRD check skipped)")
+            return None
+
     checks = (
-        lambda: _check_crd(cluster),
+        crd,
         lambda: _check_exists(
             cluster,
             f"namespace {namespace!r} (cluster.namespace) does not exist",
@@ -58,7 +80,8 @@ def preflight(cluster: Cluster, request: PreflightRequest) -> None:
             request.service_account,
             namespace,
         ),
-        lambda: _check_capacity(cluster, request),
+        lambda: _check_capacity(cluster, request, warnings),
+        lambda: _check_queue(cluster, request, warnings),
     )
     problems = [problem for problem in map(_forbidden_as_problem, checks) if problem]
     if problems:
@@ -66,6 +89,7 @@ def preflight(cluster: Cluster, request: PreflightRequest) -> None:
         raise PreflightError(
             f"preflight failed ({len(problems)} problem(s); --skip-preflight bypasses):\n{lines}"
         )
+    return warnings
 
 
 def _forbidden_as_problem(check) -> str | None:
@@ -104,7 +128,7 @@ def _check_exists(cluster: Cluster, message: str, read, *args) -> str | None:
     return message if found is None else None
 
 
-def _check_capacity(cluster: Cluster, request: PreflightRequest) -> str | None:
+def _check_capacity(cluster: Cluster, request: PreflightRequest, warnings: list[str]) -> str | None:
     if request.instance_type is None:
         return None
     listing = cluster.call(
@@ -113,8 +137,16 @@ def _check_capacity(cluster: Cluster, request: PreflightRequest) -> str | None:
         label_selector=f"{INSTANCE_TYPE_LABEL}={request.instance_type}",
     )
     nodes = cluster.core.api_client.sanitize_for_serialization(listing).get("items", [])
+    used = _requested_per_node(cluster, warnings)
     fitting = [node for node in nodes if _fits(node, request)]
+    free = [node for node in fitting if _fits(node, request, used.get(_name(node), {}))]
+    if len(free) >= request.nodes:
+        return None
     if len(fitting) >= request.nodes:
+        warnings.append(
+            f"only {len(free)} of the {len(fitting)} {request.instance_type} node(s) that fit "
+            "the job have its GPUs free now: it waits until others finish"
+        )
         return None
     groups = [g for g in request.node_groups if g.instance_type == request.instance_type]
     can_grow_to = sum(g.max_size for g in groups)
@@ -135,14 +167,102 @@ def _check_capacity(cluster: Cluster, request: PreflightRequest) -> str | None:
     )
 
 
-def _fits(node: dict, request: PreflightRequest) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
+def _name(node: dict) -> str:
+    return node["metadata"]["name"]
+
+
+def _fits(node: dict, request: PreflightRequest, used: dict[str, int] | None = None) -> bool:
+    """Ready, schedulable, no taint the pods don't tolerate, and the GPUs and EFA interfaces
+    (less what running pods `used`) allocatable."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if spec.get("unschedulable"):
         return False
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return (
-        _count(allocatable.get(GPU_RESOURCE)) >= request.gpus_per_node
-        and _count(allocatable.get(EFA_RESOURCE)) >= request.efa_per_node
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
     )
+    blocking = [
+        t
+        for t in spec.get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+        and (t.get("key"), t.get("effect")) not in TOLERATED_TAINTS
+    ]
+    if not ready or blocking:
+        return False
+    allocatable = status.get("allocatable") or {}
+    used = used or {}
+    return (
+        _count(allocatable.get(GPU_RESOURCE)) - used.get(GPU_RESOURCE, 0) >= request.gpus_per_node
+        and _count(allocatable.get(EFA_RESOURCE)) - used.get(EFA_RESOURCE, 0)
+        >= request.efa_per_node
+    )
+
+
+def _requested_per_node(cluster: Cluster, warnings: list[str]) -> dict[str, dict[str, int]]:
+    """GPUs and EFA interfaces requested by the pods bound to each node and not finished."""
+    try:
+        listing = cluster.call(
+            "list pods in all namespaces", cluster.core.list_pod_for_all_namespaces, expect=(403,)
+        )
+    except Exception as exc:
+        if status_of(exc) != 403:
+            raise
+        warnings.append("no permission to list pods cluster-wide: free GPUs not checked")
+        return {}
+    pods = cluster.core.api_client.sanitize_for_serialization(listing).get("items", [])
+    used: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            for resource in (GPU_RESOURCE, EFA_RESOURCE):
+                amount = _count(requests.get(resource))
+                used.setdefault(node, {}).setdefault(resource, 0)
+                used[node][resource] += amount
+    return used
+
+
+def _check_queue(cluster: Cluster, request: PreflightRequest, warnings: list[str]) -> str | None:
+    """The LocalQueue exists; the job fits its ClusterQueue's nominal quota at all (else
+    Kueue would hold it forever)."""
+    from jobs.k8s.kueue import get_cluster_queue, get_local_queue, nominal_quota
+
+    if request.queue is None:
+        return None
+    local = get_local_queue(cluster, request.queue)
+    if local is None:
+        return (
+            f"job.queue: LocalQueue {request.queue!r} does not exist in namespace "
+            f"{cluster.namespace!r} (the stack's is in job.queue of conf/stack/<stack>.yaml)"
+        )
+    name = (local.get("spec") or {}).get("clusterQueue", "")
+    try:
+        cluster_queue = get_cluster_queue(cluster, name)
+    except ClusterError as err:
+        if status_of(err.__cause__) != 403:
+            raise
+        warnings.append(f"{err} (no permission: quota check skipped)")
+        return None
+    if cluster_queue is None:
+        return f"job.queue: LocalQueue {request.queue!r} points at missing ClusterQueue {name!r}"
+    quota = nominal_quota(cluster_queue)
+    need = {
+        GPU_RESOURCE: request.gpus_per_node,
+        EFA_RESOURCE: request.efa_per_node,
+        "cpu": request.cpu_per_node,
+        "memory": request.memory_per_node,
+    }
+    for resource, per_node in need.items():
+        total = per_node * request.nodes
+        if total and total > quota.get(resource, 0):
+            return (
+                f"compute.nodes={request.nodes} needs {total:g} {resource} in all; ClusterQueue "
+                f"{name!r} (job.queue={request.queue}) has a nominal quota of "
+                f"{quota.get(resource, 0):g}: it could never be admitted"
+            )
+    return None
 
 
 def _count(quantity: str | None) -> int:

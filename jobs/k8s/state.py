@@ -7,6 +7,7 @@ the sweep launcher.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 RETRIES_ANNOTATION = "trainstack.io/retries"
 """Auto-restarts so far (resubmissions of the same run id after Failed)."""
@@ -16,7 +17,10 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
-FINAL_STATES = ("Succeeded", "Failed", "Cancelled", "Suspended")
+FINAL_STATES = ("Succeeded", "Failed", "Cancelled")
+"""A Suspended job is NOT finished: Kueue holds it until it is admitted (or re-admits it after
+preemption), or an admin paused it; only `trainstack cancel` (the annotation) makes a
+suspended job Cancelled."""
 # The operator's condition types, most decisive first.
 _PRECEDENCE = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
 
@@ -41,14 +45,44 @@ def conditions(job: dict) -> list[Condition]:
 
 
 def job_state(job: dict) -> str:
-    """Pending, Created, Running, Restarting, Succeeded, Failed, Suspended or Cancelled."""
+    """Pending, Created, Running, Restarting, Succeeded, Failed, Suspended or Cancelled.
+
+    Suspended: `spec.runPolicy.suspend` is set (Kueue has not admitted it yet, or preempted
+    it) and the job has not ended. Cancelled: suspended (or never started) by `trainstack
+    cancel`."""
     true_types = {c.type for c in conditions(job)}
+    for kind in ("Succeeded", "Failed"):
+        if kind in true_types:
+            return kind
+    if is_suspended(job) or "Suspended" in true_types:
+        return "Cancelled" if is_cancelled(job) else "Suspended"
     for kind in _PRECEDENCE:
         if kind in true_types:
-            if kind == "Suspended" and is_cancelled(job):
-                return "Cancelled"
             return kind
     return "Cancelled" if is_cancelled(job) else "Pending"
+
+
+def is_suspended(job: dict) -> bool:
+    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+
+def cancelled_at(job: dict) -> datetime | None:
+    stamp = annotations(job).get(CANCELLED_ANNOTATION)
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except (TypeError, ValueError):
+        return None
+
+
+def cancelled_and_expired(job: dict, now: datetime) -> bool:
+    """A cancelled job older than its `ttlSecondsAfterFinished`. The operator's TTL only counts
+    Succeeded and Failed jobs; a cancelled (suspended) job is never finished to it, so
+    trainstack deletes it (see the kubernetes backend's `list_runs`)."""
+    when = cancelled_at(job)
+    ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    if when is None or ttl is None or job_state(job) != "Cancelled":
+        return False
+    return (now - when).total_seconds() > int(ttl)
 
 
 def is_final(state: str) -> bool:

@@ -14,7 +14,7 @@ import copy
 import time
 from dataclasses import dataclass
 
-from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, status_of
+from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
 from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
@@ -78,8 +78,9 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
     return Submission(name, outcome, created)
 
 
-def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0) -> None:
-    """Delete the job and wait (bounded) until it and its dependents are gone (Foreground)."""
+def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool = True) -> None:
+    """Delete the job and (`wait`) block, bounded, until it and its dependents are gone
+    (Foreground: the job stays, with a deletionTimestamp, until its pods are deleted)."""
     from kubernetes.client import V1DeleteOptions
 
     cluster.call_or_none(
@@ -92,6 +93,8 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0) -> None:
         name,
         body=V1DeleteOptions(propagation_policy="Foreground"),
     )
+    if not wait:
+        return
     deadline = time.monotonic() + timeout_s
     delay = 0.1
     while cluster.get_job(name) is not None:
@@ -122,14 +125,37 @@ def _apply_config_map(cluster: Cluster, config_map: dict) -> str:
             raise
         # Left by a submission whose job is gone (or going): ours replaces it, and dropping the
         # stale owner reference keeps the garbage collector from deleting it under the new job.
-        cluster.call(
-            f"replace ConfigMap {cluster.namespace}/{name}",
-            cluster.core.replace_namespaced_config_map,
+        _replace_config_map(cluster, name, body)
+    return name
+
+
+def _replace_config_map(cluster: Cluster, name: str, body: dict, attempts: int = 3) -> None:
+    """An update must name the resourceVersion it replaces; a concurrent change (409
+    Conflict) means read it again and retry."""
+    action = f"replace ConfigMap {cluster.namespace}/{name}"
+    for attempt in range(1, attempts + 1):
+        current = cluster.call(
+            f"get ConfigMap {cluster.namespace}/{name}",
+            cluster.core.read_namespaced_config_map,
             name,
             cluster.namespace,
-            body,
         )
-    return name
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        try:
+            cluster.call(
+                action,
+                cluster.core.replace_namespaced_config_map,
+                name,
+                cluster.namespace,
+                body,
+                expect=(409,),
+            )
+            return
+        except Exception as exc:
+            if status_of(exc) != 409 or attempt == attempts:
+                if isinstance(exc, ClusterError):
+                    raise
+                raise ClusterError(f"{action} failed: {describe(exc)}") from exc
 
 
 def _own(cluster: Cluster, config_maps: list[str], job: dict) -> None:

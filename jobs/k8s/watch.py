@@ -23,9 +23,17 @@ from jobs.k8s.api import (
 from jobs.k8s.state import is_final, job_state, pod_for_rank
 
 MAX_RECONNECTS = 5
-"""Consecutive failed watch/log connections (no event in between) before giving up."""
+"""Consecutive failed log connections (no line in between) before giving up."""
+MAX_OUTAGE_S = 1800.0
+"""How long `wait_for_end` keeps reconnecting through an unreachable or failing API server
+(transient errors only: 429, 5xx, timeouts, dropped connections) before giving up: a control
+plane upgrade or a network blip must not end a --wait (and its second-line restarts)."""
+MAX_BACKOFF_S = 30.0
 WATCH_WINDOW_S = 60
 """Server-side timeout of one watch request; the watch then reconnects from where it was."""
+LOG_READ_TIMEOUT_S = 120.0
+"""A followed log silent this long is read again from a new connection (a dropped connection
+sends nothing, not even an end); lines already shown are skipped."""
 CONTAINER = "pytorch"
 
 
@@ -51,14 +59,16 @@ def wait_for_end(
             on_state(state, job)
         return is_final(state)
 
-    job = cluster.get_job(name)
-    if job is None or observe(job):
-        return job
-    version = job["metadata"]["resourceVersion"]
-    failures = 0
+    version = None  # None: (re-)read the job first, e.g. after a 410 Gone
+    failures, outage_since = 0, None
     while True:
         stream = watch.Watch()
         try:
+            if version is None:
+                job = cluster.get_job(name)
+                if job is None or observe(job):
+                    return job
+                version = job["metadata"]["resourceVersion"]
             for event in stream.stream(
                 cluster.custom.list_namespaced_custom_object,
                 GROUP,
@@ -67,11 +77,15 @@ def wait_for_end(
                 PLURAL,
                 field_selector=f"metadata.name={name}",
                 resource_version=version,
+                allow_watch_bookmarks=True,
                 timeout_seconds=WATCH_WINDOW_S,
                 _request_timeout=(cluster.retry.connect_timeout_s, WATCH_WINDOW_S + 10),
             ):
                 job = event["raw_object"]
-                failures = 0
+                failures, outage_since = 0, None
+                if event["type"] == "BOOKMARK":  # only a newer resourceVersion to resume from
+                    version = job["metadata"]["resourceVersion"]
+                    continue
                 if event["type"] == "DELETED":
                     stream.stop()
                     return None
@@ -80,22 +94,23 @@ def wait_for_end(
                     stream.stop()
                     return job
         except Exception as exc:
-            if status_of(exc) == 410:
-                # Our resourceVersion fell out of the server's history: re-read, go on from it.
-                job = cluster.get_job(name)
-                if job is None or observe(job):
-                    return job
-                version = job["metadata"]["resourceVersion"]
-                continue
             what = f"watch PyTorchJob {cluster.namespace}/{name}"
+            if status_of(exc) == 410:
+                version = None  # our resourceVersion left the server's history: re-read
+                continue
+            if isinstance(exc, ClusterError) and exc.__cause__ is not None:
+                exc = exc.__cause__  # a read that ran out of its own retries
             if not is_transient(exc):
                 raise ClusterError(f"{what} failed: {describe(exc)}") from exc
             failures += 1
-            if failures > MAX_RECONNECTS:
+            now = cluster.clock()
+            outage_since = now if outage_since is None else outage_since
+            if now - outage_since > MAX_OUTAGE_S:
                 raise ClusterError(
-                    f"{what} failed {failures} times in a row: {describe(exc)}"
+                    f"{what} failed {failures} times over {now - outage_since:.0f}s: "
+                    f"{describe(exc)}"
                 ) from exc
-            cluster.sleep(cluster.retry.backoff_s(failures))
+            cluster.sleep(min(cluster.retry.base_delay_s * 2 ** min(failures, 20), MAX_BACKOFF_S))
 
 
 def pod_name(job: dict, rank: int) -> str:
@@ -155,7 +170,7 @@ def follow_log(
                 name=pod["metadata"]["name"],
                 namespace=cluster.namespace,
                 container=CONTAINER,
-                _request_timeout=(cluster.retry.connect_timeout_s, None),
+                _request_timeout=(cluster.retry.connect_timeout_s, LOG_READ_TIMEOUT_S),
             ):
                 seen += 1
                 if seen > yielded.get(container, 0):
@@ -167,6 +182,8 @@ def follow_log(
         except Exception as exc:
             if status_of(exc) == 400 and time.monotonic() - waiting_since < start_timeout_s:
                 cluster.sleep(poll_s)  # the container is (re)starting: no log to read yet
+                continue
+            if _read_timed_out(exc):  # silent: maybe dropped; a fresh connection tells
                 continue
             failures += 1
             if failures > MAX_RECONNECTS:
@@ -180,6 +197,21 @@ def follow_log(
         # The pod ended or was replaced while the job goes on: follow its successor.
         waiting_since = time.monotonic()
         cluster.sleep(poll_s)
+
+
+def _read_timed_out(exc: BaseException) -> bool:
+    from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+    seen: BaseException | None = exc
+    while seen is not None:  # urllib3 wraps the socket timeout in ProtocolError mid-stream
+        if isinstance(seen, ReadTimeoutError | TimeoutError):
+            return True
+        if isinstance(seen, ProtocolError) and any(
+            isinstance(arg, ReadTimeoutError | TimeoutError) for arg in seen.args
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _restarts(pod: dict) -> int:

@@ -44,11 +44,12 @@ def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_run
     assert text.startswith("# @package _global_\n")
     defaults = yaml.safe_load(text)
     assert set(defaults) == {"cluster", "job", "storage"}
-    assert set(defaults["job"]) == {"image_repository"}
+    assert set(defaults["job"]) == {"image_repository", "queue"}
     assert set(defaults["storage"]) == {"root"}
     outputs = stack_runs["dev"].outputs
     assert defaults["storage"]["root"] == f"s3://{outputs['bucket']}/runs"
     assert defaults["job"]["image_repository"] == outputs["repository_url"]
+    assert defaults["job"]["queue"] == outputs["local_queue"] == "training"  # the LocalQueue
     cluster = defaults["cluster"]
     assert cluster["name"] == "trainstack-dev"
     assert cluster["node_groups"] == [

@@ -36,7 +36,15 @@ def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str =
         add_node(server, f"gpu-{index}", instance_type)
 
 
-def add_node(server: FakeKubeApiServer, name: str, instance_type: str, gpus: int = 8, efa: int = 4):
+def add_node(
+    server: FakeKubeApiServer,
+    name: str,
+    instance_type: str,
+    gpus: int = 8,
+    efa: int = 4,
+    ready: bool = True,
+    taints: list[dict] | None = None,
+):
     server.put(
         "nodes",
         {
@@ -45,14 +53,15 @@ def add_node(server: FakeKubeApiServer, name: str, instance_type: str, gpus: int
                 "name": name,
                 "labels": {"node.kubernetes.io/instance-type": instance_type},
             },
-            "spec": {},
+            "spec": {"taints": taints or []},
             "status": {
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                 "allocatable": {
                     "cpu": "95",
                     "memory": "1100Gi",
                     "nvidia.com/gpu": str(gpus),
                     "vpc.amazonaws.com/efa": str(efa),
-                }
+                },
             },
         },
     )
@@ -96,6 +105,7 @@ def fast_restarts(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.01)
     monkeypatch.setattr(KubernetesBackend, "_scheduled", {})
+    monkeypatch.setattr(KubernetesBackend, "_uids", {})
     monkeypatch.setattr(KubernetesBackend, "_connections", {})
 
 

@@ -47,6 +47,11 @@ class Faults:
     """Object name -> HTTP status (e.g. 403, 422) its creates are refused with."""
     gone_on_watch: int = 0
     """The next N watches answer 410 Gone (an expired resourceVersion)."""
+    outage: object = None
+    """A callable: while it returns True every request is answered 503 (an API outage)."""
+    silent_log_streams: int = 0
+    """The next N log follows answer 200 and then send nothing, never ending (a connection
+    dropped without a FIN: NAT timeout, a dead node's kubelet)."""
 
 
 class _Dropped(Exception):
@@ -57,9 +62,13 @@ class FakeKubeApiServer(ObjectStore):
     def __init__(self, history: int = 10_000) -> None:
         super().__init__(history)
         self.faults = Faults()
+        self.foreground_delay_s = 0.3
+        """How long a Foreground delete keeps the object (its pods terminating)."""
+        self.bookmarks_sent = 0
         self.requests: list[tuple[str, str]] = []
         """(method, path with query) of every request, for counting retries."""
         self.operator = None  # set by FakeOperator
+        self.kueue = None  # set by FakeKueue
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -99,6 +108,12 @@ class FakeKubeApiServer(ObjectStore):
     def count(self, method: str, fragment: str) -> int:
         """How many requests with this method had `fragment` in their path."""
         return sum(1 for m, p in self.requests if m == method and fragment in p)
+
+
+def _mark_deleting(obj: dict) -> None:
+    meta = obj["metadata"]
+    meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta["finalizers"] = [*meta.get("finalizers", []), "foregroundDeletion"]
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -175,6 +190,9 @@ def _handler_for(server: FakeKubeApiServer):
 
         def _faulted_read(self) -> bool:
             faults = server.faults
+            if callable(faults.outage) and faults.outage():
+                self._error(503, "ServiceUnavailable", "injected outage")
+                return True
             if faults.read_stalls > 0:
                 faults.read_stalls -= 1
                 time.sleep(faults.stall_seconds)
@@ -232,6 +250,8 @@ def _handler_for(server: FakeKubeApiServer):
 
         def _create(self, plural: str, namespace: str, obj: dict) -> dict:
             created = server.put(plural, obj, namespace)
+            if plural == "pytorchjobs" and server.kueue is not None:
+                server.kueue.job_created(created)
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_created(created)
             return created
@@ -253,21 +273,51 @@ def _handler_for(server: FakeKubeApiServer):
             server.requests.append(("PUT", self.path))
             plural, namespace, name, _, _ = self._route()
             obj = self._body()
-            existing = server.get(plural, name, namespace)
-            if existing is None:
-                return self._error(404, "NotFound", f'{plural} "{name}" not found')
-            obj["metadata"]["uid"] = existing["metadata"]["uid"]
-            return self._send(200, server.put(plural, obj, namespace))
+            with server.cond:  # check and write as one step, as etcd's compare-and-swap
+                existing = server.get(plural, name, namespace)
+                if existing is None:
+                    return self._error(404, "NotFound", f'{plural} "{name}" not found')
+                sent = obj["metadata"].get("resourceVersion")
+                if not sent:
+                    return self._error(
+                        422,
+                        "Invalid",
+                        f'{plural} "{name}" is invalid: metadata.resourceVersion: Invalid value: '
+                        "0x0: must be specified for an update",
+                    )
+                if sent != existing["metadata"]["resourceVersion"]:
+                    return self._error(
+                        409,
+                        "Conflict",
+                        f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                        "modified; please apply your changes to the latest version and try again",
+                    )
+                obj["metadata"]["uid"] = existing["metadata"]["uid"]
+                return self._send(200, server.put(plural, obj, namespace))
 
         def do_DELETE(self) -> None:
             server.requests.append(("DELETE", self.path))
             plural, namespace, name, _, _ = self._route()
-            self._body()  # delete options: always cascade (as Foreground/Background would)
+            options = self._body() or {}
+            policy = options.get("propagationPolicy", "Background")
+            existing = server.get(plural, name, namespace)
+            if existing is None:
+                return self._error(404, "NotFound", f'{plural} "{name}" not found')
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_deleted(name)
-            obj = server.remove(plural, name, namespace)
-            if obj is None:
-                return self._error(404, "NotFound", f'{plural} "{name}" not found')
+            if policy == "Foreground":
+                # The object stays, marked, until its dependents are gone (pods take their
+                # grace period): a create of the same name meanwhile gets 409 AlreadyExists.
+                marked = server.update(plural, name, namespace, _mark_deleting)
+                timer = threading.Timer(
+                    server.foreground_delay_s, server.remove, (plural, name, namespace)
+                )
+                timer.daemon = True
+                timer.start()
+                return self._send(200, marked)
+            if policy == "Orphan":
+                server.orphan_dependents(existing["metadata"]["uid"])
+            server.remove(plural, name, namespace)
             return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
 
         # -- streams --------------------------------------------------------------------------
@@ -283,6 +333,7 @@ def _handler_for(server: FakeKubeApiServer):
             timeout = float(query.get("timeoutSeconds", ["30"])[0])
             drop_after = faults.drop_watch_after.pop(0) if faults.drop_watch_after else None
             since = query.get("resourceVersion", [""])[0]
+            bookmarks = query.get("allowWatchBookmarks", ["false"])[0].lower() == "true"
             self._start_stream("application/json")
             sent = 0
             deadline = time.monotonic() + timeout
@@ -319,6 +370,12 @@ def _handler_for(server: FakeKubeApiServer):
                             if getattr(server, "stopped", False):
                                 break
                             pending = self._events_after(cursor, plural, namespace, selector)
+                            if not pending and bookmarks:
+                                # Idle: tell the client how far it is (only when it asked).
+                                mark = {"kind": KINDS.get(plural, "Object"), "apiVersion": "v1"}
+                                mark["metadata"] = {"resourceVersion": str(server.rv)}
+                                pending = [(server.rv, plural, "BOOKMARK", mark)]
+                                server.bookmarks_sent += 1
                         if not pending:
                             return self._end_stream()
                         cursor = max(rv for rv, *_ in pending)
@@ -350,6 +407,12 @@ def _handler_for(server: FakeKubeApiServer):
                 text = "".join(line + "\n" for line in operator.log_lines(uid))
                 return self._send(200, text, "text/plain")
             self._start_stream("text/plain")
+            if server.faults.silent_log_streams > 0:
+                server.faults.silent_log_streams -= 1
+                with server.cond:
+                    server.cond.wait_for(lambda: getattr(server, "stopped", False), timeout=60)
+                self.close_connection = True
+                return None
             sent = 0
             try:
                 while True:

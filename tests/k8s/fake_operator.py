@@ -27,6 +27,9 @@ class JobPlan:
     step_seconds: float = 0.05
     kill_pod_at: int | None = None
     """Kill the master pod at this step; the operator restarts it (condition Restarting)."""
+    lose_node_at: int | None = None
+    """Lose worker 0's node at this step: its pod vanishes (no SIGTERM, no exit code) and the
+    operator recreates it; the job goes Restarting, then Running again."""
     hold: bool = False
     """Keep running after the last step until the job is suspended or deleted."""
 
@@ -35,6 +38,15 @@ class JobPlan:
 class _Run:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+
+
+def _suspended(job: dict) -> bool:
+    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+
+def _condition_true(job: dict, kind: str) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conditions)
 
 
 def _now() -> str:
@@ -49,6 +61,7 @@ class FakeOperator:
         self.created: dict[str, int] = {}
         """Submissions per job name (what the tests count duplicates with)."""
         self._runs: dict[str, _Run] = {}
+        self._plans_in_use: dict[str, JobPlan] = {}
         self._logs: dict[str, list[str]] = {}
         self._closed: set[str] = set()
         server.operator = self
@@ -59,14 +72,29 @@ class FakeOperator:
         self.created[name] = self.created.get(name, 0) + 1
         queue = self.plans.get(name) or []
         plan = queue.pop(0) if queue else self.default
+        self._plans_in_use[name] = plan
+        if _suspended(job):  # created suspended (for Kueue): no pods until it is admitted
+            namespace = job["metadata"]["namespace"]
+            self._condition(name, namespace, "Created", "PyTorchJobCreated", "created")
+            self._condition(name, namespace, "Suspended", "PyTorchJobSuspended", "suspended")
+            return
+        self._start(job, plan)
+
+    def _start(self, job: dict, plan: JobPlan) -> None:
         run = _Run()
         run.thread = threading.Thread(target=self._run, args=(job, plan, run.stop), daemon=True)
-        self._runs[name] = run
+        self._runs[job["metadata"]["name"]] = run
         run.thread.start()
 
     def job_patched(self, job: dict) -> None:
-        suspended = ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend")
-        run = self._runs.get(job["metadata"]["name"])
+        suspended = _suspended(job)
+        name = job["metadata"]["name"]
+        run = self._runs.get(name)
+        if not suspended and (run is None or run.stop.is_set()):
+            # Unsuspended (Kueue admitted it): pods again; the trainer resumes.
+            if name in self._plans_in_use and _condition_true(job, "Suspended"):
+                self._start(job, self._plans_in_use[name])
+            return
         if suspended and run and not run.stop.is_set():
             run.stop.set()
             if run.thread is not threading.current_thread():
@@ -119,6 +147,8 @@ class FakeOperator:
                 self._log(pod, namespace, f"step {step} loss {4.0 / step:.3f}")
             if plan.kill_pod_at == step:
                 self._restart_pod(job, pods[0], namespace)
+            if plan.lose_node_at == step and len(pods) > 1:
+                self._restart_pod(job, pods[1], namespace, "Worker", 0)
             if stop.wait(plan.step_seconds):
                 return
         if stop.is_set():
@@ -163,13 +193,15 @@ class FakeOperator:
         }
         self.server.put("pods", pod, meta["namespace"])
 
-    def _restart_pod(self, job: dict, pod_name: str, namespace: str) -> None:
+    def _restart_pod(
+        self, job: dict, pod_name: str, namespace: str, replica: str = "Master", index: int = 0
+    ) -> None:
         job_name = job["metadata"]["name"]
         old = self.server.remove("pods", pod_name, namespace)
         if old:
             self._closed.add(old["metadata"]["uid"])
         self._condition(job_name, namespace, "Restarting", "PyTorchJobRestarting", "pod killed")
-        self._put_pod(job, pod_name, "Master", 0)
+        self._put_pod(job, pod_name, replica, index)
         self._set_phase(pod_name, namespace, "Running")
         self._log(pod_name, namespace, "resumed from latest checkpoint")
         self._condition(job_name, namespace, "Running", "PyTorchJobRunning", "running")
@@ -191,8 +223,29 @@ class FakeOperator:
                 self.server.cond.notify_all()
 
     def _set_phase(self, pod_name: str, namespace: str, phase: str) -> None:
+        """Phase plus the container's status, as the kubelet reports it."""
+        if phase == "Running":
+            state = {"running": {"startedAt": _now()}}
+        elif phase in ("Succeeded", "Failed"):
+            code = 0 if phase == "Succeeded" else 1
+            state = {
+                "terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+            }
+        else:
+            state = {"waiting": {"reason": "ContainerCreating"}}
+        container = {
+            "name": "pytorch",
+            "ready": phase == "Running",
+            "restartCount": 0,
+            "image": "trainer",
+            "imageID": "",
+            "state": state,
+        }
         self.server.update(
-            "pods", pod_name, namespace, lambda p: p.setdefault("status", {}).update(phase=phase)
+            "pods",
+            pod_name,
+            namespace,
+            lambda p: p.setdefault("status", {}).update(phase=phase, containerStatuses=[container]),
         )
 
     def _condition(self, name: str, namespace: str, kind: str, reason: str, message: str) -> None:
@@ -207,6 +260,8 @@ class FakeOperator:
                     break
             for cond in conditions:
                 if cond["type"] in ("Running", "Restarting") and kind != "Created":
+                    cond["status"] = "False"
+                if cond["type"] == "Suspended" and kind == "Running":
                     cond["status"] = "False"
             conditions.append(
                 {"type": kind, "status": "True", "reason": reason, "message": message}

@@ -13,7 +13,14 @@ import threading
 import time
 import uuid
 
-CLUSTER_SCOPED = {"namespaces", "nodes", "customresourcedefinitions", "persistentvolumes"}
+CLUSTER_SCOPED = {
+    "namespaces",
+    "nodes",
+    "customresourcedefinitions",
+    "persistentvolumes",
+    "clusterqueues",
+    "resourceflavors",
+}
 KINDS = {
     "namespaces": "Namespace",
     "nodes": "Node",
@@ -22,6 +29,9 @@ KINDS = {
     "pods": "Pod",
     "pytorchjobs": "PyTorchJob",
     "customresourcedefinitions": "CustomResourceDefinition",
+    "workloads": "Workload",
+    "localqueues": "LocalQueue",
+    "clusterqueues": "ClusterQueue",
 }
 
 
@@ -82,6 +92,20 @@ class ObjectStore:
                 if any(o.get("uid") == uid for o in owners):
                     self.remove(dep_plural, dep_name, dep_ns)
             return obj
+
+    def orphan_dependents(self, uid: str) -> None:
+        """Drop the owner reference `uid` from every object (propagationPolicy Orphan)."""
+        with self.cond:
+            for (plural, namespace, name), obj in list(self.objects.items()):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    kept = [o for o in owners if o.get("uid") != uid]
+                    self.update(
+                        plural,
+                        name,
+                        namespace,
+                        lambda o, kept=kept: o["metadata"].update(ownerReferences=kept),
+                    )
 
     def list(self, plural: str, namespace: str = "", selector: dict | None = None) -> list[dict]:
         with self.cond:

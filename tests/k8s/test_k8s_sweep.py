@@ -90,3 +90,14 @@ def test_a_sweep_loads_its_kubeconfig_credentials_once(apiserver, trainstack, ku
     assert trainstack("launch", *SWEEP, "sweep_id=sw4", launch=True) == 0
     assert len(apiserver.list("pytorchjobs", NAMESPACE)) == 3
     assert calls.read_text() == "x"
+
+
+def test_a_fixed_run_id_in_a_pytorchjob_sweep_is_refused_before_anything_is_sent(
+    apiserver, trainstack, capsys
+):
+    # Today's defect: one job submitted, the other points "already submitted; skipped", exit 0.
+    code = trainstack("launch", *SWEEP, "run_id=fixed", "sweep_id=sw9", launch=True)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "run_id: the same run id for several points" in err
+    assert apiserver.operator.created == {}

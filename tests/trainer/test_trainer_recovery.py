@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,7 @@ def test_the_leftover_check_finds_a_trainer_process_of_this_session():
     # argv shaped like a rank ("-m trainer"), alive for a while: what the session check hunts.
     code = "import time; time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", code, "-m", "trainer"])
+    wait_until(lambda: b"-m\0trainer" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), "exec")
     try:
         found = leftover_trainer_processes(grace_s=0.5)
         assert proc.pid in {p.pid for p in found}

@@ -1,0 +1,146 @@
+"""Kueue: all-or-nothing admission of training jobs, fair sharing of the GPU node groups, and
+priorities.
+
+Installed from its pinned Helm chart. One ResourceFlavor per GPU node group (Kueue injects
+the flavor's node label into admitted pods, so they land on that group); one ClusterQueue whose
+nominal quota per flavor is what the group's nodes hold at `maxSize` (GPUs, EFA interfaces,
+CPU, memory and the 2 MiB huge pages EFA jobs request, from the catalog); one LocalQueue in the
+training namespace (what `job.queue` names) and the WorkloadPriorityClasses `job.priority`
+picks from. Jobs are created suspended and only Kueue un-suspends them.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.gpu_nodes import GPU_TAINT, GROUP_LABEL
+from infra.launch_template import HUGEPAGES_2MI
+from infra.settings import GpuNodeGroupConfig, KueueConfig
+from infra.versions import KUEUE
+
+# What each EFA node reserves (infra/launch_template.py), so the quota is what the nodes hold.
+_HUGEPAGES_MI = int(HUGEPAGES_2MI.removesuffix("Mi"))
+
+KUEUE_CHART = KUEUE
+KUEUE_VERSION = KUEUE["version"]
+API_VERSION = "kueue.x-k8s.io/v1beta1"
+KUEUE_NAMESPACE = "kueue-system"
+COVERED_RESOURCES = ("cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi")
+"""Every resource a training pod requests: Kueue refuses a workload asking for one that no
+flavor covers."""
+
+
+def flavor_quota(group: GpuNodeGroupConfig) -> dict[str, str]:
+    """What the group's nodes hold at maxSize, per covered resource."""
+    nodes, instance = group.max_size, group.instance
+    efa = instance.efa_interfaces if instance.has_efa else 0
+    return {
+        "cpu": str(instance.vcpus * nodes),
+        "memory": f"{instance.memory_gib * nodes}Gi",
+        "nvidia.com/gpu": str(instance.gpus * nodes),
+        "vpc.amazonaws.com/efa": str(efa * nodes),
+        "hugepages-2Mi": f"{_HUGEPAGES_MI * nodes if efa else 0}Mi",
+    }
+
+
+def cluster_queue_spec(groups: tuple[GpuNodeGroupConfig, ...]) -> dict:
+    """Pure: the ClusterQueue's spec. Lower priorities are preempted inside the queue."""
+    flavors = [
+        {
+            "name": group.name,
+            "resources": [
+                {"name": name, "nominalQuota": quota} for name, quota in flavor_quota(group).items()
+            ],
+        }
+        for group in groups
+    ]
+    return {
+        "namespaceSelector": {},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+    }
+
+
+def priority_class(name: str, value: int) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "description": f"trainstack job.priority={name}",
+    }
+
+
+class Kueue(pulumi.ComponentResource):
+    local_queue: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        config: KueueConfig,
+        groups: tuple[GpuNodeGroupConfig, ...],
+        namespace: pulumi.Input[str],
+        k8s_provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("trainstack:infra:Kueue", name, None, opts)
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
+        release = k8s.helm.v3.Release(
+            f"{name}-kueue",
+            name="kueue",
+            chart=KUEUE_CHART["chart"],
+            version=KUEUE_CHART["version"],
+            repository_opts={"repo": KUEUE_CHART["repo"]},
+            namespace=KUEUE_NAMESPACE,
+            create_namespace=True,
+            opts=in_cluster,
+        )
+        after_crds = pulumi.ResourceOptions.merge(
+            in_cluster, pulumi.ResourceOptions(depends_on=[release])
+        )
+        flavors = [
+            k8s.apiextensions.CustomResource(
+                f"{name}-flavor-{group.name}",
+                api_version=API_VERSION,
+                kind="ResourceFlavor",
+                metadata={"name": group.name},
+                spec={
+                    "nodeLabels": {GROUP_LABEL: group.name},
+                    "tolerations": [
+                        {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                },
+                opts=after_crds,
+            )
+            for group in groups
+        ]
+        cluster_queue = k8s.apiextensions.CustomResource(
+            f"{name}-cluster-queue",
+            api_version=API_VERSION,
+            kind="ClusterQueue",
+            metadata={"name": config.cluster_queue},
+            spec=cluster_queue_spec(groups),
+            opts=pulumi.ResourceOptions.merge(
+                after_crds, pulumi.ResourceOptions(depends_on=[release, *flavors])
+            ),
+        )
+        local_queue = k8s.apiextensions.CustomResource(
+            f"{name}-local-queue",
+            api_version=API_VERSION,
+            kind="LocalQueue",
+            metadata={"name": config.local_queue, "namespace": namespace},
+            spec={"clusterQueue": config.cluster_queue},
+            opts=pulumi.ResourceOptions.merge(
+                after_crds, pulumi.ResourceOptions(depends_on=[cluster_queue])
+            ),
+        )
+        # Top-level `value`: not a spec, so not a CustomResource; the provider applies these.
+        k8s.yaml.v2.ConfigGroup(
+            f"{name}-priorities",
+            objs=[priority_class(priority, value) for priority, value in config.priority_classes],
+            opts=after_crds,
+        )
+        self.local_queue = local_queue.metadata["name"]
+        self.register_outputs({"local_queue": self.local_queue})

@@ -1,0 +1,97 @@
+"""What Kueue says about a job: its Workload's reason for holding it, and the queue checks of
+the preflight (the LocalQueue exists; the job fits its ClusterQueue's nominal quota at all).
+
+Kueue's objects are read only: trainstack never admits, un-suspends or edits a Workload.
+"""
+
+from __future__ import annotations
+
+from jobs.k8s.api import Cluster, ClusterError, status_of
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+def workload_of(cluster: Cluster, job: dict) -> dict | None:
+    """The job's Workload; None when there is none or it may not be read (RBAC)."""
+    uid = job["metadata"].get("uid")
+    try:
+        listing = cluster.call(
+            f"list Workloads of {cluster.namespace}/{job['metadata']['name']}",
+            cluster.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            cluster.namespace,
+            "workloads",
+            label_selector=f"{JOB_UID_LABEL}={uid}",
+            expect=(403, 404),
+        )
+    except Exception as exc:
+        if status_of(exc) in (403, 404):
+            return None
+        raise
+    items = listing.get("items", [])
+    return items[0] if items else None
+
+
+def queue_reason(workload: dict | None) -> str:
+    """One line: why Kueue holds the job (evicted/preempted, or waiting for quota)."""
+    if workload is None:
+        return "suspended (no Kueue workload: paused by an admin, or Kueue has not seen it yet)"
+    true = {}
+    false = {}
+    for cond in (workload.get("status") or {}).get("conditions") or []:
+        (true if cond.get("status") == "True" else false)[cond["type"]] = cond
+    queue = (workload.get("spec") or {}).get("queueName", "?")
+    for kind in ("Evicted", "Preempted"):
+        if kind in true and "QuotaReserved" not in true:
+            reason, message = true[kind].get("reason", kind).lower(), true[kind].get("message")
+            return f"in queue {queue} after {reason}: {message or ''}".strip()
+    if "QuotaReserved" in false:
+        return f"waiting in queue {queue}: {false['QuotaReserved'].get('message', '')}".strip()
+    if "Admitted" in true:
+        return f"admitted by queue {queue}; starting"
+    return f"waiting in queue {queue}"
+
+
+def get_local_queue(cluster: Cluster, name: str) -> dict | None:
+    return cluster.call_or_none(
+        f"get LocalQueue {cluster.namespace}/{name}",
+        cluster.custom.get_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        "localqueues",
+        name,
+    )
+
+
+def get_cluster_queue(cluster: Cluster, name: str) -> dict | None:
+    return cluster.call_or_none(
+        f"get ClusterQueue {name}",
+        cluster.custom.get_cluster_custom_object,
+        GROUP,
+        VERSION,
+        "clusterqueues",
+        name,
+    )
+
+
+def nominal_quota(cluster_queue: dict) -> dict[str, float]:
+    """Total nominal quota per resource over every flavor of every resource group."""
+    totals: dict[str, float] = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                amount = parse_quantity(str(resource.get("nominalQuota", "0")))
+                totals[resource["name"]] = totals.get(resource["name"], 0.0) + amount
+    return totals
+
+
+def parse_quantity(text: str) -> float:
+    from kubernetes.utils import parse_quantity as parse
+
+    try:
+        return float(parse(text))
+    except ValueError as exc:
+        raise ClusterError(f"cannot read Kueue quota {text!r}") from exc

@@ -1,0 +1,87 @@
+"""Kueue in the stack, under Pulumi's mocks: the pinned chart, a ResourceFlavor per GPU node
+group, a ClusterQueue whose nominal quota is the groups' nodes at maxSize (from the catalog),
+a LocalQueue in the training namespace, priority classes; bad settings fail in one line."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from catalog import INSTANCE_TYPES
+from infra.config import ConfigError
+from infra.kueue import KUEUE_VERSION
+from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
+
+CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta1:"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def kind(run, name: str) -> list:
+    return run.of_type(f"{CUSTOM}{name}")
+
+
+def test_every_stack_installs_kueue_with_quota_from_its_node_groups(stack_runs):
+    for stack, run in stack_runs.items():
+        config = stack_file_config(stack)
+        groups = config["trainstack:gpuNodeGroups"]
+        (chart,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "kueue"]
+        assert chart.inputs["version"] == KUEUE_VERSION
+        flavors = kind(run, "ResourceFlavor")
+        assert sorted(f.inputs["metadata"]["name"] for f in flavors) == sorted(
+            g["name"] for g in groups
+        )
+        (queue,) = kind(run, "ClusterQueue")
+        (resource_group,) = queue.inputs["spec"]["resourceGroups"]
+        quota = {f["name"]: f["resources"] for f in resource_group["flavors"]}
+        for group in groups:
+            instance = INSTANCE_TYPES[group["instanceType"]]
+            got = {r["name"]: r["nominalQuota"] for r in quota[group["name"]]}
+            assert got["nvidia.com/gpu"] == str(instance.gpus * group["maxSize"])
+            efa = instance.efa_interfaces if instance.has_efa else 0
+            assert got["vpc.amazonaws.com/efa"] == str(efa * group["maxSize"])
+            assert got["cpu"] == str(instance.vcpus * group["maxSize"])
+            assert got["memory"] == f"{instance.memory_gib * group['maxSize']}Gi"
+        (local,) = kind(run, "LocalQueue")
+        assert local.inputs["metadata"]["namespace"] == "training"
+        assert local.inputs["spec"]["clusterQueue"] == queue.inputs["metadata"]["name"]
+        assert run.outputs["local_queue"] == local.inputs["metadata"]["name"]
+        (priorities,) = [
+            g for g in run.of_type("kubernetes:yaml/v2:ConfigGroup") if "priorit" in g.name
+        ]
+        objs = priorities.inputs["objs"]
+        assert {o["kind"] for o in objs} == {"WorkloadPriorityClass"}
+        classes = {o["metadata"]["name"]: o["value"] for o in objs}
+        assert classes["high"] > classes["default"] > classes["low"]
+
+
+def with_kueue(value):
+    config = copy.deepcopy(stack_file_config("dev"))
+    config["trainstack:kueue"] = value
+    return config
+
+
+def test_kueue_can_be_left_out():
+    run = run_program(with_kueue({"enabled": False}), "nokueue")
+    assert kind(run, "ClusterQueue") == [] and run.outputs["local_queue"] is None
+
+
+@pytest.mark.parametrize(
+    "value, key, words",
+    [
+        ({"localQueue": "Team_A"}, "trainstack:kueue.localQueue", "is not a DNS-1123 label"),
+        ({"queues": 1}, "trainstack:kueue.queues", "unknown setting; allowed:"),
+        (
+            {"priorityClasses": {"high": "urgent"}},
+            "trainstack:kueue.priorityClasses.high",
+            "expected a whole number",
+        ),
+    ],
+)
+def test_bad_kueue_settings_fail_in_one_line(value, key, words):
+    mocks = RecordingMocks()
+    with pytest.raises(ConfigError) as raised:
+        run_program(with_kueue(value), "bad", mocks)
+    message = str(raised.value)
+    assert message.startswith(f"{key}: ") and words in message and "\n" not in message
+    assert mocks.declared == []

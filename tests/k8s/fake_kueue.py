@@ -1,0 +1,94 @@
+"""Kueue, simulated inside the fake apiserver (test-only): queue-labelled PyTorchJobs get a
+Workload (`kueue.x-k8s.io/v1beta1`) that stays pending until a test admits it; `admit`
+un-suspends the job (Kueue is the only one that does), `preempt` suspends it again (the
+operator then deletes its pods, as on a real preemption) and marks the Workload evicted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.k8s.fake_apiserver import FakeKubeApiServer
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PENDING_MESSAGE = (
+    "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu "
+    "in flavor p4d, 8 more needed"
+)
+
+
+def _condition(kind: str, status: bool, reason: str, message: str) -> dict:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+
+
+class FakeKueue:
+    def __init__(self, server: FakeKubeApiServer) -> None:
+        self.server = server
+        server.kueue = self
+
+    @staticmethod
+    def workload_name(job_name: str) -> str:
+        return f"pytorchjob-{job_name}"
+
+    def job_created(self, job: dict) -> None:
+        meta = job["metadata"]
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if not queue:
+            return
+        workload = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "metadata": {
+                "name": self.workload_name(meta["name"]),
+                "labels": {JOB_UID_LABEL: meta["uid"]},
+                "ownerReferences": [
+                    {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": meta["name"]}
+                    | {"uid": meta["uid"], "controller": True}
+                ],
+            },
+            "spec": {"queueName": queue},
+            "status": {
+                "conditions": [_condition("QuotaReserved", False, "Pending", PENDING_MESSAGE)]
+            },
+        }
+        self.server.put("workloads", workload, meta["namespace"])
+
+    def _set(self, job_name: str, namespace: str, suspend: bool, conditions: list[dict]) -> None:
+        self.server.update(
+            "workloads",
+            self.workload_name(job_name),
+            namespace,
+            lambda w: w.setdefault("status", {}).update(conditions=conditions),
+        )
+        job = self.server.update(
+            "pytorchjobs",
+            job_name,
+            namespace,
+            lambda j: j["spec"].setdefault("runPolicy", {}).update(suspend=suspend),
+        )
+        if job is not None and self.server.operator is not None:
+            self.server.operator.job_patched(job)
+
+    def admit(self, job_name: str, namespace: str = "training") -> None:
+        admitted = [
+            _condition("QuotaReserved", True, "QuotaReserved", "Quota reserved in ClusterQueue"),
+            _condition("Admitted", True, "Admitted", "The workload is admitted"),
+        ]
+        self._set(job_name, namespace, False, admitted)
+
+    def preempt(self, job_name: str, namespace: str = "training") -> None:
+        evicted = [
+            _condition("QuotaReserved", False, "Pending", PENDING_MESSAGE),
+            _condition("Admitted", False, "NoReservation", "The workload has no reservation"),
+            _condition(
+                "Evicted", True, "Preempted", "Preempted to accommodate a higher priority Workload"
+            ),
+        ]
+        self._set(job_name, namespace, True, evicted)

@@ -1,0 +1,71 @@
+"""Faults a followed run survives with nobody resubmitting it: a pod deleted (the operator
+recreates it and the trainer resumes), a node lost (all pods of a replica), bursts of 429 and
+5xx from the API server and dropped watches — `--wait` reports the real end, and the client
+never created the job twice. (The trainer's exact-loss resume after such a restart is proven
+on real processes: tests/jobs/test_local_recovery.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.backends.base import SUCCEEDED
+from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
+from jobs.k8s.submit import submit
+from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
+from tests.k8s.fake_operator import JobPlan
+
+
+@pytest.mark.parametrize(
+    "plan, faults",
+    [
+        (JobPlan(steps=8, step_seconds=0.05, kill_pod_at=3), {}),  # pod deleted
+        (JobPlan(steps=8, step_seconds=0.05, lose_node_at=3), {}),  # node lost
+        (JobPlan(steps=8, step_seconds=0.1), {"read_errors": [429, 429, 503, 500]}),
+        (JobPlan(steps=8, step_seconds=0.1, kill_pod_at=2), {"drop_watch_after": [1, 0, 2]}),
+    ],
+    ids=["pod-deleted", "node-lost", "api-429-5xx-burst", "dropped-watches"],
+)
+def test_a_followed_run_survives_without_a_resubmit(
+    apiserver, kubeconfig, fast_retry, fast_restarts, plan, faults
+):
+    apiserver.operator.default = plan
+    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    submit(backend.cluster, [config_map("f1"), pytorch_job("f1", workers=2)])
+    for name, value in faults.items():
+        setattr(apiserver.faults, name, value)
+    lines: list[str] = []
+    final = backend.wait("f1", on_line=lines.append)
+    assert final.state == SUCCEEDED, lines
+    assert apiserver.operator.created["f1"] == 1  # recovered in the cluster, not resubmitted
+    assert final.retries == 0
+    if plan.kill_pod_at or plan.lose_node_at:
+        assert "[trainstack] f1: Restarting" in lines
+
+
+def test_the_second_line_never_restarts_a_run_someone_else_replaced(
+    apiserver, kubeconfig, fast_retry, fast_restarts
+):
+    apiserver.operator.plans["f2"] = [JobPlan(outcome="Failed", steps=2)]
+    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    ours = [config_map("f2"), pytorch_job("f2")]
+    created = submit(backend.cluster, ours)
+    backend._scheduled["f2"] = (ours, 2)  # as schedule() records a run it submitted
+    backend._uids["f2"] = created.job["metadata"]["uid"]
+    theirs = pytorch_job("f2", labels={"owner": "someone-else"})
+    from jobs.k8s.api import connect
+
+    other_user = connect(str(kubeconfig), "fake", NAMESPACE, retry=fast_retry)
+
+    def someone_resubmits(_: float) -> None:  # during our backoff
+        if apiserver.get("pytorchjobs", "f2", NAMESPACE)["metadata"]["uid"] == backend._uids["f2"]:
+            apiserver.operator.plans["f2"] = [JobPlan(outcome="Failed", steps=2)]
+            submit(other_user, [config_map("f2"), theirs])
+            apiserver.operator.wait_idle()
+
+    backend.cluster.sleep = someone_resubmits
+    lines: list[str] = []
+    backend.wait("f2", on_line=lines.append)
+    assert "[trainstack] f2: replaced or deleted by someone else; not restarting" in lines
+    assert apiserver.operator.created["f2"] == 2  # ours and theirs; never ours again
+    labels = apiserver.get("pytorchjobs", "f2", NAMESPACE)["metadata"]["labels"]
+    assert labels == {"owner": "someone-else"}

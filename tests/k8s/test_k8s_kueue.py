@@ -1,0 +1,134 @@
+"""Jobs under Kueue against the fake apiserver: created suspended with the queue label, shown
+`queued` with Kueue's reason (not finished, not cancelled), followed by --wait through
+queueing and preemption, never un-suspended by trainstack, never resubmitted while held;
+a cancelled (suspended) run is deleted once its TTL has passed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from jobs.backends.base import CANCELLED, QUEUED, SUCCEEDED
+from jobs.backends.kubernetes import KubernetesBackend
+from jobs.k8s.state import CANCELLED_ANNOTATION, job_state
+from jobs.k8s.submit import ALREADY_ACTIVE, submit
+from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
+from tests.k8s.fake_kueue import PENDING_MESSAGE, QUEUE_LABEL, FakeKueue
+from tests.k8s.fake_operator import JobPlan
+
+
+@pytest.fixture
+def kueue(apiserver) -> FakeKueue:
+    return FakeKueue(apiserver)
+
+
+def queued_job(name: str) -> list[dict]:
+    job = pytorch_job(name, labels={QUEUE_LABEL: "team-a"})
+    job["spec"]["runPolicy"] = {"suspend": True, "ttlSecondsAfterFinished": 60}
+    return [config_map(name), job]
+
+
+def backend_for(kubeconfig) -> KubernetesBackend:
+    from jobs.backends.kubernetes import ClusterSettings
+
+    return KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+
+
+def client_patches(apiserver, name: str) -> int:
+    return apiserver.count("PATCH", f"/pytorchjobs/{name}")
+
+
+def test_launch_renders_a_suspended_job_with_queue_and_priority(trainstack, apiserver, kueue):
+    args = ["job.queue=team-a", "job.priority=high", "--skip-preflight", "run_id=kq0"]
+    assert trainstack("launch", *args, launch=True) == 0
+    job = apiserver.get("pytorchjobs", "kq0", NAMESPACE)
+    assert job["spec"]["runPolicy"]["suspend"] is True
+    labels = job["metadata"]["labels"]
+    assert labels[QUEUE_LABEL] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "high"
+    template = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in template["metadata"]["labels"])
+
+
+def test_a_queued_job_is_queued_with_kueue_reason_and_wait_waits_for_admission(
+    apiserver, kubeconfig, kueue, fast_retry, fast_restarts
+):
+    backend = backend_for(kubeconfig)
+    submit(backend.cluster, queued_job("kq1"))
+    status = backend.status("kq1")
+    assert (status.state, status.finished) == (QUEUED, False)
+    assert status.message == f"waiting in queue team-a: {PENDING_MESSAGE}"
+
+    # --wait blocks through queueing (today: Suspended counted as final, it returned at once).
+    result = {}
+    waiter = threading.Thread(target=lambda: result.update(final=backend.wait("kq1", print)))
+    waiter.start()
+    time.sleep(0.5)
+    assert waiter.is_alive()
+    kueue.admit("kq1")
+    waiter.join(20)
+    assert result["final"].state == SUCCEEDED
+    assert client_patches(apiserver, "kq1") == 0  # only Kueue ever un-suspended it
+    assert apiserver.operator.created["kq1"] == 1
+
+
+def test_a_preempted_job_is_not_finished_not_resubmitted_and_resumes_on_readmission(
+    apiserver, kubeconfig, kueue, fast_retry, fast_restarts
+):
+    apiserver.operator.default = JobPlan(steps=30, step_seconds=0.05)
+    backend = backend_for(kubeconfig)
+    submit(backend.cluster, queued_job("kq2"))
+    kueue.admit("kq2")
+    result = {}
+    waiter = threading.Thread(target=lambda: result.update(final=backend.wait("kq2", print)))
+    waiter.start()
+    time.sleep(0.3)
+    kueue.preempt("kq2")  # pods deleted (SIGTERM: the trainer checkpoints)
+    status = backend.status("kq2")
+    assert status.state == QUEUED and status.message.startswith("in queue team-a after preempted")
+    assert apiserver.list("pods", NAMESPACE) == []
+    # Submitting it again (a user, a sweep re-run) sends nothing: Kueue holds it.
+    again = submit(backend.cluster, queued_job("kq2"))
+    assert again.outcome == ALREADY_ACTIVE
+    assert waiter.is_alive()
+    kueue.admit("kq2")
+    waiter.join(20)
+    assert result["final"].state == SUCCEEDED
+    assert apiserver.operator.created["kq2"] == 1
+    assert client_patches(apiserver, "kq2") == 0
+
+
+def test_cancel_of_a_queued_job_is_final_and_its_ttl_deletes_it(
+    apiserver, kubeconfig, kueue, fast_retry, fast_restarts
+):
+    backend = backend_for(kubeconfig)
+    manifests = queued_job("kq3")
+    manifests[1]["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "trainstack"
+    submit(backend.cluster, manifests)
+    backend.cancel("kq3")
+    assert backend.status("kq3").state == CANCELLED
+    assert [r.run_id for r in backend.list_runs()] == ["kq3"]  # within its TTL: kept
+    # Cancelled two minutes ago, TTL 60 s: the next listing deletes it.
+    apiserver.update(
+        "pytorchjobs",
+        "kq3",
+        NAMESPACE,
+        lambda j: j["metadata"]["annotations"].update(
+            {CANCELLED_ANNOTATION: "2020-01-01T00:00:00Z"}
+        ),
+    )
+    assert backend.list_runs() == []
+    deadline = time.monotonic() + 5
+    while apiserver.get("pytorchjobs", "kq3", NAMESPACE) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert apiserver.get("configmaps", "kq3-config", NAMESPACE) is None
+
+
+def test_a_job_suspended_by_an_admin_is_not_finished():
+    job = {"metadata": {"name": "x"}, "spec": {"runPolicy": {"suspend": True}}, "status": {}}
+    assert job_state(job) == "Suspended"
+    job["metadata"]["annotations"] = {CANCELLED_ANNOTATION: "2026-11-23T00:00:00Z"}
+    assert job_state(job) == "Cancelled"
