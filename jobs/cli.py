@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "status": "show one run",
     "logs": "print a run's logs (-f to follow, --rank N)",
     "cancel": "cancel a run or a whole --sweep",
+    "export": "write a run's checkpoint as a Hugging Face model directory",
 }
 
 

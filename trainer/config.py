@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.mixed_precision": ("auto", "fp32", "bf16"),
     "trainer.activation_checkpoint": ("none", "full", "selective"),
+    "trainer.export_dtype": ("bf16", "fp32"),
 }
 
 # Exit codes the trainer documents (pods and `jobs` read them).
@@ -30,8 +31,14 @@ training operator's `ExitCode` restart policy treats 128-255 as retryable."""
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"
-    """Preset in `trainer.model.args.MODEL_PRESETS`: tiny, llama3_1b, llama3_8b, llama3_70b."""
+    name: str | None = "tiny"
+    """Preset in `trainer.model.args.MODEL_PRESETS`: tiny, llama3_1b, llama3_8b, llama3_70b.
+    With `init_from` it may be null (the architecture is the checkpoint's config.json); a
+    preset named there must have the checkpoint's shape."""
+    init_from: str | None = None
+    """A Hugging Face Llama directory (config.json, safetensors, tokenizer files), local or
+    s3://bucket/prefix: the run starts from its weights (only when the run has no checkpoint
+    of its own yet) and takes its architecture from config.json."""
     # Optional overrides of the preset's fields (null keeps the preset's value).
     dim: int | None = None
     n_layers: int | None = None
@@ -51,8 +58,9 @@ class DataConfig:
     """JSONL file: a local path (relative to the working directory) or an s3:// URI."""
     text_field: str = "text"
     """Key of each JSON line holding the document text."""
-    tokenizer: str = "byte"
-    """`byte` (built in, no download) or a local path to a Hugging Face tokenizer directory."""
+    tokenizer: str | None = None
+    """`byte` (built in, no download), or a Hugging Face tokenizer directory (local or
+    s3://). Null: the `model.init_from` directory's tokenizer, or `byte` without one."""
     seq_len: int = 128
     """Tokens per packed training sequence."""
     eval_fraction: float = 0.05
@@ -121,6 +129,11 @@ class TrainerConfig:
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU; null uses the known-GPU table, or on CPU a quick
     measurement (labelled as measured)."""
+    export_hf: bool = False
+    """At the end, export the final checkpoint as a Hugging Face directory into
+    <run_dir>/export/ (config.json, safetensors, tokenizer files)."""
+    export_dtype: str = "bf16"
+    """bf16 or fp32: the dtype of the exported weights."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
