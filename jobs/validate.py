@@ -217,29 +217,35 @@ def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     return paths
 
 
-def check_local_files(cfg: Any) -> None:
-    """Every input path must be readable where the trainer runs: here for the local backend
-    (the trainer would find out only after torchrun started), in the pod otherwise — s3://,
-    or a file the image carries; a path on this machine would fail the pod at start."""
-    for key, value, allowed in input_paths(cfg):
-        if value.startswith("s3://"):
+def check_pod_paths(cfg: Any) -> None:
+    """render/kubernetes: every input must be readable in the pod — s3://, or a file the
+    image carries; a path on this machine would fail the pod at start."""
+    if cfg.backend.name == "local":
+        return
+    for key, value, _ in input_paths(cfg):
+        if value.startswith("s3://") or (key == "data.path" and inside_image(value)):
             continue
+        raise JobConfigError(
+            key,
+            f"{value!r} is a path on this machine, not inside the trainer image (which carries "
+            f"only {', '.join(IMAGE_FILES)}); allowed for backend={cfg.backend.name}: "
+            "s3://bucket/prefix",
+        )
+
+
+def check_local_files(cfg: Any) -> None:
+    """local: the inputs must be here already; the trainer would find out only after torchrun
+    started."""
+    if cfg.backend.name != "local":
+        return
+    for key, value, allowed in input_paths(cfg):
         path = Path(value)
-        if cfg.backend.name != "local":
-            if key == "data.path" and inside_image(value):
-                continue
-            carried = ", ".join(IMAGE_FILES)
-            raise JobConfigError(
-                key,
-                f"{value!r} is a path on this machine, not inside the trainer image (which "
-                f"carries only {carried}); allowed for backend={cfg.backend.name}: "
-                "s3://bucket/prefix",
-            )
         is_file = key == "data.path"
-        if not (path.is_file() if is_file else path.is_dir()):
-            where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-            what = "file" if is_file else "directory"
-            raise JobConfigError(key, f"no such {what} {value!r}{where}; allowed: {allowed}")
+        if value.startswith("s3://") or (path.is_file() if is_file else path.is_dir()):
+            continue
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        what = "file" if is_file else "directory"
+        raise JobConfigError(key, f"no such {what} {value!r}{where}; allowed: {allowed}")
 
 
 def check_job_policy(cfg: Any) -> None:
@@ -279,6 +285,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_names(cfg)
     check_compute(cfg)
     check_elastic(cfg)
+    check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
     check_storage(cfg)
