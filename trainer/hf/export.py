@@ -16,6 +16,7 @@ import pickle
 import shutil
 import tempfile
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,8 +158,6 @@ def _local_checkpoint(storage: RunStorage, step: int, cache: Path) -> Path:
 def _write_weights(
     checkpoint: Path, args: ModelArgs, dtype: torch.dtype, out: Path, max_shard_bytes: int
 ) -> int:
-    from safetensors.torch import save_file
-
     metadata = pickle.loads((checkpoint / METADATA).read_bytes()).state_dict_metadata
     keys = {name: f"model.{name}" for name in trainer_names(args)}
     absent = [key for key in keys.values() if key not in metadata]
@@ -183,15 +182,23 @@ def _write_weights(
             )
             for n in names
         }
-        dcp.load(state, storage_reader=reader, no_dist=True)
+        with warnings.catch_warnings():  # "assuming ... a single process": yes, on purpose
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load(state, storage_reader=reader, no_dist=True)
         tensors = {hf_name(n): state.pop(keys[n]).to(dtype).contiguous() for n in names}
-        save_file(tensors, str(out / file_name), metadata={"format": "pt"})
+        _save_shard(tensors, out / file_name)
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         weight_map.update(dict.fromkeys(tensors, file_name))
         del tensors, state
     index_doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / INDEX_FILE).write_text(json.dumps(index_doc, indent=2) + "\n")
     return total
+
+
+def _save_shard(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def _write_metadata_files(
