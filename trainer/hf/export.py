@@ -2,7 +2,8 @@
 
 No process group and no model: the checkpoint is read a shard's worth of tensors at a time
 (`dcp.load(..., no_dist=True)` into full-size tensors), each batch written as one safetensors
-shard and dropped, so peak memory is about one output shard. Written next to the destination
+shard and dropped, so peak memory is about two output shards (the
+next one is read while one is written). Written next to the destination
 under a temporary name and committed last: a local export is renamed into place; on S3 the
 weights and tokenizer land first, then the index, then config.json — an export cut short has
 no config.json, so no loader takes it for a model.
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,9 +175,8 @@ def _write_weights(
         shards[-1].append(name)
         size += nbytes
     reader = FileSystemReader(str(checkpoint))
-    weight_map, total = {}, 0
-    for index, names in enumerate(shards, 1):
-        file_name = f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+
+    def read_shard(names: list[str]) -> dict[str, torch.Tensor]:
         state = {
             keys[n]: torch.empty(
                 tuple(metadata[keys[n]].size), dtype=metadata[keys[n]].properties.dtype
@@ -185,11 +186,21 @@ def _write_weights(
         with warnings.catch_warnings():  # "assuming ... a single process": yes, on purpose
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
             dcp.load(state, storage_reader=reader, no_dist=True)
-        tensors = {hf_name(n): state.pop(keys[n]).to(dtype).contiguous() for n in names}
-        _save_shard(tensors, out / file_name)
-        total += sum(t.numel() * t.element_size() for t in tensors.values())
-        weight_map.update(dict.fromkeys(tensors, file_name))
-        del tensors, state
+        return {hf_name(n): state.pop(keys[n]).to(dtype).contiguous() for n in names}
+
+    # Reading shard i+1 overlaps writing shard i: two shards in memory at most.
+    weight_map, total = {}, 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-read") as pool:
+        pending = pool.submit(read_shard, shards[0])
+        for index in range(1, len(shards) + 1):
+            tensors = pending.result()
+            if index < len(shards):
+                pending = pool.submit(read_shard, shards[index])
+            file_name = f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+            _save_shard(tensors, out / file_name)
+            total += sum(t.numel() * t.element_size() for t in tensors.values())
+            weight_map.update(dict.fromkeys(tensors, file_name))
+            del tensors
     index_doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / INDEX_FILE).write_text(json.dumps(index_doc, indent=2) + "\n")
     return total

@@ -14,7 +14,10 @@ closed (unmapped) before the next is opened. No rank ever holds a whole copy of 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import struct
 from pathlib import Path
 
 import torch
@@ -156,7 +159,13 @@ def check_checkpoint(directory: Path, args: ModelArgs) -> dict[str, str]:
                         f"model.init_from: tensor {tensor!r} is not in {file_name} (the index "
                         "says it is)"
                     )
-                shape = list(handle.get_slice(tensor).get_shape())
+                source = handle.get_slice(tensor)
+                if source.get_dtype() not in _DTYPES:
+                    raise ConfigError(
+                        f"model.init_from: tensor {tensor!r} in {file_name} is "
+                        f"{source.get_dtype()}; supported: {', '.join(_DTYPES)}"
+                    )
+                shape = list(source.get_shape())
                 want = list(expected_shape(wanted[tensor], args))
                 if shape != want:
                     raise ConfigError(
@@ -198,14 +207,44 @@ def load_hf_weights(model: nn.Module, directory: Path, available: dict[str, str]
     its rows, one tensor at a time. Returns the bytes this rank read."""
     read = 0
     for file_name, params in _by_file(model, available).items():
-        with open_safetensors(directory / file_name) as handle:
+        path = directory / file_name
+        layout = tensor_layout(path)
+        with open(path, "rb", buffering=0) as fh:
             for name, param in params:
                 first, count = _local_rows(param)
-                if not count:
-                    continue
-                rows = handle.get_slice(hf_name(name))[first : first + count]
-                local = param.to_local() if isinstance(param, DTensor) else param
-                local.copy_(rows.to(local.dtype))
-                read += rows.numel() * rows.element_size()
-                del rows
+                if count:
+                    local = param.to_local() if isinstance(param, DTensor) else param
+                    read += _read_rows(fh, layout[hf_name(name)], first, count, local)
     return read
+
+
+def tensor_layout(path: Path) -> dict[str, tuple[torch.dtype, list[int], int]]:
+    """name -> (dtype, shape, absolute byte offset) from a safetensors header (checked
+    already by `safe_open`): the offsets let a rank read exactly its rows with one pread,
+    straight into its parameter shard."""
+    with open(path, "rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(size))
+    header.pop("__metadata__", None)
+    return {
+        name: (_DTYPES[info["dtype"]], info["shape"], 8 + size + info["data_offsets"][0])
+        for name, info in header.items()
+    }
+
+
+_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def _read_rows(fh, layout, first: int, count: int, local: torch.Tensor) -> int:
+    dtype, shape, offset = layout
+    row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    direct = local.device.type == "cpu" and local.dtype == dtype and local.is_contiguous()
+    target = local if direct else torch.empty(local.shape, dtype=dtype)
+    buffer = memoryview(target.view(torch.uint8).numpy()).cast("B")
+    want = count * row_bytes
+    got = os.preadv(fh.fileno(), [buffer], offset + first * row_bytes)
+    if got != want:
+        raise ConfigError(f"model.init_from: {fh.name} is truncated (short read)")
+    if not direct:
+        local.copy_(target)
+    return want
