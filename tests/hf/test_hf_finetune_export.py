@@ -71,3 +71,17 @@ def test_finetune_export_loads_in_transformers_and_round_trips(tmp_path: Path, r
     assert (hf_logits(source, batch) - exported).abs().max() > 1e-3
     # Round trip: init_from of the export gives the same logits again, at 2 ranks.
     assert_close(trainer_logits(tmp_path, 2, "init", str(export)), trained)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_loads_its_own_checkpoint_not_init_from(tmp_path: Path, run_trainer):
+    source = build_llama(tmp_path / "hf", tied=True)
+    corpus = word_corpus(tmp_path / "words.jsonl", docs=40)
+    first = run_trainer(0, finetune_args(str(source), corpus, "trainer.max_steps=2"), small=False)
+    assert first.returncode == 0, first.stderr
+    assert "initialized from" in first.stdout
+    again = finetune_args(str(source), corpus, "trainer.max_steps=3")
+    second = run_trainer(0, again, run_dir=first.run_dir, small=False)
+    assert second.returncode == 0, second.stderr
+    assert "initialized from" not in second.stdout
+    assert "at step 2" in second.stdout and "done: 3 steps" in second.stdout
