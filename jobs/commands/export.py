@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--step", type=int, help="checkpoint step (default: the newest committed)")
     parser.add_argument("--dtype", default="bf16", help="bf16 (default) or fp32")
-    parser.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors shard size")
+    parser.add_argument(
+        "--max-shard-gb", type=float, default=2.0, help="safetensors shard size (GiB)"
+    )
     parser.add_argument(
         "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
     )

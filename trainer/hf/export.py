@@ -2,8 +2,8 @@
 
 No process group and no model: the checkpoint is read a shard's worth of tensors at a time
 (`dcp.load(..., no_dist=True)` into full-size tensors), each batch written as one safetensors
-shard and dropped, so peak memory is about two output shards (the
-next one is read while one is written). Written next to the destination
+shard and dropped; the next shard is read while one is written, so peak memory is a few
+shards (with safetensors' serialized copy), never the model. Written next to the destination
 under a temporary name and committed last: a local export is renamed into place; on S3 the
 weights and tokenizer land first, then the index, then config.json — an export cut short has
 no config.json, so no loader takes it for a model.
@@ -37,8 +37,9 @@ from trainer.model.args import ModelArgs, model_args_from_config
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-DEFAULT_SHARD_BYTES = 5 * 2**30
-"""Hugging Face's own default `max_shard_size` (5 GB)."""
+DEFAULT_SHARD_BYTES = 2 * 2**30
+"""Peak memory is a few shards (the one written, its serialized copy, the next one being
+read), so shards stay well below a model's size: 8 files for Llama 3 8B in bf16."""
 GENERATION_CONFIG = "generation_config.json"
 
 
