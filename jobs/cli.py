@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "logs": "print a run's logs (-f to follow, --rank N)",
     "cancel": "cancel a run or a whole --sweep",
     "checkpoints": "list a run's checkpoints: committed, size, files complete",
+    "export": "write a run's checkpoint as a Hugging Face model directory",
 }
 
 

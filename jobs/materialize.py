@@ -40,8 +40,10 @@ def materialize(
     """
     from omegaconf import open_dict
 
+    from trainer.job_config import model_label
+
     sweep_id = sweep_id or cfg.sweep_id
-    run_id = run_id or cfg.run_id or new_run_id(cfg.model.name, now)
+    run_id = run_id or cfg.run_id or new_run_id(model_label(cfg), now)
     with open_dict(cfg):
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id

@@ -23,7 +23,9 @@ def slug(text: str) -> str:
 def new_run_id(model_name: str, now: datetime, token: str | None = None) -> str:
     """<model>-<yyyymmdd-hhmmss>-<4 hex>, e.g. `llama3-8b-20261122-004500-3fa2`."""
     token = token or secrets.token_hex(2)
-    return f"{slug(model_name)}-{now:%Y%m%d-%H%M%S}-{token}"
+    name = slug(model_name)[:24].strip("-") or "run"
+    name = name if name[0].isalpha() else f"m-{name}"  # DNS-1035: a letter first
+    return f"{name}-{now:%Y%m%d-%H%M%S}-{token}"
 
 
 def new_sweep_id(now: datetime, token: str | None = None) -> str:

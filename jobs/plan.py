@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from catalog import get_instance_type
 from trainer.gpu_peaks import gpu_peak_flops
+from trainer.job_config import model_label
 
 if TYPE_CHECKING:
     from jobs.spec import JobSpec
@@ -133,7 +134,7 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
         backend=cfg.backend.name,
-        model=cfg.model.name,
+        model=model_label(cfg),
         params=args.num_params(),
         nodes=spec.nodes,
         procs_per_node=spec.nproc_per_node,

@@ -14,6 +14,7 @@ from typing import Any
 
 from catalog import InstanceType, get_instance_type
 from jobs.schema import LOCAL_CPU, plain
+from trainer.job_config import model_label
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
 CONFIG_FILE = "config.yaml"
@@ -241,7 +242,7 @@ def to_job_spec(
     annotations = {
         f"{LABEL_PREFIX}/run-dir": run_dir,
         f"{LABEL_PREFIX}/created-at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        f"{LABEL_PREFIX}/model": cfg.model.name,
+        f"{LABEL_PREFIX}/model": model_label(cfg),
         f"{LABEL_PREFIX}/max-retries": str(cfg.job.max_retries),
     }
     secrets = tuple(

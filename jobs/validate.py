@@ -129,6 +129,7 @@ def check_trainer(cfg: Any) -> TrainerPlan:
 
     from trainer.config import TrainerJobConfig
     from trainer.errors import ConfigError
+    from trainer.hf.config import read_hf_config
     from trainer.job_config import make_plan
 
     # The composed sections are already typed by the schema: turn them into the trainer's
@@ -144,7 +145,12 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         key = getattr(err, "full_key", None) or "config"
         raise JobConfigError(key, str(err).splitlines()[0]) from None
     try:
-        plans = {size: make_plan(trainer_cfg, size) for size in data_parallel_sizes(cfg)}
+        # A local checkpoint's config.json decides the architecture (and the plan's parameter
+        # count); an s3:// one is read by the trainer, which checks it against model.name.
+        init_from = trainer_cfg.model.init_from
+        local = init_from is not None and "://" not in init_from
+        hf_config = read_hf_config(init_from) if local else None
+        plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         raise JobConfigError(key, problem) from None
@@ -188,26 +194,57 @@ def check_storage(cfg: Any) -> None:
         raise JobConfigError("storage.root", f"{root!r} is not s3://bucket[/prefix]")
 
 
+IMAGE_WORKDIR = "/workspace"
+IMAGE_FILES = ("data/sample/train.jsonl",)
+"""Files the trainer image carries under its working directory (images/trainer/Dockerfile)."""
+
+
+def inside_image(path: str) -> bool:
+    return path.removeprefix(f"{IMAGE_WORKDIR}/").removeprefix("./") in IMAGE_FILES
+
+
+def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
+    """(key, value, what is allowed) of every input path the trainer reads; the tokenizer
+    defaults to the init_from directory's."""
+    paths = [("data.path", cfg.data.path, "an existing JSONL file or s3://bucket/key")]
+    if cfg.model.init_from is not None:
+        allowed = "a Hugging Face model directory or s3://bucket/prefix"
+        paths.append(("model.init_from", cfg.model.init_from, allowed))
+    if cfg.data.tokenizer not in (None, "byte"):
+        allowed = "byte, or a local Hugging Face tokenizer directory, or s3://bucket/prefix"
+        paths.append(("data.tokenizer", cfg.data.tokenizer, allowed))
+    return paths
+
+
+def check_pod_paths(cfg: Any) -> None:
+    """render/kubernetes: every input must be readable in the pod — s3://, or a file the
+    image carries; a path on this machine would fail the pod at start."""
+    if cfg.backend.name == "local":
+        return
+    for key, value, _ in input_paths(cfg):
+        if value.startswith("s3://") or (key == "data.path" and inside_image(value)):
+            continue
+        raise JobConfigError(
+            key,
+            f"{value!r} is a path on this machine, not inside the trainer image (which carries "
+            f"only {', '.join(IMAGE_FILES)}); allowed for backend={cfg.backend.name}: "
+            "s3://bucket/prefix",
+        )
+
+
 def check_local_files(cfg: Any) -> None:
-    """On the local backend the data (and a tokenizer directory) must be here already; the
-    trainer would find out only after torchrun started."""
+    """local: the inputs must be here already; the trainer would find out only after torchrun
+    started."""
     if cfg.backend.name != "local":
         return
-    path = Path(cfg.data.path)
-    if not cfg.data.path.startswith("s3://") and not path.is_file():
+    for key, value, allowed in input_paths(cfg):
+        path = Path(value)
+        is_file = key == "data.path"
+        if value.startswith("s3://") or (path.is_file() if is_file else path.is_dir()):
+            continue
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise JobConfigError(
-            "data.path",
-            f"no such file {cfg.data.path!r}{where}; allowed: an existing JSONL file or "
-            "s3://bucket/key",
-        )
-    tokenizer = cfg.data.tokenizer
-    if tokenizer != "byte" and not Path(tokenizer).is_dir():
-        raise JobConfigError(
-            "data.tokenizer",
-            f"no such directory {tokenizer!r}; allowed: "
-            "byte, or a local Hugging Face tokenizer directory",
-        )
+        what = "file" if is_file else "directory"
+        raise JobConfigError(key, f"no such {what} {value!r}{where}; allowed: {allowed}")
 
 
 def check_job_policy(cfg: Any) -> None:
@@ -275,6 +312,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_names(cfg)
     check_compute(cfg)
     check_elastic(cfg)
+    check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
     check_storage(cfg)

@@ -18,6 +18,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "trainer.mixed_precision": ("auto", "fp32", "bf16"),
     "trainer.activation_checkpoint": ("none", "full", "selective", "selective_op"),
     "data.format": ("text", "prompt_completion", "chat"),
+    "trainer.export_dtype": ("bf16", "fp32"),
 }
 
 # Exit codes the trainer documents (pods and `jobs` read them).
@@ -37,8 +38,14 @@ up), so the operator recreates the pod and it rejoins from the last checkpoint."
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"
-    """Preset in `trainer.model.args.MODEL_PRESETS`: tiny, llama3_1b, llama3_8b, llama3_70b."""
+    name: str | None = "tiny"
+    """Preset in `trainer.model.args.MODEL_PRESETS`: tiny, llama3_1b, llama3_8b, llama3_70b.
+    With `init_from` it may be null (the architecture is the checkpoint's config.json); a
+    preset named there must have the checkpoint's shape."""
+    init_from: str | None = None
+    """A Hugging Face Llama directory (config.json, safetensors, tokenizer files), local or
+    s3://bucket/prefix: the run starts from its weights (only when the run has no checkpoint
+    of its own yet) and takes its architecture from config.json."""
     # Optional overrides of the preset's fields (null keeps the preset's value).
     dim: int | None = None
     n_layers: int | None = None
@@ -70,8 +77,9 @@ class DataConfig:
     """Key holding the completion (format=prompt_completion)."""
     messages_field: str = "messages"
     """Key holding the conversation (format=chat)."""
-    tokenizer: str = "byte"
-    """`byte` (built in, no download) or a local path to a Hugging Face tokenizer directory."""
+    tokenizer: str | None = None
+    """`byte` (built in, no download), or a Hugging Face tokenizer directory (local or
+    s3://). Null: the `model.init_from` directory's tokenizer, or `byte` without one."""
     eos_token: str | None = None
     """The token that ends a document, for a tokenizer whose files name none (null: the
     tokenizer config's eos_token, else its post-processor's)."""
@@ -177,6 +185,11 @@ class TrainerConfig:
     """Seconds a collective (gloo or NCCL) waits for its peers before the process group gives
     up and the rank exits, so a hung or lost peer ends in minutes (torch's default: 30 min on
     gloo, 10 on NCCL) and torchrun restarts the ranks from the last checkpoint."""
+    export_hf: bool = False
+    """At the end, export the final checkpoint as a Hugging Face directory into
+    <run_dir>/export/ (config.json, safetensors, tokenizer files)."""
+    export_dtype: str = "bf16"
+    """bf16 or fp32: the dtype of the exported weights."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 

@@ -22,7 +22,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trainer.config import CHOICES, TrainerJobConfig
 from trainer.errors import ConfigError
-from trainer.model.args import ModelArgs, model_args_from_config
+from trainer.hf.config import resolve_init_from_args
+from trainer.model.args import MODEL_PRESETS, ModelArgs, model_args_from_config
 
 
 def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:
@@ -109,19 +110,21 @@ class Plan:
         )
 
 
-def make_plan(cfg: TrainerJobConfig, world_size: int) -> Plan:
+def make_plan(
+    cfg: TrainerJobConfig, world_size: int, hf_config: dict[str, Any] | None = None
+) -> Plan:
+    """`hf_config`: the `model.init_from` checkpoint's config.json (it decides the
+    architecture); without it a run with init_from is planned from the preset `model.name`
+    (the launcher's view of an s3:// checkpoint; the trainer checks the two agree)."""
     _check_choices(cfg)
     _check_ranges(cfg)
     _check_profile(cfg)
-    try:
-        args = model_args_from_config(cfg.model)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    args = _model_args(cfg, hf_config)
     _check_model(args)
     if cfg.data.seq_len > args.max_seq_len:
         raise ConfigError(
             f"data.seq_len: {cfg.data.seq_len} exceeds the model's maximum sequence length "
-            f"{args.max_seq_len} (model {cfg.model.name!r}); allowed: 1..{args.max_seq_len}"
+            f"{args.max_seq_len} (model {model_label(cfg)!r}); allowed: 1..{args.max_seq_len}"
         )
     t = cfg.trainer
     replicate, shard = data_parallel_mesh(cfg, world_size)
@@ -165,6 +168,36 @@ def data_parallel_mesh(cfg: TrainerJobConfig, world_size: int) -> tuple[int, int
             "allowed: a product equal to it (dp_shard=-1: world size / dp_replicate)"
         )
     return replicate, shard
+
+
+def model_label(cfg: TrainerJobConfig) -> str:
+    """What the plan calls the model: the preset name, else the checkpoint's directory."""
+    if cfg.model.name is not None:
+        return cfg.model.name
+    return (cfg.model.init_from or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+def tokenizer_source(cfg: TrainerJobConfig) -> str:
+    """`data.tokenizer`, defaulting to the init_from checkpoint's tokenizer (else `byte`)."""
+    if cfg.data.tokenizer is not None:
+        return cfg.data.tokenizer
+    return cfg.model.init_from or "byte"
+
+
+def _model_args(cfg: TrainerJobConfig, hf_config: dict[str, Any] | None) -> ModelArgs:
+    model = cfg.model
+    if model.init_from is not None and hf_config is not None:
+        return resolve_init_from_args(model, hf_config)
+    if model.name is None:
+        needs = "model.init_from" if model.init_from is None else "a local model.init_from"
+        raise ConfigError(
+            f"model.name: null needs {needs} (whose config.json gives the architecture); "
+            f"allowed: {', '.join(MODEL_PRESETS)}"
+        )
+    try:
+        return model_args_from_config(model)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _value(cfg: TrainerJobConfig, key: str) -> Any:

@@ -26,7 +26,10 @@ from trainer.data import (
 from trainer.distributed import Distributed, init_distributed, shutdown
 from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
-from trainer.job_config import Plan, make_plan
+from trainer.hf.config import read_hf_config
+from trainer.hf.export import export_run
+from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
+from trainer.job_config import Plan, make_plan, tokenizer_source
 from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
@@ -45,8 +48,13 @@ from trainer.train_state import Progress, checkpoint_state, restore
 def run(cfg: TrainerJobConfig) -> int:
     # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
     stop = StopSignal()
-    plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
-    tokenizer = build_tokenizer(cfg.data.tokenizer, plan.model.vocab_size, cfg.data.eos_token)
+    init_from = cfg.model.init_from
+    hf_config = read_hf_config(init_from) if init_from else None
+    plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")), hf_config=hf_config)
+    if init_from:
+        check_local_init_from(init_from, plan.model)
+    tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
+    tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)
     corpus = load_corpus(cfg.data, tokenizer)
     train_seqs = PackedSequences(corpus.train, cfg.data.seq_len)
     if train_seqs.count == 0:
@@ -73,9 +81,6 @@ def run(cfg: TrainerJobConfig) -> int:
             compile_blocks=cfg.trainer.compile,
         )
         model.to_empty(device=env.device)
-        model.init_weights(cfg.seed)
-        optimizer = build_optimizer(model, cfg.trainer)
-        scheduler = build_scheduler(optimizer, cfg.trainer)
         resolved = OmegaConf.to_container(OmegaConf.structured(cfg))
         metrics = MetricsLogger(
             storage,
@@ -86,8 +91,14 @@ def run(cfg: TrainerJobConfig) -> int:
             run_config=resolved,  # type: ignore[arg-type]
         )
         checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint, report=metrics.log)
+        started_from = _initialize(model, cfg, plan, env, checkpointer)
+        optimizer = build_optimizer(model, cfg.trainer)
+        scheduler = build_scheduler(optimizer, cfg.trainer)
         if env.is_main:
             storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
+            keep_model_files(storage, init_from, None if tokenizer_dir == "byte" else tokenizer_dir)
+        if started_from:
+            metrics.note(started_from)
         parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics)
         eval_seqs = PackedSequences(corpus.eval, cfg.data.seq_len)
         try:
@@ -98,6 +109,26 @@ def run(cfg: TrainerJobConfig) -> int:
     finally:
         stop.restore()
         shutdown(after_error=sys.exc_info()[0] is not None)
+
+
+def _initialize(
+    model: Transformer,
+    cfg: TrainerJobConfig,
+    plan: Plan,
+    env: Distributed,
+    checkpointer: Checkpointer,
+) -> str | None:
+    """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
+    yet (a resumed run loads its own checkpoint later), else seeded random ones."""
+    source = cfg.model.init_from
+    if source is None or checkpointer.has_committed():
+        model.init_weights(cfg.seed)
+        return None
+    started = time.perf_counter()
+    read = load_init_from(model, source, plan.model, env)
+    model.init_rope()
+    took = time.perf_counter() - started
+    return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"
 
 
 @dataclass
@@ -234,6 +265,15 @@ def _train(
     checkpointer.wait()
     if checkpointer.last_committed != progress.step:
         save(progress.step, asynchronous=False, final=True)
+    if t.export_hf and env.is_main:
+        result = export_run(
+            cfg.run_dir,
+            checkpointer.storage.uri("export"),
+            step=progress.step,
+            dtype=t.export_dtype,
+            replace=True,
+        )
+        metrics.note(f"exported step {result.step} to {result.destination}")
     metrics.note(f"done: {progress.step} steps")
     return EXIT_OK
 

@@ -89,6 +89,10 @@ class Checkpointer:
 
     # ---- loading -------------------------------------------------------------------------
 
+    def has_committed(self) -> bool:
+        """Whether any step is committed (quietly: `model.init_from` asks before resuming)."""
+        return any(MARKER in files for files in step_files(self.storage).values())
+
     def committed_steps(self) -> list[int]:
         """Committed steps, oldest first; uncommitted step directories get a warning."""
         steps = []

@@ -10,6 +10,18 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1's `rope_scaling` (type `llama3`): long wavelengths are slowed by `factor`,
+    short ones kept, the band between interpolated (as in Hugging Face's
+    `_compute_llama3_parameters`)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_seq_len: int
+
+
+@dataclass(frozen=True)
 class ModelArgs:
     dim: int
     n_layers: int
@@ -21,6 +33,7 @@ class ModelArgs:
     norm_eps: float = 1e-5
     rope_theta: float = 500_000.0
     tie_embeddings: bool = False
+    rope_scaling: RopeScaling | None = None
 
     @property
     def head_dim(self) -> int:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from trainer.model.args import ModelArgs
+from trainer.model.args import ModelArgs, RopeScaling
 
 INIT_STD = 0.02
 # Wrappers that parallelize() may insert into parameter names; init keys on the plain name.
@@ -43,10 +43,30 @@ class RMSNorm(nn.Module):
         return normed.type_as(x) * self.weight
 
 
-def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+def rope_tables(args: ModelArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every (position, frequency) pair up to `args.max_seq_len`."""
+    head_dim = args.head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (args.rope_theta**exponents)
+    if args.rope_scaling is not None:
+        inv_freq = _llama3_scaled(inv_freq, args.rope_scaling)
+    angles = torch.outer(torch.arange(args.max_seq_len, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
+
+
+def _llama3_scaled(inv_freq: torch.Tensor, scaling: RopeScaling) -> torch.Tensor:
+    """Llama 3.1's frequency scaling, the same arithmetic as Hugging Face's (exact parity)."""
+    old_len = scaling.original_max_seq_len
+    low_freq_wavelen = old_len / scaling.low_freq_factor
+    high_freq_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -139,7 +159,7 @@ class Transformer(nn.Module):
         if args.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         # Derived, not learned: recomputed by init_weights, never checkpointed.
-        cos, sin = rope_tables(args.head_dim, args.max_seq_len, args.rope_theta)
+        cos, sin = rope_tables(args)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -178,7 +198,12 @@ class Transformer(nn.Module):
                 param.to_local().copy_(shard.to_local())
             else:
                 param.copy_(full)
-        cos, sin = rope_tables(self.args.head_dim, self.args.max_seq_len, self.args.rope_theta)
+        self.init_rope()
+
+    @torch.no_grad()
+    def init_rope(self) -> None:
+        """Recompute the RoPE tables (buffers are empty after `to_empty`)."""
+        cos, sin = rope_tables(self.args)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
 

@@ -1,0 +1,64 @@
+"""`trainstack export RUN [--step N] --to DIR|s3://... [--dtype bf16|fp32] [overrides ...]`:
+a committed checkpoint of a run as a Hugging Face directory (config.json, sharded safetensors
+and index, tokenizer, generation_config.json), written on this machine with no process group.
+
+RUN is a run id under `storage.root` (overrides such as `stack=prod` select it) or a run dir
+(a path or s3:// URI). Bad input is one line and exit 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.commands.run_lookup import fail
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN", help="run id, or a run dir (path or s3://)")
+    parser.add_argument(
+        "--to", required=True, metavar="DIR", help="a new directory or s3:// prefix"
+    )
+    parser.add_argument("--step", type=int, help="checkpoint step (default: the newest committed)")
+    parser.add_argument("--dtype", default="bf16", help="bf16 (default) or fp32")
+    parser.add_argument(
+        "--max-shard-gb", type=float, default=2.0, help="safetensors shard size (GiB)"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
+    )
+
+
+def run_dir_of(run: str, overrides: list[str]) -> str:
+    if "/" in run or "://" in run:
+        return run
+    from jobs.commands.run_lookup import compose_for
+    from jobs.spec import run_dir_for
+
+    return run_dir_for(compose_for(overrides).storage.root, run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainer.config import EXIT_BAD_INPUT
+    from trainer.errors import ConfigError
+    from trainer.hf.export import export_run
+    from trainer.storage import StorageError
+
+    if args.max_shard_gb <= 0:
+        return fail("export", "--max-shard-gb: must be > 0", EXIT_BAD_INPUT)
+    try:
+        result = export_run(
+            run_dir_of(args.run_id, args.overrides),
+            args.to,
+            step=args.step,
+            dtype=args.dtype,
+            max_shard_bytes=int(args.max_shard_gb * 2**30),
+        )
+    except ConfigError as err:
+        return fail("export", str(err), EXIT_BAD_INPUT)
+    except StorageError as err:
+        return fail("export", str(err))
+    print(
+        f"exported step {result.step} of {args.run_id} to {result.destination}: "
+        f"{result.files} files, {result.bytes_written / 2**20:,.1f} MiB of weights ({args.dtype})"
+    )
+    return 0

@@ -1,0 +1,53 @@
+"""The trainer's logits on `fixed_batch()`, on however many ranks torchrun gives:
+`torchrun --nproc_per_node=N tests/hf/logits_worker.py OUT init SOURCE` (weights via
+model.init_from's loader) or `... OUT checkpoint SOURCE RUN_DIR STEP` (a run's DCP checkpoint,
+architecture from SOURCE's config.json). Rank 0 saves the logits to OUT."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+from tests.hf.models import fixed_batch
+from trainer.checkpoint import step_dir
+from trainer.distributed import init_distributed, shutdown
+from trainer.hf.config import model_args_from_hf, read_hf_config
+from trainer.hf.load import load_init_from
+from trainer.model.model import Transformer
+from trainer.parallelize import parallelize
+
+
+def main(out: str, mode: str, source: str, *rest: str) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    args = model_args_from_hf(read_hf_config(source), source)
+    env = init_distributed()
+    with torch.device("meta"):
+        model = Transformer(args)
+    # selective AC: wrapper prefixes in the parameter names, as in a real run
+    parallelize(
+        model, env.mesh, mixed_precision="fp32", activation_checkpoint="selective",
+        compile_blocks=False,
+    )  # fmt: skip
+    model.to_empty(device=env.device)
+    if mode == "init":
+        load_init_from(model, source, args, env)
+    else:
+        run_dir, step = rest
+        model.init_weights(0)
+        state = {"model": get_model_state_dict(model)}
+        dcp.load(state, checkpoint_id=f"{run_dir}/{step_dir(int(step))}")
+        set_model_state_dict(model, state["model"])
+    model.init_rope()
+    model.eval()
+    with torch.no_grad():
+        logits = model(fixed_batch(args.vocab_size))
+    if env.is_main:
+        torch.save(logits, out)
+    shutdown()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

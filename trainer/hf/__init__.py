@@ -1,0 +1,1 @@
+"""Hugging Face checkpoints in and out: config.json, safetensors weights, export."""

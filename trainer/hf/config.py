@@ -1,0 +1,197 @@
+"""Hugging Face `config.json` <-> the trainer's `ModelArgs`, and what the trainer can load.
+
+torch-free on purpose: `jobs` reads a local checkpoint's config.json to plan a run. Supported:
+Llama 3.x (`model_type` llama) and models with exactly its tensors; anything that would need
+other tensors or other arithmetic (biases, sliding window, experts, another RoPE) is refused
+with one line naming it, never loaded partially.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import ConfigError
+from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling
+from trainer.storage import StorageError, read_uri_bytes
+
+CONFIG_FILE = "config.json"
+SUPPORTED_MODEL_TYPES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+_ROPE_TYPES = (None, "default", "llama3")
+# ModelArgs field -> config.json key (the keys a user may also set as model.<field>).
+ARCH_KEYS = {
+    "dim": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "vocab_size": "vocab_size",
+    "ffn_hidden_dim": "intermediate_size",
+    "max_seq_len": "max_position_embeddings",
+    "norm_eps": "rms_norm_eps",
+    "rope_theta": "rope_theta",
+    "tie_embeddings": "tie_word_embeddings",
+}
+# The fields that decide the tensors' shapes: a preset named next to init_from must match them.
+SHAPE_FIELDS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_hidden_dim")
+
+
+def join_uri(base: str, name: str) -> str:
+    return f"{base.rstrip('/')}/{name}"
+
+
+def read_hf_config(source: str) -> dict[str, Any]:
+    """The parsed config.json of a Hugging Face directory (local path or s3:// prefix)."""
+    uri = join_uri(source, CONFIG_FILE)
+    if "://" not in source and not Path(uri).is_file():
+        where = "no such directory" if not Path(source).is_dir() else f"no {CONFIG_FILE} in it"
+        raise ConfigError(
+            f"model.init_from: {source!r}: {where}; allowed: a Hugging Face "
+            "model directory (config.json + safetensors) or s3://bucket/prefix"
+        )
+    try:
+        raw = read_uri_bytes(uri)
+    except StorageError as exc:
+        raise ConfigError(f"model.init_from: cannot read {CONFIG_FILE}: {exc}") from None
+    try:
+        config = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"model.init_from: {uri} is not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"model.init_from: {uri} is not a JSON object")
+    return config
+
+
+def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """(rope_theta, scaling dict or None) from either the transformers 4 keys (`rope_theta`,
+    `rope_scaling`) or transformers 5's `rope_parameters`."""
+    params = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or (params if params else None)
+    theta = config.get("rope_theta", params.get("rope_theta", 10_000.0))
+    return float(theta), scaling
+
+
+def unsupported(config: dict[str, Any]) -> str | None:
+    """What in `config` the trainer cannot reproduce exactly, or None."""
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return f"model_type {model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+    architectures = config.get("architectures") or list(SUPPORTED_ARCHITECTURES)
+    if any(a not in SUPPORTED_ARCHITECTURES for a in architectures):
+        return f"architectures {architectures} (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key):
+            return f"{key}=true (biases)"
+    if config.get("hidden_act", "silu") != "silu":
+        return f"hidden_act {config['hidden_act']!r} (supported: silu)"
+    if config.get("sliding_window"):
+        return f"sliding_window={config['sliding_window']}"
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if config.get(key):
+            return f"{key}={config[key]} (mixture of experts)"
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    head_dim = config.get("head_dim")
+    if head_dim is not None and hidden and heads and head_dim != hidden // heads:
+        return f"head_dim={head_dim} != hidden_size / num_attention_heads"
+    _, scaling = _rope(config)
+    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
+    if rope_type not in _ROPE_TYPES:
+        return f"rope_scaling type {rope_type!r} (supported: llama3)"
+    return None
+
+
+def model_args_from_hf(config: dict[str, Any], source: str) -> ModelArgs:
+    """`ModelArgs` equal to `config`'s architecture; ConfigError for anything unsupported."""
+    problem = unsupported(config)
+    if problem:
+        raise ConfigError(f"model.init_from: {source!r} is not supported: {problem}")
+    missing = [k for k in ARCH_KEYS.values() if k not in config and k != "rope_theta"]
+    missing = [k for k in missing if k not in ("rms_norm_eps", "tie_word_embeddings")]
+    if missing:
+        raise ConfigError(f"model.init_from: {source}/{CONFIG_FILE} lacks {', '.join(missing)}")
+    theta, scaling = _rope(config)
+    rope_scaling = None
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        rope_scaling = RopeScaling(
+            factor=float(scaling["factor"]),
+            low_freq_factor=float(scaling["low_freq_factor"]),
+            high_freq_factor=float(scaling["high_freq_factor"]),
+            original_max_seq_len=int(scaling["original_max_position_embeddings"]),
+        )
+    return ModelArgs(
+        dim=int(config["hidden_size"]),
+        n_layers=int(config["num_hidden_layers"]),
+        n_heads=int(config["num_attention_heads"]),
+        n_kv_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
+        vocab_size=int(config["vocab_size"]),
+        ffn_hidden_dim=int(config["intermediate_size"]),
+        max_seq_len=int(config["max_position_embeddings"]),
+        norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        rope_scaling=rope_scaling,
+    )
+
+
+def resolve_init_from_args(model_cfg: Any, config: dict[str, Any]) -> ModelArgs:
+    """The checkpoint's architecture, after refusing any `model.*` key that contradicts it."""
+    source = model_cfg.init_from
+    args = model_args_from_hf(config, source)
+    name = model_cfg.name
+    if name is not None:
+        if name not in MODEL_PRESETS:
+            allowed = ", ".join(MODEL_PRESETS)
+            raise ConfigError(
+                f"model.name: unknown model {name!r}; allowed with model.init_from: null or a "
+                f"preset of the same shape ({allowed})"
+            )
+        preset = MODEL_PRESETS[name]
+        for field in SHAPE_FIELDS:
+            if getattr(preset, field) != getattr(args, field):
+                raise ConfigError(
+                    f"model.name: preset {name!r} has {field}={getattr(preset, field)} but "
+                    f"{source}/{CONFIG_FILE} has {ARCH_KEYS[field]}={getattr(args, field)}; "
+                    "with model.init_from set model.name=null (Hydra: model=hf)"
+                )
+    for field, key in ARCH_KEYS.items():
+        value = getattr(model_cfg, field, None)
+        if value is not None and value != getattr(args, field):
+            raise ConfigError(
+                f"model.{field}: {value!r} contradicts {source}/{CONFIG_FILE} "
+                f"({key}={getattr(args, field)!r}); drop model.{field} (the checkpoint decides)"
+            )
+    return args
+
+
+def hf_config_from_args(args: ModelArgs, base: dict[str, Any] | None, dtype: str) -> dict:
+    """config.json for an export: `base` (the source's config.json, keeping its token ids and
+    extra keys) with the architecture written from `args` in the keys every transformers
+    version reads."""
+    config = dict(base or {})
+    for key in ("rope_parameters", "rope_scaling", "torch_dtype", "dtype"):
+        config.pop(key, None)
+    scaling = None
+    if args.rope_scaling is not None:
+        s = args.rope_scaling
+        scaling = {
+            "rope_type": "llama3",
+            "factor": s.factor,
+            "low_freq_factor": s.low_freq_factor,
+            "high_freq_factor": s.high_freq_factor,
+            "original_max_position_embeddings": s.original_max_seq_len,
+        }
+    config.update(
+        {
+            "architectures": list(SUPPORTED_ARCHITECTURES),
+            "model_type": "llama",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "hidden_act": "silu",
+            "head_dim": args.head_dim,
+            "rope_scaling": scaling,
+            "torch_dtype": {"bf16": "bfloat16", "fp32": "float32"}[dtype],
+        }
+    )
+    config.update({key: getattr(args, field) for field, key in ARCH_KEYS.items()})
+    return config

@@ -1,0 +1,252 @@
+"""A committed DCP checkpoint of a run -> a Hugging Face Llama directory.
+
+No process group and no model: the checkpoint is read a shard's worth of tensors at a time
+(`dcp.load(..., no_dist=True)` into full-size tensors), each batch written as one safetensors
+shard and dropped; the next shard is read while one is written, so peak memory is a few
+shards (with safetensors' serialized copy), never the model. Written next to the destination
+under a temporary name and committed last: a local export is renamed into place; on S3 the
+weights and tokenizer land first, then the index, then config.json — an export cut short has
+no config.json, so no loader takes it for a model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from omegaconf import OmegaConf
+from torch.distributed.checkpoint import FileSystemReader
+
+from trainer.checkpoint import MARKER, METADATA, parse_step, step_dir
+from trainer.config import TrainerJobConfig
+from trainer.errors import ConfigError
+from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
+from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
+from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
+from trainer.model.args import ModelArgs, model_args_from_config
+from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DEFAULT_SHARD_BYTES = 2 * 2**30
+"""Peak memory is a few shards (the one written, its serialized copy, the next one being
+read), so shards stay well below a model's size: 8 files for Llama 3 8B in bf16."""
+GENERATION_CONFIG = "generation_config.json"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    destination: str
+    step: int
+    files: int
+    bytes_written: int
+
+
+def committed_steps(storage: RunStorage) -> list[int]:
+    try:
+        names = storage.list_dir("checkpoints")
+    except StorageError:
+        return []
+    steps = [s for s in map(parse_step, names) if s is not None]
+    return sorted(s for s in steps if storage.exists(f"{step_dir(s)}/{MARKER}"))
+
+
+def choose_step(storage: RunStorage, step: int | None) -> int:
+    steps = committed_steps(storage)
+    if not steps:
+        raise ConfigError(f"--step: {storage.root} has no committed checkpoint")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        listed = ", ".join(map(str, steps))
+        raise ConfigError(f"--step: no committed checkpoint at step {step}; committed: {listed}")
+    return step
+
+
+def run_model(storage: RunStorage) -> tuple[ModelArgs, dict | None]:
+    """The run's architecture and its source config.json (None when it started from scratch)."""
+    try:
+        base = json.loads(storage.read_text(f"{RUN_HF_DIR}/{CONFIG_FILE}"))
+    except StorageNotFoundError:
+        base = None
+    if base is not None:
+        return model_args_from_hf(base, storage.uri(RUN_HF_DIR)), base
+    try:
+        saved = OmegaConf.create(storage.read_text("config.yaml"))
+    except StorageNotFoundError:
+        raise ConfigError(f"RUN: {storage.root} has no config.yaml (not a run dir)") from None
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), saved))
+    return model_args_from_config(cfg.model), None  # type: ignore[union-attr]
+
+
+def check_destination(dest: str, replace: bool) -> None:
+    if replace:
+        return
+    if "://" in dest:
+        if open_run_storage(dest).list_dir(""):
+            raise ConfigError(f"--to: {dest} already holds files; allowed: an empty prefix")
+    elif Path(dest).exists() and (not Path(dest).is_dir() or any(Path(dest).iterdir())):
+        raise ConfigError(f"--to: {dest} already exists and is not empty; allowed: a new path")
+
+
+def export_run(
+    run_dir: str,
+    dest: str,
+    *,
+    step: int | None = None,
+    dtype: str = "bf16",
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    replace: bool = False,
+) -> ExportResult:
+    """Write checkpoint `step` (default: the newest committed) of `run_dir` to `dest`."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype: {dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
+    try:
+        storage = open_run_storage(run_dir)
+        step = choose_step(storage, step)
+        args, base = run_model(storage)
+        check_destination(dest, replace)
+    except StorageError as exc:
+        raise ConfigError(f"RUN: {exc}") from None
+    work = Path(tempfile.mkdtemp(prefix="trainstack-export-", dir=_staging_root()))
+    out = _output_dir(dest, work)
+    try:
+        checkpoint = _local_checkpoint(storage, step, work / "checkpoint")
+        written = _write_weights(checkpoint, args, DTYPES[dtype], out, max_shard_bytes)
+        _write_metadata_files(storage, args, base, dtype, out)
+        files = len(os.listdir(out))
+        shutil.rmtree(work / "checkpoint", ignore_errors=True)
+        _commit(out, dest, replace)
+        return ExportResult(dest, step, files, written)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)  # gone already unless the export failed
+
+
+def _staging_root() -> str:
+    root = staging_dir("export", "").parent
+    root.mkdir(parents=True, exist_ok=True)
+    return str(root)
+
+
+def _output_dir(dest: str, work: Path) -> Path:
+    """Where the files are written before the commit: for a local destination a hidden
+    sibling of it (same filesystem, so the commit is one rename), else the work dir."""
+    if "://" in dest:
+        out = work / "out"
+    else:
+        final = Path(dest)
+        out = final.with_name(f".{final.name}.partial-{uuid.uuid4().hex[:8]}")
+    out.mkdir(parents=True)
+    return out
+
+
+def _local_checkpoint(storage: RunStorage, step: int, cache: Path) -> Path:
+    local = storage.local_path(step_dir(step))
+    if local is not None:
+        return local
+    storage.download_dir(step_dir(step), cache)
+    return cache
+
+
+def _write_weights(
+    checkpoint: Path, args: ModelArgs, dtype: torch.dtype, out: Path, max_shard_bytes: int
+) -> int:
+    metadata = pickle.loads((checkpoint / METADATA).read_bytes()).state_dict_metadata
+    keys = {name: f"model.{name}" for name in trainer_names(args)}
+    absent = [key for key in keys.values() if key not in metadata]
+    if absent:
+        raise ConfigError(f"RUN: checkpoint {checkpoint.name} lacks {absent[0]!r}")
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name in keys:
+        nbytes = metadata[keys[name]].size.numel() * dtype.itemsize
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    reader = FileSystemReader(str(checkpoint))
+
+    def read_shard(names: list[str]) -> dict[str, torch.Tensor]:
+        state = {
+            keys[n]: torch.empty(
+                tuple(metadata[keys[n]].size), dtype=metadata[keys[n]].properties.dtype
+            )
+            for n in names
+        }
+        with warnings.catch_warnings():  # "assuming ... a single process": yes, on purpose
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load(state, storage_reader=reader, no_dist=True)
+        return {hf_name(n): state.pop(keys[n]).to(dtype).contiguous() for n in names}
+
+    # Reading shard i+1 overlaps writing shard i: two shards in memory at most.
+    weight_map, total = {}, 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-read") as pool:
+        pending = pool.submit(read_shard, shards[0])
+        for index in range(1, len(shards) + 1):
+            tensors = pending.result()
+            if index < len(shards):
+                pending = pool.submit(read_shard, shards[index])
+            file_name = f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+            _save_shard(tensors, out / file_name)
+            total += sum(t.numel() * t.element_size() for t in tensors.values())
+            weight_map.update(dict.fromkeys(tensors, file_name))
+            del tensors
+    index_doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / INDEX_FILE).write_text(json.dumps(index_doc, indent=2) + "\n")
+    return total
+
+
+def _save_shard(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def _write_metadata_files(
+    storage: RunStorage, args: ModelArgs, base: dict | None, dtype: str, out: Path
+) -> None:
+    for name in TOKENIZER_FILES:
+        try:
+            (out / name).write_bytes(storage.read_bytes(f"{RUN_HF_DIR}/{name}"))
+        except StorageNotFoundError:
+            continue
+    config = hf_config_from_args(args, base, dtype)
+    try:
+        generation = storage.read_bytes(f"{RUN_HF_DIR}/{GENERATION_CONFIG}")
+    except StorageNotFoundError:
+        ids = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
+        generation = (json.dumps(ids, indent=2) + "\n").encode()
+    (out / GENERATION_CONFIG).write_bytes(generation)
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _commit(out: Path, dest: str, replace: bool) -> None:
+    if "://" in dest:
+        target = open_run_storage(dest)
+        if replace:
+            for name in target.list_dir(""):
+                target.delete_tree(name)
+        last = (INDEX_FILE, CONFIG_FILE)
+        first = sorted(p for p in out.iterdir() if p.name not in last)
+        for path in [*first, *(out / name for name in last)]:
+            target.upload_file(path, path.name)
+        return
+    final = Path(dest)
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+        final.rename(old)
+    out.rename(final)  # the commit: one rename
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

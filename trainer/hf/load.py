@@ -1,0 +1,132 @@
+"""`model.init_from` in the trainer: check the checkpoint, stage it from S3, load the weights,
+and keep its small files (config.json, tokenizer) in the run dir for a later export.
+
+A local directory is read in place. An s3:// one is downloaded once per node (by local rank
+0, into the staging directory, `TRAINSTACK_STAGING_DIR` or the temp dir) and deleted after the
+load; each rank then reads only its own rows of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.distributed import Distributed, env_rank
+from trainer.errors import ConfigError
+from trainer.hf.config import CONFIG_FILE
+from trainer.hf.weights import check_checkpoint, load_hf_weights
+from trainer.model.args import ModelArgs
+from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
+
+STAGING_ENV = "TRAINSTACK_STAGING_DIR"
+RUN_HF_DIR = "hf"
+"""Run-dir folder holding the source's config.json, generation_config.json and tokenizer."""
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+MODEL_FILES = (CONFIG_FILE, "generation_config.json")
+
+
+def is_remote(source: str) -> bool:
+    return "://" in source
+
+
+def staging_dir(kind: str, source: str) -> Path:
+    base = Path(os.environ.get(STAGING_ENV) or tempfile.gettempdir())
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return base / "trainstack-staging" / f"{kind}-{digest}"
+
+
+def check_local_init_from(source: str, args: ModelArgs) -> None:
+    """Before any rank starts: a local checkpoint's headers, tensor names and shapes."""
+    if not is_remote(source):
+        check_checkpoint(Path(source), args)
+
+
+def load_init_from(model: nn.Module, source: str, args: ModelArgs, env: Distributed) -> int:
+    """Fill `model`'s materialized, sharded parameters from `source`; returns bytes read."""
+    if not is_remote(source):
+        return load_hf_weights(model, Path(source), check_checkpoint(Path(source), args))
+    local = staging_dir("init", source)
+    problem = ""
+    if env.local_rank == 0:
+        shutil.rmtree(local, ignore_errors=True)
+        try:
+            _download(source, local)
+        except StorageError as exc:
+            problem = str(exc)
+    _agree_or_raise(problem)
+    try:
+        available = check_checkpoint(local, args)
+        return load_hf_weights(model, local, available)
+    finally:
+        dist.barrier(group=env.checkpoint_group)
+        if env.local_rank == 0:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def _download(source: str, local: Path) -> None:
+    storage = open_run_storage(source)
+    storage.download_dir("", local)
+    if not (local / CONFIG_FILE).is_file():
+        raise StorageNotFoundError(f"{source} has no {CONFIG_FILE}")
+
+
+def _agree_or_raise(problem: str) -> None:
+    """Every rank raises if any rank's download failed (no rank waits on a lost peer)."""
+    flag = torch.tensor([1 if problem else 0])
+    dist.all_reduce(flag)
+    if problem:
+        raise ConfigError(f"model.init_from: {problem}")
+    if flag.item():
+        raise ConfigError("model.init_from: the download failed on another node")
+
+
+def fetch_tokenizer(source: str) -> str:
+    """A local directory holding `source`'s tokenizer files (s3:// is downloaded; small)."""
+    if not is_remote(source):
+        return source
+    local = staging_dir(f"tokenizer-rank{env_rank()}", source)  # ranks of a node don't share
+    storage = open_run_storage(source)
+    for name in TOKENIZER_FILES:
+        try:
+            data = storage.read_bytes(name)
+        except StorageNotFoundError:
+            continue
+        except StorageError as exc:
+            raise ConfigError(f"data.tokenizer: {exc}") from None
+        local.mkdir(parents=True, exist_ok=True)
+        (local / name).write_bytes(data)
+    if not local.is_dir():
+        raise ConfigError(f"data.tokenizer: {source} holds none of {', '.join(TOKENIZER_FILES)}")
+    return str(local)
+
+
+def keep_model_files(storage: RunStorage, init_from: str | None, tokenizer_dir: str | None) -> None:
+    """Copy the source's config.json and generation_config.json and the tokenizer files the run
+    uses into <run_dir>/hf/, so an export needs nothing but the run dir."""
+    sources = [(init_from, MODEL_FILES)] if init_from else []
+    if tokenizer_dir:
+        is_file = not is_remote(tokenizer_dir) and Path(tokenizer_dir).is_file()
+        sources.append(
+            (str(Path(tokenizer_dir).parent) if is_file else tokenizer_dir, TOKENIZER_FILES)
+        )
+    for base, names in sources:
+        reader = open_run_storage(base)
+        for name in names:
+            try:
+                data = reader.read_bytes(name)
+            except StorageNotFoundError:
+                continue
+            storage.write_bytes(f"{RUN_HF_DIR}/{name}", data)

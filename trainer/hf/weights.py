@@ -1,0 +1,250 @@
+"""Hugging Face Llama tensors <-> the trainer's parameters, and loading them into FSDP2 shards.
+
+Names: `hf_name` is the one mapping both ways (load and export use it). No q/k permutation is
+needed anywhere: `trainer.model.model.apply_rope` rotates the two halves of each head, which
+is Hugging Face's `rotate_half` convention, so `q_proj`/`k_proj` load as they are (the logit
+parity tests prove it). A checkpoint converted from Meta's interleaved layout has already
+been permuted by Hugging Face's conversion script.
+
+Loading: each rank opens every safetensors file (memory-mapped by `safetensors`) and copies
+only the rows of dim 0 its FSDP2 shard owns (`get_slice`), one tensor at a time; a file is
+closed (unmapped) before the next is opened. No rank ever holds a whole copy of the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+from trainer.errors import ConfigError
+from trainer.model.args import ModelArgs
+from trainer.model.model import plain_name
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+_LAYER_RENAMES = {
+    "attention.wq.weight": "self_attn.q_proj.weight",
+    "attention.wk.weight": "self_attn.k_proj.weight",
+    "attention.wv.weight": "self_attn.v_proj.weight",
+    "attention.wo.weight": "self_attn.o_proj.weight",
+    "feed_forward.w1.weight": "mlp.gate_proj.weight",
+    "feed_forward.w3.weight": "mlp.up_proj.weight",
+    "feed_forward.w2.weight": "mlp.down_proj.weight",
+    "attention_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+}
+_TOP_RENAMES = {
+    "tok_embeddings.weight": "model.embed_tokens.weight",
+    "norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+
+
+def hf_name(trainer_name: str) -> str:
+    """The Hugging Face tensor name of a trainer parameter (wrapper prefixes ignored)."""
+    name = plain_name(trainer_name)
+    if name in _TOP_RENAMES:
+        return _TOP_RENAMES[name]
+    match = _LAYER.match(name)
+    if match and match.group(2) in _LAYER_RENAMES:
+        return f"model.layers.{match.group(1)}.{_LAYER_RENAMES[match.group(2)]}"
+    raise KeyError(f"no Hugging Face name for parameter {trainer_name!r}")
+
+
+def trainer_names(args: ModelArgs) -> list[str]:
+    """Every parameter of `Transformer(args)` in export order (tied output excluded)."""
+    names = ["tok_embeddings.weight"]
+    for layer in range(args.n_layers):
+        names += [f"layers.{layer}.{suffix}" for suffix in _LAYER_RENAMES]
+    names.append("norm.weight")
+    if not args.tie_embeddings:
+        names.append("output.weight")
+    return names
+
+
+def expected_shape(name: str, args: ModelArgs) -> tuple[int, ...]:
+    kv = args.n_kv_heads * args.head_dim
+    suffix = _LAYER.match(name).group(2) if _LAYER.match(name) else name  # type: ignore[union-attr]
+    return {
+        "tok_embeddings.weight": (args.vocab_size, args.dim),
+        "output.weight": (args.vocab_size, args.dim),
+        "norm.weight": (args.dim,),
+        "attention.wq.weight": (args.n_heads * args.head_dim, args.dim),
+        "attention.wk.weight": (kv, args.dim),
+        "attention.wv.weight": (kv, args.dim),
+        "attention.wo.weight": (args.dim, args.n_heads * args.head_dim),
+        "feed_forward.w1.weight": (args.ffn_hidden_dim, args.dim),
+        "feed_forward.w3.weight": (args.ffn_hidden_dim, args.dim),
+        "feed_forward.w2.weight": (args.dim, args.ffn_hidden_dim),
+        "attention_norm.weight": (args.dim,),
+        "ffn_norm.weight": (args.dim,),
+    }[suffix]
+
+
+# ---- reading a local Hugging Face directory ----------------------------------------------
+
+
+def weight_map(directory: Path) -> dict[str, str]:
+    """tensor name -> file name, from the index (sharded) or the single file's header."""
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            mapping = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            problem = f"{index} is not a safetensors index ({exc})"
+            raise ConfigError(f"model.init_from: {problem}") from None
+        return dict(mapping)
+    single = directory / SINGLE_FILE
+    if not single.is_file():
+        raise ConfigError(
+            f"model.init_from: {directory} holds neither {INDEX_FILE} nor {SINGLE_FILE}"
+        )
+    return dict.fromkeys(header_names(single), SINGLE_FILE)
+
+
+def open_safetensors(path: Path):
+    """A `safe_open` handle (memory-mapped; use as a context manager); one clear line for a
+    missing, truncated or corrupt file."""
+    from safetensors import safe_open
+
+    try:
+        return safe_open(str(path), framework="pt")
+    except Exception as exc:  # safetensors raises its own SafetensorError (or OSError)
+        problem = " ".join(str(exc).split())
+        raise ConfigError(
+            f"model.init_from: {path} is not a readable safetensors file: {problem}"
+        ) from None
+
+
+def header_names(file: Path) -> list[str]:
+    with open_safetensors(file) as handle:
+        return list(handle.keys())
+
+
+def check_checkpoint(directory: Path, args: ModelArgs) -> dict[str, str]:
+    """Every file's header read, and exactly the tensors `args` needs at the shapes it needs:
+    a missing or extra tensor, a shape mismatch or a corrupt file is an error naming it.
+    Reads headers only. Returns tensor name -> file name."""
+    available = weight_map(directory)
+    wanted = {hf_name(n): n for n in trainer_names(args)}
+    missing = sorted(set(wanted) - set(available))
+    if missing:
+        raise ConfigError(f"model.init_from: {directory} lacks tensor {missing[0]!r}")
+    extra = sorted(t for t in set(available) - set(wanted) if not t.endswith(_DERIVED))
+    if extra:
+        raise ConfigError(
+            f"model.init_from: {directory} has tensor {extra[0]!r}, which a Llama model of "
+            "its config.json does not have (no partial loads)"
+        )
+    for file_name in sorted(set(available.values())):
+        path = directory / file_name
+        with open_safetensors(path) as handle:
+            present = set(handle.keys())
+            for tensor in sorted(t for t, f in available.items() if f == file_name):
+                if tensor not in wanted:
+                    continue
+                if tensor not in present:
+                    raise ConfigError(
+                        f"model.init_from: tensor {tensor!r} is not in {file_name} (the index "
+                        "says it is)"
+                    )
+                source = handle.get_slice(tensor)
+                if source.get_dtype() not in _DTYPES:
+                    raise ConfigError(
+                        f"model.init_from: tensor {tensor!r} in {file_name} is "
+                        f"{source.get_dtype()}; supported: {', '.join(_DTYPES)}"
+                    )
+                shape = list(source.get_shape())
+                want = list(expected_shape(wanted[tensor], args))
+                if shape != want:
+                    raise ConfigError(
+                        f"model.init_from: tensor {tensor!r} in {file_name} has shape {shape}; "
+                        f"its config.json implies {want}"
+                    )
+    return available
+
+
+# Buffers some exports carry; derived, never loaded.
+_DERIVED = ".rotary_emb.inv_freq"
+
+
+def _by_file(
+    model: nn.Module, available: dict[str, str]
+) -> dict[str, list[tuple[str, nn.Parameter]]]:
+    groups: dict[str, list[tuple[str, nn.Parameter]]] = {}
+    for name, param in model.named_parameters():
+        groups.setdefault(available[hf_name(name)], []).append((name, param))
+    return groups
+
+
+def _local_rows(param: torch.Tensor) -> tuple[int, int]:
+    """(first row, row count) of dim 0 this rank holds (the whole tensor when not sharded)."""
+    if not isinstance(param, DTensor):
+        return 0, param.shape[0]
+    local_shape, offset = compute_local_shape_and_global_offset(
+        param.shape, param.device_mesh, param.placements
+    )
+    if any(o for o in offset[1:]) or tuple(local_shape[1:]) != tuple(param.shape[1:]):
+        raise ValueError(f"only dim-0 sharding is supported, got {param.placements}")
+    return offset[0], local_shape[0]
+
+
+@torch.no_grad()
+def load_hf_weights(model: nn.Module, directory: Path, available: dict[str, str]) -> int:
+    """Copy the checkpoint in `directory` (checked by `check_checkpoint`, which gave
+    `available`) into `model`'s FSDP2-sharded, materialized parameters; each rank reads only
+    its rows, one tensor at a time. Returns the bytes this rank read."""
+    read = 0
+    for file_name, params in _by_file(model, available).items():
+        path = directory / file_name
+        layout = tensor_layout(path)
+        with open(path, "rb", buffering=0) as fh:
+            for name, param in params:
+                first, count = _local_rows(param)
+                if count:
+                    local = param.to_local() if isinstance(param, DTensor) else param
+                    read += _read_rows(fh, layout[hf_name(name)], first, count, local)
+    return read
+
+
+def tensor_layout(path: Path) -> dict[str, tuple[torch.dtype, list[int], int]]:
+    """name -> (dtype, shape, absolute byte offset) from a safetensors header (checked
+    already by `safe_open`): the offsets let a rank read exactly its rows with one pread,
+    straight into its parameter shard."""
+    with open(path, "rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(size))
+    header.pop("__metadata__", None)
+    return {
+        name: (_DTYPES[info["dtype"]], info["shape"], 8 + size + info["data_offsets"][0])
+        for name, info in header.items()
+    }
+
+
+_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def _read_rows(fh, layout, first: int, count: int, local: torch.Tensor) -> int:
+    dtype, shape, offset = layout
+    row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    direct = local.device.type == "cpu" and local.dtype == dtype and local.is_contiguous()
+    target = local if direct else torch.empty(local.shape, dtype=dtype)
+    buffer = memoryview(target.view(torch.uint8).numpy()).cast("B")
+    want = count * row_bytes
+    got = os.preadv(fh.fileno(), [buffer], offset + first * row_bytes)
+    if got != want:
+        raise ConfigError(f"model.init_from: {fh.name} is truncated (short read)")
+    if not direct:
+        local.copy_(target)
+    return want
