@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "logs": "print a run's logs (-f to follow, --rank N)",
     "cancel": "cancel a run or a whole --sweep",
     "checkpoints": "list a run's checkpoints: committed, size, files complete",
+    "plot": "loss, throughput, MFU and memory of runs or a --sweep, to PNG or HTML",
+    "serve": "the Training API and dashboard (HTTP)",
 }
 
 
