@@ -96,7 +96,7 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
     app = FastAPI(title=TITLE, version="1", description=__doc__.split("\n\n")[1])
     app.add_middleware(BodyLimit)
 
-    def authorized(
+    async def authorized(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
     ) -> None:
@@ -122,7 +122,7 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
     common = {"responses": ERRORS, "dependencies": auth}
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         """Liveness and readiness: the process answers (the cluster is not asked)."""
         return {"status": "ok"}
 
@@ -147,19 +147,22 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
         return SweepSubmitted(sweep_id=sweep_id, runs=runs)
 
     @app.get("/v1/runs", response_model=RunList, **common)
-    def list_runs(
+    async def list_runs(
         state: Annotated[str | None, Query(description=f"one of {', '.join(STATES)}")] = None,
         sweep: str | None = None,
     ) -> RunList:
+        """Runs of the cluster from the shared snapshot (about one LIST per second in all)."""
         if state is not None and state not in STATES:
             raise ApiError(422, f"state: {state!r} is not a state; allowed: {', '.join(STATES)}")
-        return RunList(runs=service.runs(state=state, sweep=sweep))
+        views = await service.views_async()
+        return RunList(runs=service.runs(state=state, sweep=sweep, views=views))
 
     @app.get("/v1/runs/{run_id}", response_model=Run, **common)
-    def get_run(run_id: str) -> Run:
+    async def get_run(run_id: str) -> Run:
+        """State, retries, timestamps, last step and loss, progress and cost so far."""
         from datetime import UTC, datetime
 
-        return to_run(service.view(run_id), datetime.now(UTC))
+        return to_run(service.view(run_id, await service.views_async()), datetime.now(UTC))
 
     @app.get("/v1/runs/{run_id}/metrics", response_model=Metrics, **common)
     def get_metrics(run_id: str, since_step: int | None = None) -> Metrics:

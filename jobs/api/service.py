@@ -109,10 +109,9 @@ class Service:
                     "to resume it (pick a new run_id, or resume=true)",
                 )
             backend.schedule(request)
+            self.snapshot.refresh_run(job.run_id, self.backend.cluster.get_job)
         except BackendError as err:
             raise _backend_error(err) from err
-        finally:
-            self.snapshot.invalidate()
         # Like `launch` without --wait, the service never auto-restarts what it scheduled (a log
         # follower would otherwise do so, once per replica).
         type(backend)._scheduled.pop(job.run_id, None)
@@ -126,22 +125,29 @@ class Service:
         view = self.view(run_id)
         try:
             self.backend.cancel(run_id)
+            self.snapshot.refresh_run(run_id, self.backend.cluster.get_job)
         except BackendError as err:
             raise _backend_error(err) from err
-        finally:
-            self.snapshot.invalidate()
         status = view.status
         return status.state, (f"already {status.state}" if status.finished else "cancel requested")
 
     # -- reads ---------------------------------------------------------------------------------
+    async def views_async(self) -> dict[str, RunView]:
+        """`views()` for the event loop: from memory, or in a thread when it must wait."""
+        if self.snapshot.must_wait():
+            from starlette.concurrency import run_in_threadpool
+
+            return await run_in_threadpool(self.views)
+        return self.views()
+
     def views(self) -> dict[str, RunView]:
         try:
             return self.snapshot.runs()
         except BackendError as err:
             raise _backend_error(err) from err
 
-    def view(self, run_id: str) -> RunView:
-        found = self.views().get(run_id)
+    def view(self, run_id: str, views: dict[str, RunView] | None = None) -> RunView:
+        found = (self.views() if views is None else views).get(run_id)
         if found is None:
             raise ApiError(404, f"run {run_id!r}: no such run in namespace {self.namespace}")
         return found
@@ -150,11 +156,16 @@ class Service:
     def namespace(self) -> str:
         return self.backend.settings.namespace
 
-    def runs(self, state: str | None = None, sweep: str | None = None) -> list[Run]:
+    def runs(
+        self,
+        state: str | None = None,
+        sweep: str | None = None,
+        views: dict[str, RunView] | None = None,
+    ) -> list[Run]:
         now = datetime.now(UTC)
         return [
             to_run(v, now)
-            for v in self.views().values()
+            for v in (self.views() if views is None else views).values()
             if (state is None or v.status.state == state)
             and (sweep is None or v.status.sweep_id == sweep)
         ]

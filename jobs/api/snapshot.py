@@ -1,10 +1,13 @@
 """One shared view of the cluster's runs: however many clients poll, the API server sees about
 one LIST of PyTorchJobs per `ttl_s`.
 
-The first request after the snapshot went stale refreshes it (one LIST, plus each run's
-progress from its run dir); requests arriving meanwhile wait for that refresh instead of
-starting their own. A failed LIST is remembered for the same ttl, so an unreachable cluster
-is not hammered either. Writes (submit, cancel) invalidate the snapshot.
+Reads never wait for the cluster once a snapshot exists: the first read after it went stale
+starts one refresh in the background (one LIST, plus each run's progress from its run dir)
+and is answered from the snapshot at hand, at most about two ttls old. Only the very first
+read, and reads after a failed LIST, refresh in line (one at a time; the others wait for it
+and share its result), and a failed LIST is remembered for a ttl, so an unreachable cluster
+is not hammered. Writes update their one run with a GET (`refresh_run`), not a LIST, so a
+client sees its own submission at once.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from typing import Any
 
 from jobs.backends.base import BackendError, RunStatus
 from jobs.plot.metrics import max_steps, read_config
+
+CONFIG_RETRY_S = 30.0
+"""How often a run dir without config.yaml yet (a pending run) is looked at again."""
 
 
 @dataclass(frozen=True)
@@ -74,23 +80,51 @@ class RunsSnapshot:
         self._error: BackendError | None = None
         self._max_steps: dict[str, int] = {}
         """run dir -> trainer.max_steps: a run's config does not change once written."""
+        self._config_tried: dict[str, float] = {}
+        """run dir -> when its config.yaml was last looked for and not there yet."""
 
     def invalidate(self) -> None:
-        with self._lock:
-            self._at = -float("inf")
+        """The next read refreshes in line (tests; a changed cluster)."""
+        self._at = -float("inf")
+
+    def must_wait(self) -> bool:
+        """Whether `runs()` would refresh in line (so async callers run it in a thread)."""
+        age = time.monotonic() - self._at
+        return age == float("inf") or (self._error is not None and age > self.ttl_s)
 
     def runs(self) -> dict[str, RunView]:
         """run id -> view, oldest first; raises BackendError when the cluster cannot be read."""
-        if time.monotonic() - self._at > self.ttl_s:
+        age = time.monotonic() - self._at
+        if self.must_wait():
             with self._lock:
                 if time.monotonic() - self._at > self.ttl_s:  # nobody refreshed while we waited
                     self._refresh()
+        elif age > self.ttl_s and self._lock.acquire(blocking=False):
+            threading.Thread(target=self._refresh_and_release, daemon=True).start()
         if self._error is not None:
             raise self._error
         return self._runs
 
     def get(self, run_id: str) -> RunView | None:
         return self.runs().get(run_id)
+
+    def refresh_run(self, run_id: str, get_job: Callable[[str], dict | None]) -> None:
+        """After a write: re-read that one run (a GET) into the snapshot."""
+        from jobs.backends.kubernetes import to_status
+
+        job = get_job(run_id)
+        runs = dict(self._runs)
+        if job is None:
+            runs.pop(run_id, None)
+        else:
+            runs[run_id] = self._view(to_status(job), job)
+        self._runs = runs  # replaced whole: readers never see a dict being changed
+
+    def _refresh_and_release(self) -> None:
+        try:
+            self._refresh()
+        finally:
+            self._lock.release()
 
     def _refresh(self) -> None:
         from jobs.backends.kubernetes import to_status
@@ -109,9 +143,13 @@ class RunsSnapshot:
     def _view(self, status: RunStatus, job: dict[str, Any]) -> RunView:
         instance = instance_type_of(job)
         run_dir = status.run_dir
-        if run_dir and run_dir not in self._max_steps:
+        now = time.monotonic()
+        due = now - self._config_tried.get(run_dir or "", -float("inf")) > CONFIG_RETRY_S
+        if run_dir and run_dir not in self._max_steps and due:
             steps = max_steps(read_config(run_dir))
-            if steps is not None:
+            if steps is None:
+                self._config_tried[run_dir] = now
+            else:
                 self._max_steps[run_dir] = steps
         return RunView(
             status=status,

@@ -109,8 +109,8 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
 
     monkeypatch.setattr(dashboard, "POLL_MS", 300)
     apiserver.operator.plans["live1"] = [JobPlan(hold=True)]
-    assert api.client.post("/v1/runs", json=api.run_request("live1")).status_code == 201
     first = write_metrics(api.runs_root / "live1", range(10, 60, 10))
+    assert api.client.post("/v1/runs", json=api.run_request("live1")).status_code == 201
     sweep = {
         "overrides": [
             "compute=p4d.24xlarge",
@@ -120,9 +120,9 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
         ],
         "sweep_id": "swd",
     }
-    assert api.client.post("/v1/sweeps", json=sweep).status_code == 201
     for index, lr in enumerate((1e-3, 1e-2)):
         write_metrics(api.runs_root / f"swd-{index}", range(10, 110, 10), lr=lr)
+    assert api.client.post("/v1/sweeps", json=sweep).status_code == 201
 
     # Signing in: the form sets the cookie and returns to the page asked for.
     browser.get(f"{api.url}/")

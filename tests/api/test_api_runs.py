@@ -232,9 +232,10 @@ def test_sweeps_list_filters_and_all_or_nothing(api, apiserver):
 
 def test_metrics_are_the_run_dirs_lines_with_a_step(api, apiserver):
     apiserver.operator.plans["m1"] = [JobPlan(hold=True)]
-    assert api.client.post("/v1/runs", json=api.run_request("m1")).status_code == 201
     logs = api.runs_root / "m1" / "logs"
     logs.mkdir(parents=True)
+    (api.runs_root / "m1" / "config.yaml").write_text("trainer:\n  max_steps: 60\n")
+    assert api.client.post("/v1/runs", json=api.run_request("m1")).status_code == 201
     lines = [{"step": s, "loss": 3.0 / s, "tokens_seen": 512 * s} for s in (10, 20, 30)]
     text = "\n".join(json.dumps(r) for r in lines)
     (logs / "metrics.jsonl").write_text(text + '\n{"note": "no step"}\n{"step": 4')
@@ -242,7 +243,6 @@ def test_metrics_are_the_run_dirs_lines_with_a_step(api, apiserver):
     assert body["records"] == lines
     later = api.client.get("/v1/runs/m1/metrics?since_step=10").json()["records"]
     assert [r["step"] for r in later] == [20, 30]
-    (api.runs_root / "m1" / "config.yaml").write_text("trainer:\n  max_steps: 60\n")
     api.service.snapshot.invalidate()
     run = api.client.get("/v1/runs/m1").json()
     assert run["last_step"] == 30 and run["max_steps"] == 60 and run["progress"] == 0.5
