@@ -84,22 +84,31 @@ async def _load(url: str, seconds: float, runs_root: Path) -> dict:
             n = 0
             while time.monotonic() < stop:
                 started = time.perf_counter()
-                response = await c.get(paths[(index + n) % 2])
+                try:
+                    response = await c.get(paths[(index + n) % 2])
+                except httpx.HTTPError as err:
+                    errors.append(f"GET {type(err).__name__}: {err}")
+                    continue
+                finally:
+                    n += 1
                 status_ms.append(1000 * (time.perf_counter() - started))
                 if response.status_code != 200:
                     errors.append(f"GET {response.status_code}")
-                n += 1
 
         async def submit(index: int) -> None:
             n = 0
             while time.monotonic() < stop:
                 body = {**seed, "run_id": f"load-{index}-{n}"}
                 started = time.perf_counter()
-                response = await c.post("/v1/runs", json=body)
+                n += 1
+                try:
+                    response = await c.post("/v1/runs", json=body)
+                except httpx.HTTPError as err:
+                    errors.append(f"POST {type(err).__name__}: {err}")
+                    continue
                 submit_ms.append(1000 * (time.perf_counter() - started))
                 if response.status_code != 201:
                     errors.append(f"POST {response.status_code} {response.text[:120]}")
-                n += 1
 
         await asyncio.gather(
             *(poll(i) for i in range(POLLERS)), *(submit(i) for i in range(SUBMITTERS))
@@ -147,7 +156,11 @@ def run() -> dict:
             lists = apiserver.count("GET", "/pytorchjobs?") - lists_before
         finally:
             server.terminate()
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
             log.close()
             apiserver.operator.shutdown()
             apiserver.stop()

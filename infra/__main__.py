@@ -19,6 +19,7 @@ from infra.network import Network
 from infra.registry import Registry
 from infra.shared_fs import KeyOwner, SharedFileSystem
 from infra.storage import RunStorage
+from infra.training_api import TrainingApi
 
 config = load_stack_config()  # raises ConfigError before any resource exists
 name = config.cluster.name
@@ -98,6 +99,24 @@ identity = TrainingIdentity(
     repository_arn=registry.repository_arn,
     k8s_provider=addons.provider,
 )
+training_api = (
+    TrainingApi(
+        name,
+        config.training_api,
+        namespace=addons.namespace,
+        cluster_name=cluster.name,
+        partition=config.cluster.partition,
+        account_id=config.cluster.account_id,
+        bucket_arn=storage.bucket_arn,
+        bucket_key_arn=storage.key_arn,
+        storage_root=storage.root,
+        repository_arn=registry.repository_arn,
+        repository_url=registry.repository_url,
+        k8s_provider=addons.provider,
+    )
+    if config.training_api
+    else None
+)
 shared_fs = (
     SharedFileSystem(
         name,
@@ -158,6 +177,7 @@ outputs = {
     "pull_request_build_project": image_build.pull_request_project_name if image_build else None,
     "cache_repository_url": registry.cache_repository_url,
     # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
+    "training_api_service": training_api.service_name if training_api else None,
     "image": config.image,
     "last_good_image": config.last_good_image,
 }

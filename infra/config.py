@@ -24,6 +24,7 @@ from infra.config_sections import (
     parse_autoscaler,
     parse_deploy,
     parse_protection,
+    parse_training_api,
 )
 from infra.policies import RESERVED_PREFIXES
 from infra.settings import (
@@ -91,6 +92,7 @@ TOP_LEVEL_KEYS = (
     "autoscaler",
     "deploy",
     "runsKmsKeyArn",
+    "trainingApi",
 )
 GPU_GROUP_KEYS = (
     "name",
@@ -382,6 +384,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         protection=parse_protection(reader),
         autoscaler=parse_autoscaler(reader),
         deploy=parse_deploy(reader, cluster),
+        training_api=parse_training_api(reader, _PINNED_IMAGE, repository),
     )
 
 

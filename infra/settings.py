@@ -98,6 +98,23 @@ class CiConfig:
 
 
 @dataclass(frozen=True)
+class TrainingApiConfig:
+    """The Training API in the cluster (`infra.training_api`): `trainstack serve`, 2 replicas."""
+
+    image: str
+    """`<registry>/<repositoryName>@sha256:<digest>`: the slim API image (images/api), kept in
+    the trainer's repository under `api-*` tags."""
+    token_hashes_secret_arn: str
+    """Secrets Manager secret holding {"<name>": "<sha256 of a token>", ...}: a reference;
+    neither tokens nor hashes go in config."""
+    replicas: int = 2
+    internal_load_balancer: bool = False
+    """An internal NLB in front of the service (else ClusterIP only)."""
+    cpu: str = "500m"
+    memory: str = "1Gi"
+
+
+@dataclass(frozen=True)
 class DeployConfig:
     """The in-VPC deploy project (`infra.deploy_runner`)."""
 
@@ -153,3 +170,5 @@ class StackConfig:
     """The digest-pinned trainer image the stack's jobs run (set by each deploy)."""
     last_good_image: str | None = None
     """The last image whose smoke run passed on this stack: what a rollback returns to."""
+    training_api: TrainingApiConfig | None = None
+    """None: no Training API in this stack (`trainstack:trainingApi` unset)."""
