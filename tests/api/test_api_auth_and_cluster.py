@@ -124,3 +124,33 @@ def test_openapi_schema_is_served_and_checked_in(api):
     assert json.loads(OPENAPI.read_text()) == served, (
         "docs/openapi.json is stale: run `python -m jobs.api.openapi > docs/openapi.json`"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["serve"],
+            "--token-hashes DIR (or $TRAINSTACK_API_TOKEN_HASHES) is required; or --no-auth",
+        ),
+        (["serve", "--no-auth", "--host", "0.0.0.0"], "--no-auth listens on loopback only"),
+        (["serve", "--token-hashes", "/nonexistent"], "/nonexistent is not a directory"),
+    ],
+)
+def test_serve_refuses_to_start_without_auth_off_loopback(argv, message, capsys, monkeypatch):
+    from jobs.cli import main
+
+    monkeypatch.delenv("TRAINSTACK_API_TOKEN_HASHES", raising=False)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_hash_token_prints_the_sha256_only(capsys, monkeypatch):
+    import hashlib
+    import io
+
+    from jobs.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("my-token\n"))
+    assert main(["serve", "--hash-token"]) == 0
+    assert capsys.readouterr().out.strip() == hashlib.sha256(b"my-token").hexdigest()
