@@ -18,6 +18,7 @@ from jobs.errors import EXIT_BAD_INPUT
 
 TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+KEEP_ALIVE_S = 75
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,5 +76,13 @@ def run(args: argparse.Namespace) -> int:
         from jobs.errors import one_line
 
         return fail(one_line(err))
-    uvicorn.run(create_app(service, tokens), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(
+        create_app(service, tokens),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        # Longer than a load balancer's idle timeout and a polling client's interval: the server
+        # closing an idle keep-alive connection as a client reuses it is a reset request.
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
     return 0

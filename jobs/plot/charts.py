@@ -24,7 +24,7 @@ class Chart:
     x_label: str
     y_label: str
     ys: tuple[tuple[str, str], ...]
-    """(record key, series name); series after the first are drawn dashed."""
+    """(record key, series name); evaluation series are drawn dashed."""
 
 
 CHARTS = (
@@ -145,7 +145,7 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
         for run in runs:
             color, label = colors[run.run_id]
             records = _with_tokens(run.records)
-            for index, (key, name) in enumerate(chart.ys):
+            for key, name in chart.ys:
                 points = [
                     (x, y)
                     for r in records
@@ -158,7 +158,7 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                             "run_id": run.run_id,
                             "label": f"{label} {name}" if len(chart.ys) > 1 else label,
                             "color": color,
-                            "dash": index > 0,
+                            "dash": key == "eval_loss",
                             "x": [p[0] for p in points],
                             "y": [p[1] for p in points],
                         }
