@@ -4,8 +4,10 @@
 the Kubernetes REST API test double (tests/k8s) and its simulated operator; the load comes
 from asyncio clients in this process. Figures: status latency p50/p99 (GET /v1/runs/{id} and
 GET /v1/runs, mixed), submit latency p50/p99 (POST /v1/runs: compose, validate, materialize,
-preflight, submit), errors, and how many LISTs of PyTorchJobs the API server saw per second
-(the service shares one snapshot between clients). BENCH_API_SECONDS shortens the run.
+preflight, submit; submits queue behind one another, Hydra composes one at a time), the same
+two for one client alone (`alone_*`: 10 submits, 5 status reads after each), errors, and how
+many LISTs of PyTorchJobs the API server saw per second (one snapshot shared by all clients).
+BENCH_API_SECONDS shortens the run.
 Absolute latency here is the machine's (a shared 2-core box where a bare FastAPI hello-world
 answers 50 clients at p50 ~1 s), so the status target is relative: first the same 50 pollers
 hit `/healthz` of the same server (no work, no auth) for a quarter of the time, and status
@@ -60,6 +62,32 @@ async def _floor(url: str, seconds: float) -> list[float]:
 
         await asyncio.gather(*(poll() for _ in range(POLLERS)))
     return latencies
+
+
+async def _alone(url: str, runs_root: Path, runs: int = 10) -> dict:
+    """One client, one request at a time: the cost of a status read and a submit by itself."""
+    import httpx
+
+    status_ms, submit_ms = [], []
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+        for index in range(runs):
+            body = {
+                "run_id": f"alone-{index}",
+                "compute": "p4d.24xlarge",
+                "image": "registry.example.com/t:v1",
+                "storage_root": str(runs_root),
+            }
+            started = time.perf_counter()
+            response = await client.post("/v1/runs", json=body)
+            submit_ms.append(1000 * (time.perf_counter() - started))
+            if response.status_code != 201:
+                raise RuntimeError(f"submit failed: {response.status_code} {response.text}")
+            for _ in range(5):
+                started = time.perf_counter()
+                await client.get(f"/v1/runs/alone-{index}")
+                status_ms.append(1000 * (time.perf_counter() - started))
+    return {"status_ms": status_ms, "submit_ms": submit_ms}
 
 
 async def _load(url: str, seconds: float, runs_root: Path) -> dict:
@@ -148,6 +176,7 @@ def run() -> dict:
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_healthy(url, server)
+            alone = asyncio.run(_alone(url, tmp_path / "runs"))
             floor = asyncio.run(_floor(url, SECONDS / 4))
             lists_before = apiserver.count("GET", "/pytorchjobs?")
             started = time.monotonic()
@@ -171,6 +200,9 @@ def run() -> dict:
         "seconds": round(elapsed, 1),
         "pollers": POLLERS,
         "submitters": SUBMITTERS,
+        "alone_status_p50_ms": round(_percentile(alone["status_ms"], 0.5), 1),
+        "alone_status_p99_ms": round(_percentile(alone["status_ms"], 0.99), 1),
+        "alone_submit_p50_ms": round(_percentile(alone["submit_ms"], 0.5), 1),
         "status_requests": len(status),
         "status_p50_ms": round(p50, 1),
         "status_p99_ms": round(_percentile(status, 0.99), 1),
