@@ -4,9 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test bench lint format clean
+.PHONY: install browser run test bench lint format clean
 
-install: $(STAMP)
+install: $(STAMP) browser
+
+# Debian's chromium + chromium-driver for the dashboard's browser tests (tests/api); a no-op
+# when both are there. Selenium never downloads a browser of its own.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 # Reinstall only when the dependency pins change; -e keeps conf/ and the code live.
 $(STAMP): pyproject.toml constraints.txt
@@ -17,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/trainstack launch
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest

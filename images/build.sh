@@ -23,7 +23,20 @@
 # Output: image.json (the artifact) and image.env (IMAGE_URI, IMAGE_DIGEST for exported-variables).
 set -euo pipefail
 
-readonly DOCKERFILE=images/trainer/Dockerfile
+# IMAGE_KIND: trainer (default) or api (images/api: the Training API, no torch). The API image
+# goes to the same repository under its own tags (api-<sha>, api-nightly-..., api-X.Y.Z) and
+# writes api-image.json / api-image.env, so one build runs both without either clobbering
+# the other's outputs.
+readonly IMAGE_KIND=${IMAGE_KIND:-trainer}
+case $IMAGE_KIND in
+  trainer) readonly TAG_PREFIX="" OUTPUT_PREFIX="" ;;
+  api) readonly TAG_PREFIX="api-" OUTPUT_PREFIX="api-" ;;
+  *)
+    echo "build.sh: IMAGE_KIND=$IMAGE_KIND; allowed: trainer, api" >&2
+    exit 1
+    ;;
+esac
+readonly DOCKERFILE=images/$IMAGE_KIND/Dockerfile
 readonly STATE_DIR=${BUILD_STATE_DIR:-.image-build}
 readonly SEMVER_RE='^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$'
 readonly BUILD_CACHE_TAG=buildcache # infra/registry.py BUILD_CACHE_TAG
@@ -77,7 +90,7 @@ version_tag() {
   fi
   [[ -n $tag ]] || return 0
   [[ $tag =~ $SEMVER_RE ]] || die "git tag $tag is not semver (vMAJOR.MINOR.PATCH[-pre])"
-  echo "${tag#v}"
+  echo "$TAG_PREFIX${tag#v}"
 }
 
 # The tag this build pushes: the git SHA, or nightly-YYYYMMDD-<sha> for a nightly rebuild.
@@ -88,9 +101,9 @@ image_tag() {
   if [[ $kind == nightly ]]; then
     local day=${BUILD_DATE:-$(date -u +%Y%m%d)}
     [[ $day =~ ^[0-9]{8}$ ]] || die "BUILD_DATE=$day is not YYYYMMDD"
-    echo "nightly-$day-$sha"
+    echo "${TAG_PREFIX}nightly-$day-$sha"
   else
-    echo "$sha"
+    echo "$TAG_PREFIX$sha"
   fi
 }
 
@@ -175,17 +188,26 @@ cmd_selftest() {
     echo "image $tag was self-tested when it was pushed: skipping"
     return 0
   fi
-  docker run --rm "$REPOSITORY_URI:$tag" python -m trainer.smoke
+  if [[ $IMAGE_KIND == api ]]; then
+    # The service's modules import, and torch is nowhere in the image.
+    docker run --rm --entrypoint python "$REPOSITORY_URI:$tag" -c \
+      "import importlib.util, jobs.api.app, jobs.plot.png; assert not importlib.util.find_spec('torch')"
+  else
+    docker run --rm "$REPOSITORY_URI:$tag" python -m trainer.smoke
+  fi
 }
 
 write_outputs() {
   local sha=$1 digest=$2 pushed=$3 version=$4 kind=$5 tag=$6
   local image=""
   [[ -n $digest ]] && image="$REPOSITORY_URI@$digest"
-  cat >image.json <<EOF
+  cat >"${OUTPUT_PREFIX}image.json" <<EOF
 {"repository": "$REPOSITORY_URI", "git_sha": "$sha", "kind": "$kind", "tag": "$tag", "version": "$version", "digest": "$digest", "image": "$image", "pushed": $pushed}
 EOF
-  printf 'IMAGE_URI=%s\nIMAGE_DIGEST=%s\n' "$image" "$digest" >image.env
+  local variable=${OUTPUT_PREFIX^^}
+  variable=${variable//-/_}
+  printf '%sIMAGE_URI=%s\n%sIMAGE_DIGEST=%s\n' "$variable" "$image" "$variable" "$digest" \
+    >"${OUTPUT_PREFIX}image.env"
   echo "image: ${image:-not pushed}"
 }
 

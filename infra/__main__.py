@@ -21,6 +21,7 @@ from infra.network import Network
 from infra.registry import Registry
 from infra.shared_fs import KeyOwner, SharedFileSystem
 from infra.storage import RunStorage
+from infra.training_api import TrainingApi
 
 config = load_stack_config()  # raises ConfigError before any resource exists
 name = config.cluster.name
@@ -138,6 +139,24 @@ identity = TrainingIdentity(
     repository_arn=registry.repository_arn,
     k8s_provider=addons.provider,
 )
+training_api = (
+    TrainingApi(
+        name,
+        config.training_api,
+        namespace=addons.namespace,
+        cluster_name=cluster.name,
+        partition=config.cluster.partition,
+        account_id=config.cluster.account_id,
+        bucket_arn=storage.bucket_arn,
+        bucket_key_arn=storage.key_arn,
+        storage_root=storage.root,
+        repository_arn=registry.repository_arn,
+        repository_url=registry.repository_url,
+        k8s_provider=addons.provider,
+    )
+    if config.training_api
+    else None
+)
 shared_fs = (
     SharedFileSystem(
         name,
@@ -181,6 +200,7 @@ outputs = {
     # AWS_DEV_DEPLOY_ROLE_ARN / AWS_PROD_DEPLOY_ROLE_ARN: the role of this stack's deploy job.
     "github_deploy_role_arn": github_deploy.role_arn if github_deploy else None,
     # Deploys set both (images/deploy.sh); a rollback moves `image` back to `last_good_image`.
+    "training_api_service": training_api.service_name if training_api else None,
     "image": config.image,
     "last_good_image": config.last_good_image,
     "local_queue": kueue.local_queue if kueue else None,

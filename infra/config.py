@@ -25,6 +25,7 @@ from infra.config_sections import (
     parse_autoscaler,
     parse_deploy,
     parse_protection,
+    parse_training_api,
     policy_arns,
 )
 from infra.policies import RESERVED_PREFIXES
@@ -98,6 +99,7 @@ TOP_LEVEL_KEYS = (
     "deploy",
     "runsKmsKeyArn",
     "kueue",
+    "trainingApi",
 )
 KUEUE_KEYS = ("enabled", "clusterQueue", "localQueue", "priorityClasses")
 DEFAULT_PRIORITY_CLASSES = (("high", 1000), ("default", 100), ("low", 10))
@@ -440,6 +442,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         autoscaler=parse_autoscaler(reader),
         deploy=parse_deploy(reader, cluster),
         kueue=_parse_kueue(reader),
+        training_api=parse_training_api(reader, _PINNED_IMAGE, repository),
     )
 
 

@@ -7,10 +7,24 @@ import re
 from datetime import UTC, datetime
 
 from infra.config_reader import NAMESPACE, SettingsReader, fail
-from infra.settings import AutoscalerConfig, ClusterConfig, DataProtection, DeployConfig
+from infra.settings import (
+    AutoscalerConfig,
+    ClusterConfig,
+    DataProtection,
+    DeployConfig,
+    TrainingApiConfig,
+)
 
 KMS_MAX_DELETION_DAYS = 30
 DEPLOY_KEYS = ("githubUrl", "connectionArn", "pulumiTokenSecretArn", "policyArns", "timeoutMinutes")
+TRAINING_API_KEYS = (
+    "image",
+    "tokenHashesSecretArn",
+    "replicas",
+    "internalLoadBalancer",
+    "cpu",
+    "memory",
+)
 AUTOSCALER_KEYS = ("scaleDownIdleMinutes", "provisioningRequests")
 
 GITHUB_URL = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+?(\.git)?$")
@@ -21,6 +35,9 @@ _TOKEN_REFERENCE = re.compile(
     r"^arn:aws[a-z-]*:(secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+"
     r"|ssm:[\w-]+:\d{12}:parameter/[\w/.-]+)$"
 )
+_SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+$")
+_CPU = re.compile(r"^\d+(\.\d+)?m?$")
+_MEMORY = re.compile(r"^\d+(Mi|Gi)$")
 _POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]+$")
 
 
@@ -107,3 +124,38 @@ def parse_protection(reader: SettingsReader) -> DataProtection:
     if window > KMS_MAX_DELETION_DAYS:
         raise fail(reader.key("kmsDeletionWindowDays"), f"allowed: 7 to 30 days, got {window}")
     return DataProtection(reader.get_bool("protectData", True), window)
+
+
+def parse_training_api(
+    reader: SettingsReader, pinned_image: re.Pattern, repository: str
+) -> TrainingApiConfig | None:
+    """The API image lives in the trainer's repository under its own tags (`api-<sha>`), so
+    the same pipeline and the same repository policy cover it."""
+    values = reader.get_object("trainingApi")
+    if values is None:
+        return None
+    api = SettingsReader(values, f"{NAMESPACE}:trainingApi.", TRAINING_API_KEYS)
+    image = api.get_str("image", required=True)
+    match = pinned_image.match(image)
+    if not match or match["repository"] != repository:
+        raise fail(api.key("image"), f"{image!r}: expected <registry>/{repository}@sha256:<digest>")
+    secret = api.get_str("tokenHashesSecretArn", required=True)
+    if not _SECRET_ARN.match(secret):
+        raise fail(
+            api.key("tokenHashesSecretArn"),
+            f"{secret!r}: a Secrets Manager secret ARN holding {{name: sha256 of a token}} (no "
+            "token or hash goes in config)",
+        )
+    cpu, memory = api.get_str("cpu", "500m"), api.get_str("memory", "1Gi")
+    if not _CPU.match(cpu):
+        raise fail(api.key("cpu"), f"{cpu!r}: a Kubernetes CPU quantity, e.g. 500m or 1")
+    if not _MEMORY.match(memory):
+        raise fail(api.key("memory"), f"{memory!r}: a Kubernetes memory quantity, e.g. 1Gi")
+    return TrainingApiConfig(
+        image=image,
+        token_hashes_secret_arn=secret,
+        replicas=api.get_int("replicas", 2, minimum=1),
+        internal_load_balancer=api.get_bool("internalLoadBalancer", False),
+        cpu=cpu,
+        memory=memory,
+    )

@@ -235,3 +235,37 @@ def bucket_key_policy(
             }
         )
     return _document(statements)
+
+
+def training_api_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
+    """The Training API's pods: read run dirs (metrics, configs) under `<bucket>/<prefix>/`, and
+    look up the trainer image's digest (jobs/k8s/ecr.py); no writes, no pulls."""
+    return _document(
+        [
+            {
+                "Sid": "ReadRunObjects",
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": f"{bucket_arn}/{prefix}/*",
+            },
+            {
+                "Sid": "ListRuns",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": bucket_arn,
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}},
+            },
+            {
+                "Sid": "BucketKey",
+                "Effect": "Allow",
+                "Action": "kms:Decrypt",
+                "Resource": kms_key_arn,
+            },
+            {
+                "Sid": "TrainerImageDigests",
+                "Effect": "Allow",
+                "Action": "ecr:DescribeImages",
+                "Resource": repository_arn,
+            },
+        ]
+    )

@@ -103,6 +103,23 @@ class CiConfig:
 
 
 @dataclass(frozen=True)
+class TrainingApiConfig:
+    """The Training API in the cluster (`infra.training_api`): `trainstack serve`, 2 replicas."""
+
+    image: str
+    """`<registry>/<repositoryName>@sha256:<digest>`: the slim API image (images/api), kept in
+    the trainer's repository under `api-*` tags."""
+    token_hashes_secret_arn: str
+    """Secrets Manager secret holding {"<name>": "<sha256 of a token>", ...}: a reference;
+    neither tokens nor hashes go in config."""
+    replicas: int = 2
+    internal_load_balancer: bool = False
+    """An internal NLB in front of the service (else ClusterIP only)."""
+    cpu: str = "500m"
+    memory: str = "1Gi"
+
+
+@dataclass(frozen=True)
 class DeployConfig:
     """The in-VPC deploy project (`infra.deploy_runner`)."""
 
@@ -171,3 +188,5 @@ class StackConfig:
     """The last image whose smoke run passed on this stack: what a rollback returns to."""
     kueue: KueueConfig | None = None
     """None: `trainstack:kueue.enabled` is false (no Kueue, jobs go straight to the nodes)."""
+    training_api: TrainingApiConfig | None = None
+    """None: no Training API in this stack (`trainstack:trainingApi` unset)."""

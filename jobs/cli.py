@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "cancel": "cancel a run or a whole --sweep",
     "checkpoints": "list a run's checkpoints: committed, size, files complete",
     "export": "write a run's checkpoint as a Hugging Face model directory",
+    "plot": "loss, throughput, MFU and memory of runs or a --sweep, to PNG or HTML",
+    "serve": "the Training API and dashboard (HTTP)",
 }
 
 

@@ -195,8 +195,8 @@ def launch_point(cfg: Any) -> PointResult:
     from hydra.core.hydra_config import HydraConfig
 
     from jobs.backends import backend_for
-    from jobs.commands.launch import git_sha
     from jobs.materialize import materialize
+    from jobs.submission import git_sha
 
     hydra_cfg = HydraConfig.get()
     index = hydra_cfg.job.num

@@ -71,6 +71,8 @@ class RunStatus:
     retries: int = 0
     """Automatic resubmissions so far (kubernetes backend, `job.max_retries`)."""
     message: str = ""
+    run_dir: str | None = None
+    """Where the run's checkpoints and logs/metrics.jsonl live (path or s3:// URI)."""
 
     @property
     def finished(self) -> bool:

@@ -332,7 +332,8 @@ def to_status(job: dict) -> RunStatus:
     status = job.get("status") or {}
     state = _STATES[k8s_state.job_state(job)]
     replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    step, loss = run_state.last_metrics(k8s_state.annotations(job).get(RUN_DIR_ANNOTATION))
+    run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
+    step, loss = run_state.last_metrics(run_dir)
     message = k8s_state.failure_message(job) if state == FAILED else ""
     return RunStatus(
         run_id=meta["name"],
@@ -346,4 +347,5 @@ def to_status(job: dict) -> RunStatus:
         last_loss=loss,
         retries=k8s_state.retries(job),
         message=message,
+        run_dir=run_dir,
     )

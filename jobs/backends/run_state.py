@@ -82,6 +82,7 @@ def to_status(run_dir: Path, state: dict[str, Any] | None) -> RunStatus:
         last_step=step,
         last_loss=loss,
         message=state.get("message", ""),
+        run_dir=str(run_dir),
     )
 
 

@@ -157,6 +157,34 @@ def test_new_commit_is_built_self_tested_then_pushed_with_attestations(build):
     )
 
 
+def test_the_api_image_gets_its_own_dockerfile_tags_selftest_and_outputs(build):
+    """IMAGE_KIND=api after the trainer: images/api/Dockerfile, api-<sha> in the same
+    repository, a no-torch import check, api-image.* outputs; the trainer's stay intact."""
+    run_all(build)
+    trainer_outputs = build.outputs()
+    run_all(build, IMAGE_KIND="api")
+    calls = build.calls()
+    api_builds = [c for c in calls if "--file images/api/Dockerfile" in c]
+    assert len(api_builds) == 2 and all(
+        f"--tag {REPOSITORY_URI}:api-{SHA}" in c for c in api_builds
+    )
+    assert any(
+        c.startswith(f"docker run --rm --entrypoint python {REPOSITORY_URI}:api-{SHA} -c")
+        and "find_spec('torch')" in c
+        for c in calls
+    )
+    digest = (build.tags / f"api-{SHA}").read_text()
+    workdir = build.env_file.parent
+    api_outputs = json.loads((workdir / "api-image.json").read_text())
+    assert api_outputs["tag"] == f"api-{SHA}" and api_outputs["digest"] == digest
+    assert (workdir / "api-image.env").read_text() == (
+        f"API_IMAGE_URI={REPOSITORY_URI}@{digest}\nAPI_IMAGE_DIGEST={digest}\n"
+    )
+    assert build.outputs() == trainer_outputs
+    unknown = build("build", IMAGE_KIND="gpu")
+    assert unknown.returncode != 0 and "IMAGE_KIND=gpu; allowed: trainer, api" in unknown.stderr
+
+
 def test_push_fails_when_the_pushed_image_is_not_the_self_tested_one(build):
     for name in ("login", "build", "selftest"):
         assert build(name).returncode == 0

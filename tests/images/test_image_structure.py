@@ -35,13 +35,18 @@ def test_buildspec_logs_in_builds_self_tests_then_pushes_and_exports_the_digest(
         "images/build.sh build",
         "images/build.sh selftest",
         "images/build.sh push",
+        # The Training API image: the same steps after the trainer's (images/api).
+        "IMAGE_KIND=api images/build.sh build",
+        "IMAGE_KIND=api images/build.sh selftest",
+        "IMAGE_KIND=api images/build.sh push",
     ]
     # post_build runs even after a failed build: it may only export, never push.
     assert phases["pre_build"]["on-failure"] == phases["build"]["on-failure"] == "ABORT"
     assert "build.sh" not in " ".join(phases["post_build"]["commands"])
     assert "CODEBUILD_BUILD_SUCCEEDING" in phases["post_build"]["commands"][0]
-    assert set(spec["env"]["exported-variables"]) == {"IMAGE_URI", "IMAGE_DIGEST"}
-    assert spec["artifacts"]["files"] == ["image.json"]
+    exported = {"IMAGE_URI", "IMAGE_DIGEST", "API_IMAGE_URI", "API_IMAGE_DIGEST"}
+    assert set(spec["env"]["exported-variables"]) == exported
+    assert spec["artifacts"]["files"] == ["image.json", "api-image.json"]
 
 
 # ---- workflows: tests/images/test_workflows.py ------------------------------------------------

@@ -1,0 +1,261 @@
+"""The Training API in the cluster: `trainstack serve` (images/api) behind a Service.
+
+Two replicas of a hardened Deployment (non-root, read-only root filesystem, no privilege
+escalation, every capability dropped, RuntimeDefault seccomp), probed on /healthz; a ClusterIP
+Service, or an internal NLB when `trainingApi.internalLoadBalancer` is set. Its ServiceAccount
+may touch only PyTorchJobs, ConfigMaps, pods and pod logs in the training namespace (a Role,
+not a ClusterRole: the service runs with `backend.preflight=false`, so it reads no nodes or
+CRDs), and by Pod Identity read run dirs in S3 and look up ECR digests. Bearer tokens: the
+Secret holds SHA-256 hashes only, copied from the Secrets Manager secret the stack names;
+each value is checked to be a hash, so a plaintext token can never land in the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from infra.iam import service_role
+from infra.policies import RUNS_PREFIX, training_api_policy
+from infra.settings import TrainingApiConfig
+
+PORT = 8080
+TOKEN_DIR = "/etc/trainstack/token-hashes"
+_HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+RBAC_RULES = (
+    {
+        "apiGroups": ["kubeflow.org"],
+        "resources": ["pytorchjobs"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["get", "list", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+)
+
+
+def token_hashes(secret_string: str | None, secret_arn: str) -> dict[str, str]:
+    """The Secret's data: {name: sha256 hex}. Anything else is refused with one line."""
+    try:
+        loaded = json.loads(secret_string or "")
+    except json.JSONDecodeError:
+        loaded = None
+    if not isinstance(loaded, dict) or not loaded:
+        raise pulumi.RunError(
+            f"trainstack:trainingApi.tokenHashesSecretArn: {secret_arn} must hold a JSON object "
+            '{"<name>": "<sha256 hex of a token>", ...} (`trainstack serve --hash-token`)'
+        )
+    for name, value in loaded.items():
+        if not _SECRET_KEY.match(str(name)) or not isinstance(value, str) or not _HASH.match(value):
+            raise pulumi.RunError(
+                f"trainstack:trainingApi.tokenHashesSecretArn: entry {name!r} is not a SHA-256 "
+                "hex digest; store hashes, never tokens"
+            )
+    return {str(k): v for k, v in loaded.items()}
+
+
+def serve_args(namespace: str, storage_root: str, repository_url: str) -> list[str]:
+    return [
+        "serve",
+        "--host=0.0.0.0",
+        f"--port={PORT}",
+        f"--token-hashes={TOKEN_DIR}",
+        f"cluster.namespace={namespace}",
+        "storage=s3",
+        f"storage.root={storage_root}",
+        f"job.image_repository={repository_url}",
+        # Preflight reads nodes and CRDs (cluster-wide); the Role grants only the namespace.
+        "backend.preflight=false",
+    ]
+
+
+class TrainingApi(pulumi.ComponentResource):
+    service_name: pulumi.Output[str]
+    role_arn: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        settings: TrainingApiConfig,
+        namespace: pulumi.Input[str],
+        cluster_name: pulumi.Input[str],
+        partition: str,
+        account_id: str,
+        bucket_arn: pulumi.Input[str],
+        bucket_key_arn: pulumi.Input[str],
+        storage_root: pulumi.Input[str],
+        repository_arn: pulumi.Input[str],
+        repository_url: pulumi.Input[str],
+        k8s_provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("trainstack:infra:TrainingApi", name, None, opts)
+        aws_child = pulumi.ResourceOptions(parent=self)
+        child = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
+        app = f"{name}-api"
+        labels = {"app.kubernetes.io/name": "trainstack-api", "app.kubernetes.io/instance": app}
+
+        role = service_role(
+            app,
+            "pods.eks.amazonaws.com",
+            self,
+            partition,
+            inline_policy=pulumi.Output.all(bucket_arn, bucket_key_arn, repository_arn).apply(
+                lambda arns: training_api_policy(arns[0], RUNS_PREFIX, arns[1], arns[2])
+            ),
+            tag_session=True,
+            source_account=account_id,
+        )
+        account = k8s.core.v1.ServiceAccount(
+            app, metadata={"name": app, "namespace": namespace, "labels": labels}, opts=child
+        )
+        aws.eks.PodIdentityAssociation(
+            app,
+            cluster_name=cluster_name,
+            namespace=namespace,
+            service_account=account.metadata.name,
+            role_arn=role.arn,
+            opts=aws_child,
+        )
+        rbac_role = k8s.rbac.v1.Role(
+            app,
+            metadata={"name": app, "namespace": namespace, "labels": labels},
+            rules=list(RBAC_RULES),
+            opts=child,
+        )
+        k8s.rbac.v1.RoleBinding(
+            app,
+            metadata={"name": app, "namespace": namespace, "labels": labels},
+            role_ref={
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": rbac_role.metadata.name,
+            },
+            subjects=[
+                {"kind": "ServiceAccount", "name": account.metadata.name, "namespace": namespace}
+            ],
+            opts=child,
+        )
+        secret_arn = settings.token_hashes_secret_arn
+        stored = aws.secretsmanager.get_secret_version_output(secret_id=secret_arn, opts=None)
+        tokens = k8s.core.v1.Secret(
+            f"{app}-token-hashes",
+            metadata={"name": f"{app}-token-hashes", "namespace": namespace, "labels": labels},
+            type="Opaque",
+            string_data=pulumi.Output.secret(
+                stored.secret_string.apply(lambda text: token_hashes(text, secret_arn))
+            ),
+            opts=child,
+        )
+        container = {
+            "name": "api",
+            "image": settings.image,
+            "args": pulumi.Output.all(namespace, storage_root, repository_url).apply(
+                lambda values: serve_args(*values)
+            ),
+            "ports": [{"name": "http", "containerPort": PORT}],
+            "env": [{"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"}],
+            "readinessProbe": {
+                "httpGet": {"path": "/healthz", "port": "http"},
+                "periodSeconds": 5,
+                "failureThreshold": 3,
+            },
+            "livenessProbe": {
+                "httpGet": {"path": "/healthz", "port": "http"},
+                "initialDelaySeconds": 20,
+                "periodSeconds": 10,
+                "failureThreshold": 6,
+            },
+            "resources": {
+                "requests": {"cpu": settings.cpu, "memory": settings.memory},
+                "limits": {"memory": settings.memory},
+            },
+            "securityContext": {
+                "runAsNonRoot": True,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "volumeMounts": [
+                {"name": "token-hashes", "mountPath": TOKEN_DIR, "readOnly": True},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        }
+        deployment = k8s.apps.v1.Deployment(
+            app,
+            metadata={"name": app, "namespace": namespace, "labels": labels},
+            spec={
+                "replicas": settings.replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": account.metadata.name,
+                        "automountServiceAccountToken": True,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 10001,
+                            "runAsGroup": 10001,
+                            "fsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        # One replica per node where possible: a node drain keeps the API up.
+                        "topologySpreadConstraints": [
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "kubernetes.io/hostname",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "labelSelector": {"matchLabels": labels},
+                            }
+                        ],
+                        "containers": [container],
+                        "volumes": [
+                            {
+                                "name": "token-hashes",
+                                "secret": {"secretName": tokens.metadata.name},
+                            },
+                            {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+                        ],
+                    },
+                },
+            },
+            opts=child,
+        )
+        annotations = (
+            {
+                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            }
+            if settings.internal_load_balancer
+            else {}
+        )
+        service = k8s.core.v1.Service(
+            app,
+            metadata={
+                "name": app,
+                "namespace": namespace,
+                "labels": labels,
+                "annotations": annotations,
+            },
+            spec={
+                "type": "LoadBalancer" if settings.internal_load_balancer else "ClusterIP",
+                "selector": labels,
+                "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=k8s_provider, depends_on=[deployment]
+            ),
+        )
+        self.service_name = service.metadata.name
+        self.role_arn = role.arn
+        self.register_outputs({"service_name": self.service_name, "role_arn": self.role_arn})

@@ -1,0 +1,208 @@
+"""The dashboard at `/`: plain server-rendered pages over the same service as the API.
+
+`/` lists runs (state, progress, cost so far); `/runs/{id}` shows one run with its charts,
+re-fetched every few seconds while it trains; `/sweeps/{id}` overlays a sweep's runs coloured
+by the swept value. Charts are the figure of jobs/plot/charts.py drawn by uPlot (vendored in
+static/). Browsers sign in once at `/login`: the token goes into an HttpOnly, SameSite=Strict
+cookie that is accepted for GET requests only, so it cannot be used to submit or cancel.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import parse_qs, quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from jobs.api.auth import TokenHashes
+from jobs.api.service import ApiError, Service, to_run
+
+STATIC = Path(__file__).resolve().parent / "static"
+POLL_MS = 5000
+COOKIE = "trainstack_token"
+CSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"
+"""Scripts only from /static (no inline script); inline styles for progress bars."""
+
+
+def _page(title: str, body: str) -> HTMLResponse:
+    return HTMLResponse(
+        f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/static/uPlot.min.css">
+<link rel="stylesheet" href="/static/dashboard.css">
+</head><body><p><a href="/">runs</a></p><h1>{html.escape(title)}</h1>{body}
+<script src="/static/uPlot.iife.min.js"></script><script src="/static/charts.js"></script>
+</body></html>""",
+        headers={"Content-Security-Policy": CSP},
+    )
+
+
+def _cell(value, numeric: bool = False) -> str:
+    text = "-" if value is None else html.escape(str(value))
+    return f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>"
+
+
+def _money(value: float | None) -> str | None:
+    return None if value is None else f"${value:,.2f}"
+
+
+def _progress(run) -> str:
+    if run.progress is None:
+        return _cell(None if run.last_step is None else f"step {run.last_step}")
+    percent = round(100 * run.progress)
+    return (
+        f'<td><span class="bar"><span style="width:{percent}%"></span></span> '
+        f"{run.last_step}/{run.max_steps}</td>"
+    )
+
+
+def runs_table(runs) -> str:
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("run", "sweep", "state", "nodes", "progress", "loss", "cost so far", "started")
+    )
+    rows = []
+    for run in runs:
+        link = f'<a href="/runs/{quote(run.run_id)}">{html.escape(run.run_id)}</a>'
+        sweep = (
+            f'<a href="/sweeps/{quote(run.sweep_id)}">{html.escape(run.sweep_id)}</a>'
+            if run.sweep_id
+            else "-"
+        )
+        loss = None if run.last_loss is None else f"{run.last_loss:.4f}"
+        rows.append(
+            f'<tr data-run="{html.escape(run.run_id)}"><td>{link}</td><td>{sweep}</td>'
+            f'<td class="state-{run.state}">{run.state}</td>{_cell(run.nodes, True)}'
+            f"{_progress(run)}{_cell(loss, True)}{_cell(_money(run.cost_so_far_usd), True)}"
+            f"{_cell(run.started_at)}</tr>"
+        )
+    return f'<table id="runs"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def add_dashboard(app: FastAPI, service: Service, tokens: TokenHashes | None) -> None:
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    def signed_in(request: Request) -> bool:
+        return tokens is None or tokens.check(request.cookies.get(COOKIE))
+
+    def login_redirect(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+
+    @app.get("/login", include_in_schema=False)
+    def login_form(next: str = "/") -> HTMLResponse:
+        target = html.escape(next if next.startswith("/") and not next.startswith("//") else "/")
+        return _page(
+            "sign in",
+            '<form method="post" action="/login">'
+            f'<input type="hidden" name="next" value="{target}">'
+            '<label>API token <input type="password" name="token" id="token" autofocus></label> '
+            '<button type="submit" id="sign-in">sign in</button></form>',
+        )
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request):
+        form = parse_qs((await request.body()).decode(errors="replace"))
+        token = (form.get("token") or [""])[0]
+        target = (form.get("next") or ["/"])[0]
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        if tokens is not None and not tokens.check(token):
+            return _page(
+                "sign in", '<p id="error">wrong token</p><p><a href="/login">again</a></p>'
+            )
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            max_age=12 * 3600,
+        )
+        return response
+
+    @app.get("/", include_in_schema=False)
+    def index(request: Request):
+        if not signed_in(request):
+            return login_redirect(request)
+        try:
+            runs = service.runs()
+        except ApiError as err:
+            return _page("runs", f'<p id="error">{html.escape(err.detail)}</p>')
+        return _page("runs", runs_table(runs) if runs else "<p>no runs yet</p>")
+
+    @app.get("/runs/{run_id}", include_in_schema=False)
+    def run_page(run_id: str, request: Request):
+        if not signed_in(request):
+            return login_redirect(request)
+        try:
+            run = to_run(service.view(run_id), datetime.now(UTC))
+        except ApiError as err:
+            return _page(run_id, f'<p id="error">{html.escape(err.detail)}</p>')
+        facts = {
+            "state": run.state,
+            "sweep": run.sweep_id,
+            "nodes": f"{run.nodes} x {run.instance_type}" if run.instance_type else run.nodes,
+            "retries": run.retries,
+            "started": run.started_at,
+            "finished": run.finished_at,
+            "last step": run.last_step,
+            "last loss": None if run.last_loss is None else f"{run.last_loss:.4f}",
+            "$/hour": _money(run.hourly_usd),
+            "cost so far": _money(run.cost_so_far_usd),
+            "run dir": run.run_dir,
+            "message": run.message or None,
+        }
+        facts_html = "".join(
+            f"<dt>{k}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts.items() if v is not None
+        )
+        poll = 0 if run.state in ("succeeded", "failed", "cancelled") else POLL_MS
+        charts = (
+            f'<div id="charts" data-figure-url="/ui/figure?run={quote(run_id)}" '
+            f'data-poll-ms="{poll}"></div>'
+        )
+        return _page(f"run {run_id}", f"<dl>{facts_html}</dl>{charts}")
+
+    @app.get("/sweeps/{sweep_id}", include_in_schema=False)
+    def sweep_page(sweep_id: str, request: Request):
+        if not signed_in(request):
+            return login_redirect(request)
+        try:
+            runs = service.runs(sweep=sweep_id)
+        except ApiError as err:
+            return _page(sweep_id, f'<p id="error">{html.escape(err.detail)}</p>')
+        live = any(r.state in ("pending", "running") for r in runs)
+        charts = (
+            f'<div id="charts" data-figure-url="/ui/figure?sweep={quote(sweep_id)}" '
+            f'data-poll-ms="{POLL_MS if live else 0}"></div>'
+        )
+        return _page(f"sweep {sweep_id}", runs_table(runs) + charts)
+
+    @app.get("/ui/figure", include_in_schema=False)
+    def figure(request: Request, run: str | None = None, sweep: str | None = None):
+        from jobs.plot.charts import figure as make_figure
+        from jobs.plot.metrics import read_run
+
+        if not signed_in(request):
+            return JSONResponse({"detail": "sign in at /login"}, status_code=401)
+        try:
+            views = service.views()
+        except ApiError as err:
+            return JSONResponse({"detail": err.detail}, status_code=err.status)
+        chosen = [
+            v
+            for v in views.values()
+            if (run is not None and v.status.run_id == run)
+            or (sweep is not None and v.status.sweep_id == sweep)
+        ]
+        if not chosen:
+            return JSONResponse({"detail": "no such run or sweep"}, status_code=404)
+        metrics = [read_run(v.status.run_id, v.status.run_dir) for v in chosen]
+        result = make_figure(metrics, sweep=sweep is not None)
+        result["live"] = any(not v.status.finished for v in chosen)
+        return result

@@ -1,0 +1,143 @@
+"""Request and response bodies of the Training API (pydantic; unknown fields are refused).
+
+A structured run request maps onto the same config keys a CLI user types (`to_overrides`), so
+`POST /v1/runs {"model": "llama3_8b", "nodes": 4}` and `trainstack launch model=llama3_8b
+compute.nodes=4` compose the same config.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Scalar = str | int | float | bool | None
+
+SERVICE_KEYS = ("backend", "cluster", "stack", "hydra")
+"""Config groups the service sets itself (where jobs go, and with which credentials)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunRequest(Strict):
+    overrides: list[str] = Field(
+        default_factory=list,
+        max_length=200,
+        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first.",
+    )
+    run_id: str | None = Field(None, description="run_id; the same id resumes that run")
+    model: str | None = Field(None, description="model=<option>, e.g. llama3_8b")
+    init_from: str | None = Field(None, description="trainer.init_from (weights to start from)")
+    data: str | None = Field(None, description="data.path: the training JSONL (s3:// on a cluster)")
+    compute: str | None = Field(None, description="compute=<instance type>, e.g. p5.48xlarge")
+    nodes: int | None = Field(None, ge=1, description="compute.nodes")
+    gpus_per_node: int | None = Field(None, ge=0, description="compute.gpus_per_node")
+    image: str | None = Field(None, description="job.image (ECR tags are pinned to digests)")
+    storage_root: str | None = Field(None, description="storage.root: run dirs go under it")
+    resume: bool = Field(
+        True,
+        description="An existing run with this run_id resumes from its latest checkpoint "
+        "(true, the CLI's rule); false refuses with 409 instead.",
+    )
+    trainer: dict[str, Scalar] = Field(
+        default_factory=dict, description="trainer.<key>=<value> overrides, e.g. max_steps"
+    )
+
+
+class SweepRequest(Strict):
+    overrides: list[str] = Field(
+        ...,
+        min_length=1,
+        max_length=200,
+        description="`launch -m` overrides, e.g. trainer.lr=1e-3,3e-3",
+    )
+    sweep_id: str | None = Field(None, description="re-using an id addresses the same runs")
+
+
+def override_value(value: Scalar) -> str:
+    """A value in Hydra's override grammar: strings quoted (any character survives)."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return json.dumps(value)  # true/false/null and numbers read the same in Hydra
+
+
+def to_overrides(request: RunRequest) -> list[str]:
+    pairs: list[tuple[str, Scalar]] = [
+        ("run_id", request.run_id),
+        ("trainer.init_from", request.init_from),
+        ("data.path", request.data),
+        ("compute.nodes", request.nodes),
+        ("compute.gpus_per_node", request.gpus_per_node),
+        ("job.image", request.image),
+        ("storage.root", request.storage_root),
+    ]
+    groups = [f"model={request.model}"] if request.model else []
+    groups += [f"compute={request.compute}"] if request.compute else []
+    values = [f"{key}={override_value(v)}" for key, v in pairs if v is not None]
+    trainer = [f"trainer.{k}={override_value(v)}" for k, v in request.trainer.items()]
+    return [*request.overrides, *groups, *values, *trainer]
+
+
+def refused_key(overrides: list[str]) -> str | None:
+    """The one-line refusal of an override the service sets itself, else None."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.replace("/", ".").split(".")[0] in SERVICE_KEYS:
+            return (
+                f"{key}: set by the service, not by a request; allowed: any key outside "
+                f"{', '.join(SERVICE_KEYS)}"
+            )
+    return None
+
+
+class Submitted(BaseModel):
+    run_id: str
+    outcome: str = Field(description="created, resumed, already active, or dryrun")
+    plan: dict[str, Any]
+    request: str | None = Field(None, description="the manifests (dryrun only)")
+
+
+class SweepSubmitted(BaseModel):
+    sweep_id: str
+    runs: list[Submitted]
+
+
+class Run(BaseModel):
+    run_id: str
+    state: str
+    sweep_id: str | None
+    nodes: int
+    retries: int
+    started_at: str | None
+    finished_at: str | None
+    last_step: int | None
+    last_loss: float | None
+    max_steps: int | None
+    progress: float | None = Field(description="last_step / max_steps")
+    instance_type: str | None
+    hourly_usd: float | None = Field(description="catalog on-demand price of all nodes")
+    cost_so_far_usd: float | None
+    run_dir: str | None
+    message: str
+
+
+class RunList(BaseModel):
+    runs: list[Run]
+
+
+class Metrics(BaseModel):
+    run_id: str
+    records: list[dict[str, Any]]
+
+
+class Cancelled(BaseModel):
+    run_id: str
+    state: str
+    outcome: str = Field(description="cancel requested, or already <state>")
+
+
+class Problem(BaseModel):
+    detail: str

@@ -1,0 +1,88 @@
+"""`trainstack serve [--host H] [--port P] [--token-hashes DIR | --no-auth] [overrides ...]`:
+the Training API and dashboard (jobs/api/) under uvicorn.
+
+Overrides select the cluster the service submits to and reads from (stack=prod,
+cluster.kubeconfig=...); requests cannot change them. Tokens: DIR holds one SHA-256 hash per
+file (the mounted Kubernetes Secret); `--hash-token` prints the hash of a token read from stdin.
+Without tokens the service only listens on loopback (`--no-auth`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from jobs.errors import EXIT_BAD_INPUT
+
+TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+KEEP_ALIVE_S = 75
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--token-hashes",
+        type=Path,
+        default=os.environ.get(TOKEN_HASHES_ENV),
+        metavar="DIR",
+        help=f"directory of SHA-256 token hashes (default ${TOKEN_HASHES_ENV})",
+    )
+    parser.add_argument("--no-auth", action="store_true", help="no tokens (loopback only)")
+    parser.add_argument("--hash-token", action="store_true", help="print sha256 of stdin's token")
+    parser.add_argument("overrides", nargs="*", help="where the cluster is, e.g. stack=prod")
+
+
+def fail(message: str) -> int:
+    print(f"trainstack serve: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobs.api.auth import TokenConfigError, TokenHashes, token_hash
+
+    if args.hash_token:
+        token = sys.stdin.readline().strip()
+        if not token:
+            return fail("--hash-token: no token on stdin")
+        print(token_hash(token))
+        return 0
+    if args.no_auth and args.token_hashes:
+        return fail("give one of --token-hashes DIR or --no-auth")
+    if args.no_auth and args.host not in LOOPBACK:
+        return fail(f"--no-auth listens on loopback only; --host {args.host} needs --token-hashes")
+    if not args.no_auth and not args.token_hashes:
+        return fail(f"--token-hashes DIR (or ${TOKEN_HASHES_ENV}) is required; or --no-auth")
+    try:
+        tokens = None if args.no_auth else TokenHashes(Path(args.token_hashes))
+    except (OSError, TokenConfigError) as err:
+        return fail(str(err))
+    if tokens is not None and tokens.empty:
+        return fail(f"--token-hashes {args.token_hashes}: no token hashes in it")
+    import uvicorn
+
+    from jobs.api.app import create_app
+    from jobs.api.service import Service
+    from jobs.submission import BadInput
+
+    try:
+        service = Service(overrides=args.overrides)
+    except BadInput as err:
+        return fail(str(err))
+    except Exception as err:  # Hydra composition errors of the server's own overrides
+        from jobs.errors import one_line
+
+        return fail(one_line(err))
+    uvicorn.run(
+        create_app(service, tokens),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        # Longer than a load balancer's idle timeout and a polling client's interval: the server
+        # closing an idle keep-alive connection as a client reuses it is a reset request.
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
+    return 0

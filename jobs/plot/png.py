@@ -1,0 +1,43 @@
+"""A figure (charts.figure) as one PNG: a grid of panels, one per chart, runs overlaid."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def write_png(figure: dict[str, Any], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; also safe in threads of a server
+    from matplotlib.figure import Figure
+
+    charts = figure["charts"]
+    columns = 3
+    rows = math.ceil(len(charts) / columns)
+    fig = Figure(figsize=(5.2 * columns, 3.6 * rows + 0.6), layout="constrained")
+    fig.suptitle(title)
+    axes = fig.subplots(rows, columns, squeeze=False).flatten()
+    for ax, chart in zip(axes, charts, strict=False):
+        ax.set_title(chart["title"])
+        ax.set_xlabel(chart["x_label"])
+        ax.set_ylabel(chart["y_label"])
+        ax.grid(alpha=0.3)
+        for series in chart["series"]:
+            ax.plot(
+                series["x"],
+                series["y"],
+                color=series["color"],
+                linestyle="--" if series["dash"] else "-",
+                marker="o" if len(series["x"]) < 30 else None,
+                markersize=3,
+                label=series["label"],
+            )
+        if chart["series"]:
+            ax.legend(fontsize="x-small")
+        else:
+            ax.text(0.5, 0.5, "no points", ha="center", va="center", transform=ax.transAxes)
+    for ax in axes[len(charts) :]:
+        ax.set_visible(False)
+    fig.savefig(path, dpi=110)

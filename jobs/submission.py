@@ -1,0 +1,70 @@
+"""Overrides -> validated, materialized job, raising instead of printing: the one way to make
+a job, shared by `trainstack launch` and the Training API (jobs/api/).
+
+Bad input raises `BadInput` whose str() is the one line the CLI prints after
+`trainstack launch: ` and the API returns with 422. Nothing is written or started here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobs.materialize import MaterializedJob
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+GIT_SHA_ENV = "TRAINSTACK_GIT_SHA"
+"""The commit an installed copy (the API image) was built from, where there is no checkout."""
+
+
+class BadInput(ValueError):
+    """Composition or validation refused the overrides; str() is one line naming the key."""
+
+
+def utc_now() -> datetime:
+    """The clock jobs are stamped with (one place, so tests can fix it)."""
+    return datetime.now(UTC)
+
+
+@cache
+def git_sha(repo: Path = REPO_DIR) -> str | None:
+    """HEAD of the checkout the job is launched from (labels; default image tag), else
+    $TRAINSTACK_GIT_SHA. Asked once per process: every point of a sweep run by a Hydra
+    launcher calls it, and all of them must carry the SHA the sweep was validated with."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get(GIT_SHA_ENV) or None
+
+
+def prepare(overrides: Sequence[str], *, now: datetime | None = None) -> MaterializedJob:
+    """compose -> validate -> materialize; raises BadInput (one line) on bad input."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from jobs.compose import compose
+    from jobs.errors import one_line
+    from jobs.manifest_checks import ManifestError
+    from jobs.materialize import materialize
+    from jobs.validate import JobConfigError
+
+    try:
+        cfg = compose(list(overrides))
+        return materialize(cfg, now=now or utc_now(), git_sha=git_sha())
+    except (HydraException, OmegaConfBaseException) as err:
+        raise BadInput(one_line(err)) from err
+    except (JobConfigError, ManifestError) as err:
+        raise BadInput(str(err)) from err

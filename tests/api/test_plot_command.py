@@ -1,0 +1,89 @@
+"""`trainstack plot`: PNG and HTML from run dirs' metrics.jsonl, runs overlaid, sweeps
+coloured by their swept value, missing keys tolerated."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import main
+
+
+def run_dir(root: Path, run_id: str, steps, lr=1e-3, sweep=None, keys=True) -> Path:
+    path = root / run_id
+    (path / "logs").mkdir(parents=True)
+    lines = []
+    for step in steps:
+        record = {"step": step, "loss": 4.0 - step / 100, "tokens_seen": 1024 * step}
+        if keys:
+            record |= {
+                "throughput/tokens_per_s": 900.0,
+                "mfu/percent": 12.5,
+                "memory/max_rss_gib": 2.0,
+            }
+        lines.append(record)
+    lines.append({"step": steps[-1], "eval_loss": 3.5})
+    text = "\n".join(json.dumps(r) for r in lines) + '\n{"message": "a note"}\n{"step": '
+    (path / "logs" / "metrics.jsonl").write_text(text)
+    (path / "config.yaml").write_text(f"run_dir: {path}\ntrainer:\n  lr: {lr}\n  max_steps: 50\n")
+    state = {"run_id": run_id, "backend": "local", "state": "succeeded", "sweep_id": sweep}
+    (path / "job").mkdir()
+    (path / "job" / "state.json").write_text(json.dumps(state))
+    return path
+
+
+def test_png_of_several_runs_tolerates_missing_keys(tmp_path, capsys):
+    from PIL import Image
+
+    root = tmp_path / "runs"
+    run_dir(root, "a", [10, 20, 30])
+    run_dir(root, "b", [10, 20], keys=False)  # an older trainer: loss only
+    out = tmp_path / "ab.png"
+    code = main(["plot", "a", str(root / "b"), "-o", str(out), f"storage.root={root}"])
+    assert code == 0, capsys.readouterr().err
+    image = Image.open(out)
+    assert image.format == "PNG" and image.size[0] > 1000
+    assert f"wrote {out} (2 run(s))" in capsys.readouterr().out
+
+
+def test_html_holds_every_point_and_the_sweep_colours(tmp_path):
+    root = tmp_path / "runs"
+    for index, lr in enumerate((1e-4, 1e-3, 1e-2)):
+        run_dir(root, f"sw-{index}", [10, 20, 30, 40], lr=lr, sweep="sw")
+    run_dir(root, "other", [10], sweep="not-this-one")
+    out = tmp_path / "sweep.html"
+    assert main(["plot", "--sweep", "sw", "-o", str(out), f"storage.root={root}"]) == 0
+    page = out.read_text()
+    figure = json.loads(re.search(r'id="trainstack-figure">(.*?)</script>', page).group(1))
+    assert [r["label"] for r in figure["runs"]] == [
+        "sw-0 (trainer.lr=0.0001)",
+        "sw-1 (trainer.lr=0.001)",
+        "sw-2 (trainer.lr=0.01)",
+    ]
+    colours = [r["color"] for r in figure["runs"]]
+    assert len(set(colours)) == 3
+    charts = {c["id"]: c for c in figure["charts"]}
+    loss = charts["loss_step"]["series"]
+    assert [len(s["x"]) for s in loss] == [4, 1] * 3  # train and eval per run
+    assert charts["loss_tokens"]["series"][1]["x"] == [40 * 1024]  # eval placed at its tokens
+    assert "uPlot" in page and "<script src=" not in page  # self-contained
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plot"], "give RUN [RUN ...] or --sweep ID"),
+        (["plot", "a", "--sweep", "s"], "give RUN [RUN ...] or --sweep ID"),
+        (["plot", "a", "-o", "a.svg"], "-o a.svg: unknown format; allowed: .png, .html"),
+        (["plot", "--sweep", "nothing"], "sweep nothing: no runs found"),
+        (["plot", "empty"], "no metrics yet in"),
+    ],
+)
+def test_bad_plot_requests_are_one_line(tmp_path, capsys, argv, message, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main([*argv, f"storage.root={tmp_path / 'runs'}"])
+    assert code != 0
+    assert message in capsys.readouterr().err

@@ -1,0 +1,173 @@
+"""The Training API in the cluster (infra/training_api.py) under Pulumi's mocks: the hardened
+Deployment, the Service (ClusterIP or internal NLB), RBAC limited to the training namespace's
+PyTorchJobs, ConfigMaps, pods and pod logs, Pod Identity, and the token Secret holding hashes
+copied from Secrets Manager; plus the settings' one-line errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from infra.config import ConfigError, parse_stack_config
+from tests.infra.pulumi_harness import ACCOUNT, RecordingMocks, run_program, stack_file_config
+
+SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:trainstack/api-tokens-AbCdEf"
+IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/trainstack/trainer@sha256:{'a' * 64}"
+HASHES = {"ci": hashlib.sha256(b"t1").hexdigest(), "ui": hashlib.sha256(b"t2").hexdigest()}
+
+
+class SecretsMocks(RecordingMocks):
+    """Secrets Manager answers with `secret_string` for the API's token secret."""
+
+    def __init__(self, secret_string: str) -> None:
+        super().__init__()
+        self.secret_string = secret_string
+
+    def call(self, args):
+        if args.token == "aws:secretsmanager/getSecretVersion:getSecretVersion":
+            self.invokes.append(args.token)
+            return {"arn": args.args["secretId"], "secretString": self.secret_string}
+        return super().call(args)
+
+
+def with_api(**settings) -> dict:
+    config = stack_file_config("dev")
+    config["trainstack:trainingApi"] = {
+        "image": IMAGE,
+        "tokenHashesSecretArn": SECRET_ARN,
+        **settings,
+    }
+    return config
+
+
+GOOD_SECRET = json.dumps(HASHES)
+
+
+def run(config, secret=GOOD_SECRET):
+    return run_program(config, "dev", mocks=SecretsMocks(secret))
+
+
+def named(run_, type_: str, suffix: str = "-api"):
+    found = [r for r in run_.of_type(type_) if r.name.endswith(suffix)]
+    assert len(found) == 1, [r.name for r in run_.of_type(type_)]
+    return found[0]
+
+
+def test_the_api_deployment_service_rbac_identity_and_secret():
+    result = run(with_api())
+    deployment = named(result, "kubernetes:apps/v1:Deployment")
+    spec = deployment.inputs["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    hardened = container["securityContext"]
+    assert hardened["runAsNonRoot"] is True and hardened["allowPrivilegeEscalation"] is False
+    assert hardened["capabilities"] == {"drop": ["ALL"]}
+    assert hardened["readOnlyRootFilesystem"] is True
+    assert hardened["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
+    args = container["args"]
+    assert args[0] == "serve" and "backend.preflight=false" in args
+    assert "--token-hashes=/etc/trainstack/token-hashes" in args
+    assert "cluster.namespace=training" in args and "storage=s3" in args
+
+    service = named(result, "kubernetes:core/v1:Service")
+    assert service.inputs["spec"]["type"] == "ClusterIP"
+    assert service.inputs["metadata"].get("annotations", {}) == {}
+
+    role = named(result, "kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert role.inputs["metadata"]["namespace"] == "training"
+    granted = {
+        (g, r)
+        for rule in role.inputs["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert granted == {
+        ("kubeflow.org", "pytorchjobs"),
+        ("", "configmaps"),
+        ("", "pods"),
+        ("", "pods/log"),
+    }
+    assert not result.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") or all(
+        "api" not in r.name
+        for r in result.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    )
+    binding = named(result, "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    assert binding.inputs["roleRef"]["kind"] == "Role"
+    assert binding.inputs["subjects"][0]["name"] == "trainstack-dev-api"
+
+    association = named(result, "aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert association.inputs["serviceAccount"] == "trainstack-dev-api"
+    policy = json.loads(
+        named(result, "aws:iam/rolePolicy:RolePolicy", "-api-inline").inputs["policy"]
+    )
+    actions = {
+        a
+        for s in policy["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert actions == {"s3:GetObject", "s3:ListBucket", "kms:Decrypt", "ecr:DescribeImages"}
+
+    secret = named(result, "kubernetes:core/v1:Secret", "-api-token-hashes")
+    data = secret.inputs["stringData"]
+    assert data["4dabf18193072939515e22adb298388d"] == "1b47061264138c4ac30d75fd1eb44270"  # secret
+    assert data["value"] == HASHES
+    assert "aws:secretsmanager/getSecretVersion:getSecretVersion" in result.invokes
+    assert result.outputs["training_api_service"] == "trainstack-dev-api"
+
+
+def test_an_internal_nlb_by_setting():
+    service = named(run(with_api(internalLoadBalancer=True)), "kubernetes:core/v1:Service")
+    assert service.inputs["spec"]["type"] == "LoadBalancer"
+    annotations = service.inputs["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-internal"] == "true"
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-type"] == "nlb"
+
+
+def test_no_api_without_the_setting():
+    result = run(stack_file_config("dev"))
+    assert not [
+        r for r in result.of_type("kubernetes:apps/v1:Deployment") if r.name.endswith("-api")
+    ]
+    assert result.outputs["training_api_service"] is None
+
+
+@pytest.mark.parametrize("secret", ['{"ci": "my-plain-token"}', "not json", "{}"])
+def test_a_secret_that_is_not_hashes_stops_the_deploy(secret):
+    with pytest.raises(Exception, match=r"tokenHashesSecretArn: .*(SHA-256|JSON object)"):
+        run(with_api(), secret=secret)
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "words"),
+    [
+        ({"image": "registry/trainstack/trainer:latest"}, "trainingApi.image", "@sha256:<digest>"),
+        (
+            {"tokenHashesSecretArn": "my-token"},
+            "trainingApi.tokenHashesSecretArn",
+            "Secrets Manager",
+        ),
+        ({"replicas": 0}, "trainingApi.replicas", ""),
+        ({"cpu": "lots"}, "trainingApi.cpu", "CPU quantity"),
+        ({"colour": "red"}, "trainingApi.colour", "unknown setting; allowed: cpu, image"),
+    ],
+)
+def test_bad_api_settings_are_one_line(settings, key, words):
+    config = {
+        k.split(":", 1)[1]: v
+        for k, v in with_api(**settings).items()
+        if k.startswith("trainstack:")
+    }
+    values = {k: json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in config.items()}
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config(values, stack="dev", region="us-east-1")
+    message = str(raised.value)
+    assert message.startswith(f"trainstack:{key}: ") and words in message and "\n" not in message
