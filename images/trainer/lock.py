@@ -6,7 +6,7 @@ Hub's registry API; no Docker engine).
    file pip will install. pip (>= 22.2) does it in a dry run with a report: `--platform
    --python-version --implementation --only-binary=:all:` pick wheels by the image's tags, not
    this machine's, and only metadata is fetched. Packages PyPI ships as sdists only (pure Python;
-   today antlr4-python3-runtime) are turned into a wheel here first so the resolver sees their
+   today antlr4-python3-runtime and s3torchconnector) are turned into a wheel here first so the resolver sees their
    dependencies, and locked by their sdist's hash, which is what the image downloads and builds.
    The top-level requirements are the trainer's dependencies from pyproject.toml, at
    constraints.txt's versions where that file pins them (the image and developer machines run
@@ -42,8 +42,9 @@ IMAGE_GLIBC = (2, 39)
 """Ubuntu 24.04's glibc: wheels for it or any older manylinux fit."""
 BUILD_TOOLS = ("setuptools", "wheel")
 """Installed first: the sdists below and the trainer package build with them, no isolation."""
-SDIST_ONLY = ("antlr4-python3-runtime",)
-"""Pure-Python packages with no wheel on PyPI (omegaconf needs antlr4 4.9.*)."""
+SDIST_ONLY = ("antlr4-python3-runtime", "s3torchconnector")
+"""Pure-Python packages with no wheel on PyPI (omegaconf needs antlr4 4.9.*; s3torchconnector
+ships only an sdist, its compiled client s3torchconnectorclient has wheels)."""
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
@@ -121,8 +122,11 @@ def top_level_requirements() -> list[str]:
         requirements.append(f"{tool}=={dev_pins[tool]}" if tool in dev_pins else tool)
     for dep in deps:
         name = normalize(re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0])
+        # Extras stay (s3torchconnector[dcp] pulls what its DCP reader and writer import).
+        extras = re.search(r"\[[^\]]*\]", dep)
+        extra = extras.group(0) if extras else ""
         if name != "torch":
-            requirements.append(f"{name}=={dev_pins[name]}" if name in dev_pins else dep)
+            requirements.append(f"{name}{extra}=={dev_pins[name]}" if name in dev_pins else dep)
     return requirements
 
 
