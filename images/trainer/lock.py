@@ -6,8 +6,9 @@ Hub's registry API; no Docker engine).
    file pip will install. pip (>= 22.2) does it in a dry run with a report: `--platform
    --python-version --implementation --only-binary=:all:` pick wheels by the image's tags, not
    this machine's, and only metadata is fetched. Packages PyPI ships as sdists only (pure Python;
-   today antlr4-python3-runtime and s3torchconnector) are turned into a wheel here first so the resolver sees their
-   dependencies, and locked by their sdist's hash, which is what the image downloads and builds.
+   today antlr4-python3-runtime and s3torchconnector) are turned into a wheel here first so the
+   resolver sees their dependencies, and locked by their sdist's hash, which is what the image
+   downloads and builds.
    The top-level requirements are the trainer's dependencies from pyproject.toml, at
    constraints.txt's versions where that file pins them (the image and developer machines run
    the same boto3, omegaconf, ...), except torch, pinned here: developer machines run its CPU
