@@ -12,6 +12,7 @@ from trainer.checkpoint.checkpointer import Checkpointer, CheckpointError
 from trainer.checkpoint.layout import (
     CHECKPOINTS,
     MARKER,
+    METADATA,
     CheckpointReport,
     list_checkpoints,
     parse_step,
@@ -22,6 +23,7 @@ from trainer.checkpoint.resume import resume_newest
 __all__ = [
     "CHECKPOINTS",
     "MARKER",
+    "METADATA",
     "CheckpointError",
     "CheckpointReport",
     "Checkpointer",
