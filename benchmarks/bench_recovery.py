@@ -34,7 +34,7 @@ MODEL = [
     "trainer.micro_batch_size=2",
     "trainer.log_interval=1",
     "trainer.eval_interval=0",
-    "trainer.peak_flops=1e11",
+    "trainer.peak_tflops=0.1",
     f"trainer.checkpoint.interval={INTERVAL}",
     "trainer.max_steps=100000",
 ]

@@ -30,7 +30,9 @@ class RunRequest(Strict):
     )
     run_id: str | None = Field(None, description="run_id; the same id resumes that run")
     model: str | None = Field(None, description="model=<option>, e.g. llama3_8b")
-    init_from: str | None = Field(None, description="trainer.init_from (weights to start from)")
+    init_from: str | None = Field(
+        None, description="model.init_from: a Hugging Face checkpoint to start from (dir or s3://)"
+    )
     data: str | None = Field(None, description="data.path: the training JSONL (s3:// on a cluster)")
     compute: str | None = Field(None, description="compute=<instance type>, e.g. p5.48xlarge")
     nodes: int | None = Field(None, ge=1, description="compute.nodes")
@@ -67,7 +69,7 @@ def override_value(value: Scalar) -> str:
 def to_overrides(request: RunRequest) -> list[str]:
     pairs: list[tuple[str, Scalar]] = [
         ("run_id", request.run_id),
-        ("trainer.init_from", request.init_from),
+        ("model.init_from", request.init_from),
         ("data.path", request.data),
         ("compute.nodes", request.nodes),
         ("compute.gpus_per_node", request.gpus_per_node),

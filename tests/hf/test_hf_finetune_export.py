@@ -38,7 +38,7 @@ def finetune_args(source: str, corpus: Path, *extra: str) -> list[str]:
         "trainer.lr=1e-2",
         "trainer.log_interval=1",
         "trainer.eval_interval=0",
-        "trainer.peak_flops=1e11",
+        "trainer.peak_tflops=0.1",
         *extra,
     ]
 

@@ -25,7 +25,7 @@ CLUSTER = [
 # What an experiment that refuses the bundled sample (`???`) is given.
 OWN_DATA = [
     "data.path=s3://trainstack-data/corpus/train.jsonl",
-    "data.tokenizer=/mnt/fsx/tokenizers/llama3",
+    "data.tokenizer=s3://trainstack-data/tokenizers/llama3",
 ]
 
 

@@ -60,7 +60,7 @@ def build_format(cfg: DataConfig, tokenizer: Tokenizer) -> Format:
     if tokenizer.chat_template is None:
         raise ConfigError(
             f"data.format: chat renders conversations with the tokenizer's chat template, and "
-            f"data.tokenizer={cfg.tokenizer!r} has none (no chat_template in its "
+            f"data.tokenizer={cfg.tokenizer or 'byte'!r} has none (no chat_template in its "
             "tokenizer_config.json, no chat_template.jinja); allowed: a tokenizer with one, or "
             "data.format=text|prompt_completion"
         )
