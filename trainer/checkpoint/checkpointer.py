@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from trainer.checkpoint.layout import (
     MARKER,
+    committed_steps,
     inspect_step,
     read_metadata,
     step_dir,
@@ -91,7 +92,7 @@ class Checkpointer:
 
     def has_committed(self) -> bool:
         """Whether any step is committed (quietly: `model.init_from` asks before resuming)."""
-        return any(MARKER in files for files in step_files(self.storage).values())
+        return bool(committed_steps(self.storage))
 
     def committed_steps(self) -> list[int]:
         """Committed steps, oldest first; uncommitted step directories get a warning."""

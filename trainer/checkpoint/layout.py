@@ -113,6 +113,11 @@ def step_files(storage: RunStorage) -> dict[int, dict[str, int]]:
     return dict(sorted(by_step.items()))
 
 
+def committed_steps(storage: RunStorage) -> list[int]:
+    """Steps whose marker exists, oldest first (one listing)."""
+    return [step for step, files in step_files(storage).items() if MARKER in files]
+
+
 def list_checkpoints(storage: RunStorage) -> list[CheckpointReport]:
     """Every step directory under `checkpoints/`, oldest first, each checked against its
     metadata (one listing, then one metadata read per step)."""

@@ -27,7 +27,8 @@ import torch.distributed.checkpoint as dcp
 from omegaconf import OmegaConf
 from torch.distributed.checkpoint import FileSystemReader
 
-from trainer.checkpoint import MARKER, METADATA, parse_step, step_dir
+from trainer.checkpoint import METADATA, step_dir
+from trainer.checkpoint.layout import committed_steps
 from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
@@ -49,15 +50,6 @@ class ExportResult:
     step: int
     files: int
     bytes_written: int
-
-
-def committed_steps(storage: RunStorage) -> list[int]:
-    try:
-        names = storage.list_dir("checkpoints")
-    except StorageError:
-        return []
-    steps = [s for s in map(parse_step, names) if s is not None]
-    return sorted(s for s in steps if storage.exists(f"{step_dir(s)}/{MARKER}"))
 
 
 def choose_step(storage: RunStorage, step: int | None) -> int:
