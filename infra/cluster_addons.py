@@ -57,8 +57,9 @@ def helm_release(
     name: str,
     chart: dict,
     namespace: str,
-    values: pulumi.Input[dict],
+    values: pulumi.Input[dict] | None,
     opts: pulumi.ResourceOptions,
+    create_namespace: bool | None = None,
 ) -> k8s.helm.v3.Release:
     """One pinned chart from `infra.versions`, released under the chart's own name."""
     return k8s.helm.v3.Release(
@@ -68,6 +69,7 @@ def helm_release(
         version=chart["version"],
         repository_opts={"repo": chart["repo"]},
         namespace=namespace,
+        create_namespace=create_namespace,
         values=values,
         opts=opts,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.cluster_addons import helm_release
 from infra.gpu_nodes import GPU_TAINT, GROUP_LABEL
 from infra.launch_template import HUGEPAGES_2MI
 from infra.settings import GpuNodeGroupConfig, KueueConfig
@@ -87,15 +88,8 @@ class Kueue(pulumi.ComponentResource):
     ):
         super().__init__("trainstack:infra:Kueue", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
-        release = k8s.helm.v3.Release(
-            f"{name}-kueue",
-            name="kueue",
-            chart=KUEUE_CHART["chart"],
-            version=KUEUE_CHART["version"],
-            repository_opts={"repo": KUEUE_CHART["repo"]},
-            namespace=KUEUE_NAMESPACE,
-            create_namespace=True,
-            opts=in_cluster,
+        release = helm_release(
+            name, KUEUE_CHART, KUEUE_NAMESPACE, None, in_cluster, create_namespace=True
         )
         after_crds = pulumi.ResourceOptions.merge(
             in_cluster, pulumi.ResourceOptions(depends_on=[release])
