@@ -47,6 +47,17 @@ def assume_role_policy(
     return _document([statement])
 
 
+def _list_runs(bucket_arn: str, prefix: str) -> dict:
+    """Listing the bucket, only under `<prefix>/`."""
+    return {
+        "Sid": "ListRuns",
+        "Effect": "Allow",
+        "Action": "s3:ListBucket",
+        "Resource": bucket_arn,
+        "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}},
+    }
+
+
 def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
     """Pods of training jobs: read/write `<bucket>/<prefix>/*` only, and pull the one image."""
     return _document(
@@ -62,13 +73,7 @@ def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_a
                 ],
                 "Resource": f"{bucket_arn}/{prefix}/*",
             },
-            {
-                "Sid": "ListRuns",
-                "Effect": "Allow",
-                "Action": "s3:ListBucket",
-                "Resource": bucket_arn,
-                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}},
-            },
+            _list_runs(bucket_arn, prefix),
             {
                 # SSE-KMS objects need the bucket's key to be written and read.
                 "Sid": "BucketKey",
@@ -248,13 +253,7 @@ def training_api_policy(bucket_arn: str, prefix: str, kms_key_arn: str, reposito
                 "Action": "s3:GetObject",
                 "Resource": f"{bucket_arn}/{prefix}/*",
             },
-            {
-                "Sid": "ListRuns",
-                "Effect": "Allow",
-                "Action": "s3:ListBucket",
-                "Resource": bucket_arn,
-                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/", f"{prefix}/*"]}},
-            },
+            _list_runs(bucket_arn, prefix),
             {
                 "Sid": "BucketKey",
                 "Effect": "Allow",
