@@ -20,21 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.trainer.harness import SMALL_MODEL
+
 KILLS = 5
 INTERVAL = 4
 STEP_DELAY_S = 0.2
 TARGET_MEDIAN_S = 60.0
+# The tests' small model (a step takes milliseconds), checkpointing every INTERVAL steps and
+# running until killed.
 MODEL = [
-    "model.dim=64",
-    "model.n_layers=2",
-    "model.n_heads=4",
-    "model.n_kv_heads=2",
-    "model.ffn_hidden_dim=128",
-    "data.seq_len=32",
-    "trainer.micro_batch_size=2",
-    "trainer.log_interval=1",
-    "trainer.eval_interval=0",
-    "trainer.peak_tflops=0.1",
+    *SMALL_MODEL,
     f"trainer.checkpoint.interval={INTERVAL}",
     "trainer.max_steps=100000",
 ]
