@@ -30,6 +30,9 @@ class Tokenizer(Protocol):
     """The tokenizer's own Jinja chat template, if it ships one."""
     special_tokens: dict[str, str]
     """`bos_token`, `eos_token`, ... as text: the names chat templates refer to."""
+    fingerprint: str
+    """Identifies the ids this tokenizer produces (a hash of its files): a prepared dataset
+    records it, and a run refuses shards written by another tokenizer."""
 
     def encode(self, text: str) -> torch.Tensor:
         """Token ids of `text` alone, no special tokens added (int64)."""

@@ -13,6 +13,8 @@ class ByteTokenizer:
     prefix_ids: list[int] = []  # noqa: RUF012 (read-only class constant)
     chat_template = None
     special_tokens: dict[str, str] = {}  # noqa: RUF012 (read-only class constant)
+    fingerprint = "byte-v1"
+    """What a prepared dataset records to prove it was tokenized by this tokenizer."""
 
     def encode(self, text: str) -> torch.Tensor:
         data = bytearray(text.encode("utf-8"))

@@ -13,6 +13,7 @@ Special tokens follow `transformers`' rules, so a document here has the ids
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,7 @@ class HuggingFaceTokenizer:
         self.prefix_ids: list[int] = prefix
         self._suffix = suffix if suffix[-1:] == [self.eos_id] else [*suffix, self.eos_id]
         self.chat_template = _chat_template(directory, config, config_file)
+        self.fingerprint = _fingerprint(directory, file, self.special_tokens)
 
     def encode(self, text: str) -> torch.Tensor:
         ids = self._tok.encode(text, add_special_tokens=False).ids
@@ -123,6 +125,17 @@ class HuggingFaceTokenizer:
             f"and the post-processor of {str(file)!r} appends none; set data.eos_token to the "
             "token that ends a document"
         )
+
+
+def _fingerprint(directory: Path, file: Path, special_tokens: dict[str, str]) -> str:
+    """sha256 over the files that decide token ids and framing, and the special tokens chosen
+    (an eos override changes every document's last id, so it changes the fingerprint)."""
+    digest = hashlib.sha256()
+    for path in (file, directory / "tokenizer_config.json", directory / "chat_template.jinja"):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<absent>")
+    digest.update(json.dumps(special_tokens, sort_keys=True).encode())
+    return f"sha256:{digest.hexdigest()}"
 
 
 def _read_json(file: Path) -> dict[str, Any]:
