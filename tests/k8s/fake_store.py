@@ -152,14 +152,3 @@ def parse_selector(query: dict) -> dict:
         if key == "metadata.name":
             selector["name"] = value.lstrip("=")
     return selector
-
-
-def merge_patch(target: dict, patch: dict) -> dict:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
