@@ -266,3 +266,36 @@ def test_an_unknown_content_type_is_415_and_apply_is_not_faked(apiserver, demo_p
     assert status == 501  # server-side apply: not used by trainstack, not pretended here
     assert send(apiserver, pod_path(demo_pod), MERGE_PATCH, b"{not json")[0] == 400
     assert send(apiserver, pod_path("nobody"), MERGE_PATCH, {})[0] == 404
+
+
+# -- the backend's own PATCHes against the honest double -----------------------------------------
+def test_submit_leaves_its_config_map_exactly_one_owner_over_a_stale_one(apiserver, cluster):
+    # Owner references merge by uid: had submit patched a leftover instead of replacing it, the
+    # stale owner would stay next to the new one (and a real GC would keep the map alive).
+    leftover = config_map("st")
+    stale = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "st", "uid": "gone"}
+    leftover["metadata"]["ownerReferences"] = [stale]
+    apiserver.put("configmaps", leftover, NAMESPACE)
+    created = submit(cluster, [config_map("st"), pytorch_job("st")]).job
+    owners = apiserver.get("configmaps", "st-config", NAMESPACE)["metadata"]["ownerReferences"]
+    assert [o["uid"] for o in owners] == [created["metadata"]["uid"]]
+
+
+def test_a_dependent_with_another_live_owner_only_loses_the_reference(apiserver):
+    apiserver.put("configmaps", config_map("o1"), NAMESPACE)
+    apiserver.put("configmaps", config_map("o2"), NAMESPACE)
+    uids = [
+        apiserver.get("configmaps", f"{n}-config", NAMESPACE)["metadata"]["uid"]
+        for n in ("o1", "o2")
+    ]
+    refs = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": f"o{i}", "uid": u}
+        for i, u in enumerate(uids, 1)
+    ]
+    dependent = {"metadata": {"name": "dep", "ownerReferences": refs}}
+    apiserver.put("configmaps", dependent, NAMESPACE)
+    apiserver.remove("configmaps", "o1-config", NAMESPACE)
+    owners = apiserver.get("configmaps", "dep", NAMESPACE)["metadata"]["ownerReferences"]
+    assert owners == refs[1:]
+    apiserver.remove("configmaps", "o2-config", NAMESPACE)
+    assert apiserver.get("configmaps", "dep", NAMESPACE) is None
