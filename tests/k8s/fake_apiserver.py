@@ -266,7 +266,7 @@ def _handler_for(server: FakeKubeApiServer):
 
         def do_PATCH(self) -> None:
             server.requests.append(("PATCH", self.path))
-            plural, namespace, name, _, _ = self._route()
+            plural, namespace, name, sub, _ = self._route()
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             content_type = self.headers.get("Content-Type", "")
             # Read, patch and write as one step, as the apiserver's GuaranteedUpdate.
@@ -275,7 +275,8 @@ def _handler_for(server: FakeKubeApiServer):
                 if current is None:
                     return self._error(404, "NotFound", f'{plural} "{name}" not found')
                 try:
-                    patched = apply_patch(_group(self.path), plural, content_type, current, body)
+                    group = _group(self.path)
+                    patched = apply_patch(group, plural, content_type, current, body, sub)
                 except PatchError as refused:
                     return self._error(refused.code, refused.reason, refused.message)
                 updated = server.put(plural, patched, namespace)

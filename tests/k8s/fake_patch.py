@@ -106,9 +106,12 @@ class PatchError(Exception):
         self.code, self.reason, self.message = code, reason, message
 
 
-def apply_patch(group: str, plural: str, content_type: str, current: dict, body: bytes) -> dict:
-    """The object `current` becomes once the PATCH `body` of `content_type` is applied;
-    PatchError carries the status the real apiserver would answer instead."""
+def apply_patch(
+    group: str, plural: str, content_type: str, current: dict, body: bytes, sub: str | None = None
+) -> dict:
+    """The object `current` becomes once the PATCH `body` of `content_type` is applied (to the
+    `status` subresource when `sub` says so); PatchError carries the status the real apiserver
+    would answer instead."""
     content_type = content_type.split(";", 1)[0].strip()
     built_in = group in BUILT_IN_GROUPS
     served = BUILT_IN_PATCH_TYPES if built_in else CUSTOM_RESOURCE_PATCH_TYPES
@@ -136,7 +139,21 @@ def apply_patch(group: str, plural: str, content_type: str, current: dict, body:
         patched = strategic_merge_patch(
             original, patch, SCHEMAS.get(plural, {"metadata": OBJECT_META})
         )
-    return _checked(current, patched)
+    return _split_status(current, _checked(current, patched), sub)
+
+
+def _split_status(current: dict, patched: dict, sub: str | None) -> dict:
+    """The main resource ignores changes to `status` and the status subresource keeps only
+    them (every kind served here that has a status has the subresource, PyTorchJob included)."""
+    if sub == "status":
+        rest = {k: v for k, v in current.items() if k != "status"}
+        return rest | ({"status": patched["status"]} if "status" in patched else {})
+    if sub is not None:
+        raise PatchError(
+            404, "NotFound", f"the server could not find the requested resource: {sub}"
+        )
+    kept = {k: v for k, v in patched.items() if k != "status"}
+    return kept | ({"status": current["status"]} if "status" in current else {})
 
 
 def _checked(current: dict, patched) -> dict:

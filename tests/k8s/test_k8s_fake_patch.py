@@ -299,3 +299,18 @@ def test_a_dependent_with_another_live_owner_only_loses_the_reference(apiserver)
     assert owners == refs[1:]
     apiserver.remove("configmaps", "o2-config", NAMESPACE)
     assert apiserver.get("configmaps", "dep", NAMESPACE) is None
+
+
+def test_status_changes_only_through_the_status_subresource(apiserver, cluster):
+    submit(cluster, [config_map("st1"), pytorch_job("st1", workers=0)])
+    apiserver.operator.wait_idle()
+    path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs/st1"
+    before = apiserver.get("pytorchjobs", "st1", NAMESPACE)["status"]
+    body = {"metadata": {"labels": {"x": "y"}}, "status": {"conditions": []}}
+    assert send(apiserver, path, MERGE_PATCH, body)[0] == 200
+    job = apiserver.get("pytorchjobs", "st1", NAMESPACE)
+    assert job["status"] == before and job["metadata"]["labels"] == {"x": "y"}
+    body = {"metadata": {"labels": {"x": "z"}}, "status": {"conditions": []}}
+    assert send(apiserver, path + "/status", MERGE_PATCH, body)[0] == 200
+    job = apiserver.get("pytorchjobs", "st1", NAMESPACE)
+    assert job["status"] == {**before, "conditions": []} and job["metadata"]["labels"] == {"x": "y"}
