@@ -334,7 +334,9 @@ def _order(merged: list, order: list, server_order: list, key: str | None) -> li
 
 
 def _set_element_order(original: dict, patch: dict, directive: str, schema: dict) -> None:
-    """`$setElementOrder/<list>`: the full order of a merged list (kubectl sends it)."""
+    """`$setElementOrder/<list>`: the full order of a merged list (kubectl sends it). One
+    known difference: when the same patch also deletes and adds elements of that list, Go's
+    slice aliasing lets the added elements into the server order, which can place them later."""
     order = patch.pop(directive)
     key = _directive_target(directive, SET_ORDER)
     spec = schema.get(key)

@@ -21,6 +21,7 @@ from tests.k8s.fake_patch import (
     STRATEGIC_MERGE_PATCH,
     PatchError,
     apply_patch,
+    merge_patch,
 )
 
 NGINX = {"name": "patch-demo-ctr", "image": "nginx"}
@@ -203,6 +204,30 @@ def test_a_merge_patch_replaces_lists(apiserver, demo_pod):
     assert pod(apiserver, demo_pod)["spec"]["containers"] == [ctr3]
     status, _ = send(apiserver, pod_path(demo_pod), MERGE_PATCH, {"metadata": {"labels": None}})
     assert status == 200 and "labels" not in pod(apiserver, demo_pod)["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("original", "patch", "result"),
+    [  # RFC 7386, Appendix A, every example
+        ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+        ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+        ({"a": "b"}, {"a": None}, {}),
+        ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+        ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+        ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
+        ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+        ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+        (["a", "b"], ["c", "d"], ["c", "d"]),
+        ({"a": "b"}, ["c"], ["c"]),
+        ({"a": "foo"}, None, None),
+        ({"a": "foo"}, "bar", "bar"),
+        ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+        ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
+        ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+    ],
+)
+def test_merge_patch_is_rfc_7386(original, patch, result):
+    assert merge_patch(original, patch) == result
 
 
 def test_a_list_to_a_core_api_is_a_json_patch(apiserver, cluster, demo_pod):
