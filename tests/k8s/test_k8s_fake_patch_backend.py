@@ -38,6 +38,11 @@ def test_a_strategic_merge_patch_on_a_custom_resource_is_415(apiserver, cluster)
     # What the backend sends (CustomObjectsApi: always merge-patch) is served.
     cluster.patch_job("cr1", body)
     assert apiserver.get("pytorchjobs", "cr1", NAMESPACE)["metadata"]["labels"] == {"x": "y"}
+    # Kueue's kinds are custom resources too.
+    apiserver.put("workloads", {"metadata": {"name": "pytorchjob-cr1"}}, NAMESPACE)
+    path = f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{NAMESPACE}/workloads/pytorchjob-cr1"
+    assert send(apiserver, path, STRATEGIC_MERGE_PATCH, body)[0] == 415
+    assert send(apiserver, path, MERGE_PATCH, body)[0] == 200
 
 
 def test_an_unknown_content_type_is_415_and_apply_is_not_faked(apiserver):
