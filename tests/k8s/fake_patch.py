@@ -95,24 +95,37 @@ def _split_status(current: dict, patched: dict, sub: str | None) -> dict:
 
 
 def _checked(current: dict, patched) -> dict:
-    """What the apiserver enforces on any patch result that this double relies on."""
+    """What the apiserver enforces on any patch result (apiserver's patch.go `applyPatch`,
+    the registry's update preconditions)."""
     if not isinstance(patched, dict):
         raise PatchError(422, "Invalid", "the patched object is not a JSON object")
     meta, was = patched.setdefault("metadata", {}), current["metadata"]
-    if meta.get("name") != was["name"]:
-        raise PatchError(
-            400, "BadRequest", "the name of the object does not match the name on the URL"
-        )
+    for key, what in (("name", "the name on the URL"), ("namespace", "the request's namespace")):
+        if key in was:
+            meta.setdefault(key, was[key])
+        if meta.get(key) != was.get(key):
+            raise PatchError(
+                400,
+                "BadRequest",
+                f"the {key} of the object ({meta.get(key)}) does not match {what} ({was.get(key)})",
+            )
+    conflict = f'Operation cannot be fulfilled on "{was["name"]}": '
     sent = meta.get("resourceVersion")
     if sent and sent != was.get("resourceVersion"):
         # A resourceVersion in the patch is a precondition, as on update.
         raise PatchError(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on "{was["name"]}": the object has been modified; '
-            "please apply your changes to the latest version and try again",
+            conflict + "the object has been modified; please apply your changes to the "
+            "latest version and try again",
         )
-    meta["uid"] = was["uid"]
+    if meta.setdefault("uid", was["uid"]) != was["uid"]:
+        raise PatchError(
+            409,
+            "Conflict",
+            conflict + f"Precondition failed: UID in precondition: {meta['uid']}, "
+            f"UID in object meta: {was['uid']}",
+        )
     return patched
 
 

@@ -11,7 +11,7 @@ from tests.k8s.fake_patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC
 from tests.k8s.test_k8s_fake_patch import pod, pod_path, put_demo_pod, send
 
 
-def test_a_resource_version_in_a_patch_is_a_precondition(apiserver):
+def test_a_resource_version_in_a_patch_is_a_precondition_and_identity_is_fixed(apiserver):
     demo_pod = put_demo_pod(apiserver)
     stale = {"metadata": {"resourceVersion": "1", "labels": {"x": "y"}}}
     status, answer = send(apiserver, pod_path(demo_pod), MERGE_PATCH, stale)
@@ -19,6 +19,10 @@ def test_a_resource_version_in_a_patch_is_a_precondition(apiserver):
     current = pod(apiserver, demo_pod)["metadata"]["resourceVersion"]
     fresh = {"metadata": {"resourceVersion": current, "labels": {"x": "y"}}}
     assert send(apiserver, pod_path(demo_pod), STRATEGIC_MERGE_PATCH, fresh)[0] == 200
+    # Neither can a patch move the object or change its uid.
+    for meta, code in (({"name": "other"}, 400), ({"namespace": "x"}, 400), ({"uid": "u"}, 409)):
+        assert send(apiserver, pod_path(demo_pod), MERGE_PATCH, {"metadata": meta})[0] == code
+    assert pod(apiserver, demo_pod)["metadata"]["labels"] == {"app": "nginx", "x": "y"}
 
 
 def test_a_strategic_merge_patch_on_a_custom_resource_is_415(apiserver, cluster):
