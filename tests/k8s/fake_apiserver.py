@@ -4,8 +4,9 @@ It speaks just enough of the API for trainstack's cluster code, driven through t
 client: namespaces, nodes, service accounts, config maps, pods (+ logs, incl. follow), the
 PyTorchJob custom resource (`kubeflow.org/v1`) and the CRD object itself. Objects get uids and
 a global resourceVersion; list/get/create/patch/delete behave like the apiserver (409
-AlreadyExists, 404 NotFound, ownerReference cascades), and `?watch=true` streams chunked JSON
-events from a resourceVersion (410 Gone when it is older than the retained history).
+AlreadyExists, 404 NotFound, ownerReference cascades, PATCH by its Content-Type as in
+`fake_patch.py`), and `?watch=true` streams chunked JSON events from a resourceVersion (410 Gone
+when it is older than the retained history).
 
 Objects live in `fake_store.ObjectStore`; the training operator is simulated by
 `fake_operator.py`. Faults are injected through
@@ -26,7 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from tests.k8s.fake_store import KINDS, ObjectStore, matches, merge_patch, parse_selector
+from tests.k8s.fake_patch import PatchError, apply_patch
+from tests.k8s.fake_store import KINDS, ObjectStore, matches, parse_selector
 
 
 @dataclass
@@ -114,6 +116,12 @@ def _mark_deleting(obj: dict) -> None:
     meta = obj["metadata"]
     meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     meta["finalizers"] = [*meta.get("finalizers", []), "foregroundDeletion"]
+
+
+def _group(path: str) -> str:
+    """The API group of a request path: "" for /api/v1/..., else /apis/<group>/<version>/..."""
+    parts = urlsplit(path).path.split("/")
+    return parts[2] if len(parts) > 2 and parts[1] == "apis" else ""
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -258,13 +266,20 @@ def _handler_for(server: FakeKubeApiServer):
 
         def do_PATCH(self) -> None:
             server.requests.append(("PATCH", self.path))
-            plural, namespace, name, _, _ = self._route()
-            patch = self._body()
-            if not isinstance(patch, dict):
-                return self._error(415, "UnsupportedMediaType", "only merge patches are served")
-            updated = server.update(plural, name, namespace, lambda o: merge_patch(o, patch))
-            if updated is None:
-                return self._error(404, "NotFound", f'{plural} "{name}" not found')
+            plural, namespace, name, sub, _ = self._route()
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            content_type = self.headers.get("Content-Type", "")
+            # Read, patch and write as one step, as the apiserver's GuaranteedUpdate.
+            with server.cond:
+                current = server.get(plural, name, namespace)
+                if current is None:
+                    return self._error(404, "NotFound", f'{plural} "{name}" not found')
+                try:
+                    group = _group(self.path)
+                    patched = apply_patch(group, plural, content_type, current, body, sub)
+                except PatchError as refused:
+                    return self._error(refused.code, refused.reason, refused.message)
+                updated = server.put(plural, patched, namespace)
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_patched(updated)
             return self._send(200, updated)

@@ -77,7 +77,8 @@ class ObjectStore:
             return self.put(plural, obj, namespace)
 
     def remove(self, plural: str, name: str, namespace: str = "") -> dict | None:
-        """Delete an object and, like the garbage collector, everything it owns."""
+        """Delete an object and, like the garbage collector, what it owns: a dependent goes
+        once none of its owners exists; one with another owner left only loses the reference."""
         with self.cond:
             key = (plural, "" if plural in CLUSTER_SCOPED else namespace, name)
             obj = self.objects.pop(key, None)
@@ -87,11 +88,23 @@ class ObjectStore:
             obj["metadata"]["resourceVersion"] = str(self.rv)
             self._record(plural, "DELETED", obj)
             uid = obj["metadata"]["uid"]
+            alive = {o["metadata"]["uid"] for o in self.objects.values()}
             for (dep_plural, dep_ns, dep_name), dep in list(self.objects.items()):
                 owners = dep["metadata"].get("ownerReferences") or []
-                if any(o.get("uid") == uid for o in owners):
+                if not any(o.get("uid") == uid for o in owners):
+                    continue
+                if any(o.get("uid") in alive for o in owners):
+                    self.drop_owner(dep_plural, dep_name, dep_ns, uid)
+                else:
                     self.remove(dep_plural, dep_name, dep_ns)
             return obj
+
+    def drop_owner(self, plural: str, name: str, namespace: str, uid: str) -> None:
+        def without(obj: dict) -> None:
+            owners = obj["metadata"].get("ownerReferences") or []
+            obj["metadata"]["ownerReferences"] = [o for o in owners if o.get("uid") != uid]
+
+        self.update(plural, name, namespace, without)
 
     def orphan_dependents(self, uid: str) -> None:
         """Drop the owner reference `uid` from every object (propagationPolicy Orphan)."""
@@ -99,13 +112,7 @@ class ObjectStore:
             for (plural, namespace, name), obj in list(self.objects.items()):
                 owners = obj["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == uid for o in owners):
-                    kept = [o for o in owners if o.get("uid") != uid]
-                    self.update(
-                        plural,
-                        name,
-                        namespace,
-                        lambda o, kept=kept: o["metadata"].update(ownerReferences=kept),
-                    )
+                    self.drop_owner(plural, name, namespace, uid)
 
     def list(self, plural: str, namespace: str = "", selector: dict | None = None) -> list[dict]:
         with self.cond:
@@ -152,14 +159,3 @@ def parse_selector(query: dict) -> dict:
         if key == "metadata.name":
             selector["name"] = value.lstrip("=")
     return selector
-
-
-def merge_patch(target: dict, patch: dict) -> dict:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target

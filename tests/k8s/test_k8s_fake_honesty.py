@@ -41,6 +41,27 @@ def test_a_leftover_config_map_is_replaced_with_its_resource_version(apiserver, 
     }
 
 
+def test_a_config_map_changed_between_read_and_replace_is_read_again(apiserver, cluster):
+    # A concurrent writer bumps the resourceVersion after submit read it: 409, read, retry.
+    apiserver.put("configmaps", config_map("u6"), NAMESPACE)
+    read = cluster.core.read_namespaced_config_map
+    reads = []
+
+    def read_then_race(name, namespace, **options):
+        current = read(name, namespace, **options)
+        if not reads:
+            touch = lambda o: o.update(data={"config.yaml": "theirs\n"})  # noqa: E731
+            apiserver.update("configmaps", name, namespace, touch)
+        reads.append(current.metadata.resource_version)
+        return current
+
+    cluster.core.read_namespaced_config_map = read_then_race
+    assert submit(cluster, [config_map("u6"), pytorch_job("u6")]).outcome == "created"
+    assert len(reads) == 2 and apiserver.count("PUT", "/configmaps/u6-config") == 2
+    stored = apiserver.get("configmaps", "u6-config", NAMESPACE)
+    assert stored["data"] == {"config.yaml": "seed: 0\n"}
+
+
 def test_foreground_deletion_keeps_the_job_until_its_pods_are_gone(apiserver, cluster):
     apiserver.foreground_delay_s = 0.5
     submit(cluster, [config_map("u3"), pytorch_job("u3")])

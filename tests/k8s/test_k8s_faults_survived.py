@@ -6,6 +6,9 @@ on real processes: tests/jobs/test_local_recovery.py.)"""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from jobs.backends.base import SUCCEEDED
@@ -69,3 +72,26 @@ def test_the_second_line_never_restarts_a_run_someone_else_replaced(
     assert apiserver.operator.created["f2"] == 2  # ours and theirs; never ours again
     labels = apiserver.get("pytorchjobs", "f2", NAMESPACE)["metadata"]["labels"]
     assert labels == {"owner": "someone-else"}
+
+
+def test_the_second_line_never_restarts_a_run_it_found_already_active(
+    apiserver, cluster, trainstack, capsys
+):
+    # Someone else's run with the same id is running when our launch arrives: we follow it,
+    # but it is not ours to restart when it fails.
+    theirs = JobPlan(outcome="Failed", hold=True)
+    apiserver.operator.plans["f3"] = [theirs]
+    submit(cluster, [config_map("f3"), pytorch_job("f3")])
+
+    def fail_once_our_launch_follows_it() -> None:
+        deadline = time.monotonic() + 60
+        while not apiserver.count("GET", "watch=True") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        theirs.hold = False  # it ends, Failed, after its steps
+
+    threading.Thread(target=fail_once_our_launch_follows_it, daemon=True).start()
+    code = trainstack("launch", "--wait", "run_id=f3", "job.max_retries=2", launch=True)
+    out = capsys.readouterr().out
+    assert "f3: already active" in out and "[trainstack] f3: Failed" in out
+    assert code != 0 and "restart 1/" not in out
+    assert apiserver.operator.created["f3"] == 1

@@ -12,7 +12,7 @@ import pytest
 
 from jobs.backends.base import CANCELLED, QUEUED, SUCCEEDED
 from jobs.backends.kubernetes import KubernetesBackend
-from jobs.k8s.state import CANCELLED_ANNOTATION, job_state
+from jobs.k8s.state import CANCELLED_ANNOTATION, is_final, job_state
 from jobs.k8s.submit import ALREADY_ACTIVE, submit
 from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
 from tests.k8s.fake_kueue import PENDING_MESSAGE, QUEUE_LABEL, FakeKueue
@@ -130,5 +130,10 @@ def test_cancel_of_a_queued_job_is_final_and_its_ttl_deletes_it(
 def test_a_job_suspended_by_an_admin_is_not_finished():
     job = {"metadata": {"name": "x"}, "spec": {"runPolicy": {"suspend": True}}, "status": {}}
     assert job_state(job) == "Suspended"
+    assert not is_final(job_state(job))  # the defect: Suspended counted as final
+    # Also with the operator's Suspended condition (what it sets once it has seen the spec).
+    job["status"]["conditions"] = [{"type": "Suspended", "status": "True"}]
+    assert not is_final(job_state(job))
     job["metadata"]["annotations"] = {CANCELLED_ANNOTATION: "2026-11-23T00:00:00Z"}
     assert job_state(job) == "Cancelled"
+    assert is_final(job_state(job))

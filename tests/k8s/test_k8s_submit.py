@@ -49,7 +49,7 @@ def test_conflict_on_create_reports_the_concurrent_submission(apiserver, cluster
     assert apiserver.operator.created["r1"] == 1
     job_uid = apiserver.get("pytorchjobs", "r1", NAMESPACE)["metadata"]["uid"]
     owner = apiserver.get("configmaps", "r1-config", NAMESPACE)["metadata"]["ownerReferences"]
-    assert owner[0]["uid"] == job_uid
+    assert [o["uid"] for o in owner] == [job_uid]
 
 
 def test_finished_run_is_resumed_under_the_same_name(apiserver, cluster):
@@ -64,7 +64,7 @@ def test_finished_run_is_resumed_under_the_same_name(apiserver, cluster):
     assert second.job["metadata"]["annotations"][RETRIES_ANNOTATION] == "1"
     assert len(apiserver.list("pytorchjobs", NAMESPACE)) == 1
     owner = apiserver.get("configmaps", "r1-config", NAMESPACE)["metadata"]["ownerReferences"]
-    assert owner[0]["uid"] == second.job["metadata"]["uid"]
+    assert [o["uid"] for o in owner] == [second.job["metadata"]["uid"]]
 
 
 def test_failed_job_create_leaves_nothing_behind(apiserver, cluster):
