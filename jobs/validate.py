@@ -303,6 +303,8 @@ def check_mandatory(cfg: Any) -> None:
     if missing:
         key = missing[0]
         hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
+        if key.startswith("model."):
+            hint = "a model option states every architecture key (see conf/model/tiny.yaml)"
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
 
 
