@@ -162,3 +162,14 @@ def test_init_from_still_takes_the_architecture_from_config_json(hf_dir: Path):
 def test_stated_keys_contradicting_config_json_are_refused(hf_dir, overrides, message):
     with pytest.raises(JobConfigError, match=message):
         build([*overrides, f"model.init_from={hf_dir}", "data.tokenizer=byte"])
+
+
+@pytest.mark.parametrize("option", MODEL_OPTIONS)
+def test_the_trainer_reads_the_rendered_record_back_to_the_same_model(option, tmp_path: Path):
+    from trainer.job_config import load_config
+
+    job = build([f"model={option}", *P5])
+    path = tmp_path / "config.yaml"
+    path.write_text(job.manifests[0]["data"]["config.yaml"])
+    trainer_cfg = load_config(str(path), [])
+    assert trainer_model_args(trainer_cfg.model) == args_from_file(option_file(option))
