@@ -23,6 +23,7 @@ from jobs.validate_targets import (
     check_image_reference,
     check_output_root,
 )
+from trainer.model.args import ARCH_FIELDS
 
 __all__ = ["JobConfigError", "validate_job"]
 
@@ -303,7 +304,7 @@ def check_mandatory(cfg: Any) -> None:
     if missing:
         key = missing[0]
         hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
-        if key.startswith("model."):
+        if key.removeprefix("model.") in ARCH_FIELDS:
             hint = "a model option states every architecture key (see conf/model/tiny.yaml)"
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
 
