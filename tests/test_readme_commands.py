@@ -11,8 +11,9 @@ continuation lines joined. Each is one of:
 - **runnable**: everything else. `<placeholders>` are replaced from PLACEHOLDERS (an unknown
   one fails this test: add it there or mark the line), `trainstack launch` gets `--dryrun`
   (nothing trains or is written), and the whole line runs through bash, from a temporary
-  directory that holds only the checkout's `data/` (so relative paths resolve as in the
-  checkout and anything written would show). It must exit 0 and leave that directory as it was.
+  directory holding a copy of the checkout's `data/` (relative paths resolve as in the
+  checkout; nothing reaches the checkout). It must exit 0, and a launch must leave that
+  directory as it was.
 
 A README section added later is covered without touching this file, as long as its commands
 follow these conventions.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -149,9 +151,13 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def checkout_dir(tmp_path: Path) -> Path:
-    """A working directory that looks like the checkout to relative paths (data/)."""
-    (tmp_path / "data").symlink_to(REPO / "data")
+    """A working directory that looks like the checkout to relative paths (a copy of data/)."""
+    shutil.copytree(REPO / "data", tmp_path / "data")
     return tmp_path
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
 
 
 def runnable(command: Command, tokenizer_dir: Path) -> str:
@@ -186,11 +192,13 @@ def run_shell(code: str, cwd: Path) -> subprocess.CompletedProcess:
 )
 def test_runnable_readme_command(command: Command, tokenizer_dir: Path, checkout_dir: Path):
     code = runnable(command, tokenizer_dir)
+    before = listing(checkout_dir)
     result = run_shell(code, checkout_dir)
     assert result.returncode == 0, (
         f"README line {command.line}: {code}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     )
-    assert sorted(p.name for p in checkout_dir.iterdir()) == ["data"]
+    if "trainstack launch --dryrun" in code:
+        assert listing(checkout_dir) == before
 
 
 @pytest.mark.parametrize(
