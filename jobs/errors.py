@@ -5,6 +5,14 @@ from __future__ import annotations
 EXIT_BAD_INPUT = 2
 
 
+class JobConfigError(ValueError):
+    """Bad job config: `trainstack launch` prints it as one line and exits 2."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+
+
 def one_line(err: BaseException) -> str:
     """A Hydra/OmegaConf composition error as `<key>: <problem>[; allowed: ...]`."""
     from hydra.errors import MissingConfigException

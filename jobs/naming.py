@@ -38,10 +38,24 @@ def sweep_point_run_id(sweep_id: str, index: int) -> str:
     return f"{sweep_id}-{index}"
 
 
-def run_id_problem(run_id: str) -> str | None:
-    """Why `run_id` can't name a job, or None when it can."""
-    if len(run_id) > MAX_RUN_ID_LEN:
-        return f"at most {MAX_RUN_ID_LEN} characters (pod names add '-worker-<i>')"
-    if not DNS1035.match(run_id):
+MAX_SWEEP_ID_LEN = MAX_RUN_ID_LEN - len("-9999")
+"""Leaves room for the point suffix of up to 10,000 points (`<sweep_id>-<point>`)."""
+
+
+def _name_problem(name: str, max_len: int, why: str) -> str | None:
+    if len(name) > max_len:
+        return f"at most {max_len} characters ({why})"
+    if not DNS1035.match(name):
         return "lower-case letters, digits and '-', starting with a letter (DNS-1035)"
     return None
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why `run_id` can't name a job, or None when it can."""
+    return _name_problem(run_id, MAX_RUN_ID_LEN, "pod names add '-worker-<i>'")
+
+
+def sweep_id_problem(sweep_id: str) -> str | None:
+    """Why `sweep_id` can't name a sweep, or None when it can: its points' run ids are
+    `<sweep_id>-<point>`, so it is checked as itself, never through a run id it made."""
+    return _name_problem(sweep_id, MAX_SWEEP_ID_LEN, "point run ids add '-<point>'")

@@ -17,6 +17,7 @@ from omegaconf import MISSING
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from trainer.config import DataConfig, ModelConfig, TrainerConfig
+from trainer.model.args import ARCH_FIELDS
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
@@ -159,7 +160,12 @@ class JobsConfig:
     sweep_id: str | None = None
     """Set for every point of a multirun."""
     seed: int = 0
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(
+        default_factory=lambda: ModelConfig(**dict.fromkeys(ARCH_FIELDS, MISSING))
+    )
+    """Every architecture key is mandatory: each model option states them all (`model=hf`
+    sets them null: the checkpoint's config.json decides), so the job's record and config
+    hash describe the model without the code."""
     data: DataConfig = field(default_factory=lambda: DataConfig(path=MISSING, tokenizer=MISSING))
     """Corpus and tokenizer come from a `data` option (`sample`, the default, sets both) or
     from you: `data=jsonl` and cluster experiments leave them mandatory, so a job never

@@ -12,22 +12,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import INSTANCE_TYPES
-from jobs.naming import run_id_problem
+from jobs.errors import JobConfigError
+from jobs.naming import run_id_problem, sweep_id_problem
+from jobs.references import DNS1123_SUBDOMAIN
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
 from jobs.spec import elastic_of, procs_per_node
+from jobs.validate_targets import (
+    check_cluster_names,
+    check_cost_inputs,
+    check_image_reference,
+    check_output_root,
+)
+from trainer.model.args import ARCH_FIELDS
+
+__all__ = ["JobConfigError", "validate_job"]
 
 if TYPE_CHECKING:
     from trainer.job_config import Plan as TrainerPlan
-
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-
-
-class JobConfigError(ValueError):
-    """Bad job config: `trainstack launch` prints it as one line and exits 2."""
-
-    def __init__(self, key: str, problem: str):
-        super().__init__(f"{key}: {problem}")
-        self.key = key
 
 
 def _allowed(values: Any) -> str:
@@ -279,11 +280,12 @@ def check_job_policy(cfg: Any) -> None:
 
 
 def check_names(cfg: Any) -> None:
-    for key in ("run_id", "sweep_id"):
+    # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
+    for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
         value = cfg[key]
-        problem = run_id_problem(value) if value is not None else None
+        problem = problem_of(value) if value is not None else None
         if problem:
-            raise JobConfigError(key, f"{value!r} is not allowed: {problem}")
+            raise JobConfigError(key, f"{value!r} is not allowed; allowed: {problem}")
 
 
 _MANDATORY_HINTS = {
@@ -302,6 +304,8 @@ def check_mandatory(cfg: Any) -> None:
     if missing:
         key = missing[0]
         hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
+        if key.removeprefix("model.") in ARCH_FIELDS:
+            hint = "a model option states every architecture key (see conf/model/tiny.yaml)"
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
 
 
@@ -315,7 +319,11 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
+    check_image_reference(cfg)
+    check_cluster_names(cfg)
+    check_cost_inputs(cfg)
     check_storage(cfg)
     check_local_files(cfg)
     check_job_policy(cfg)
+    check_output_root(cfg)
     return trainer_plan

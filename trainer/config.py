@@ -37,26 +37,56 @@ up), so the operator recreates the pod and it rejoins from the last checkpoint."
 
 
 @dataclass
+class RopeScalingConfig:
+    """Llama 3.1's `rope_scaling` (Hugging Face `rope_type: llama3`), as in config.json."""
+
+    factor: float = 8.0
+    """Long wavelengths are slowed by this factor."""
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_seq_len: int = 8192
+    """The context length the model was pre-trained at (`original_max_position_embeddings`)."""
+
+
+@dataclass
 class ModelConfig:
+    """The architecture. Each `conf/model/<option>.yaml` states every field, so a run's
+    config.yaml describes its model without the code; a field left null takes the value of
+    the preset `name` in `trainer.model.args.MODEL_PRESETS` (a trainer config written by
+    hand), and a config stating them all needs no preset (`name` is then its label)."""
+
     name: str | None = "tiny"
-    """Preset in `trainer.model.args.MODEL_PRESETS`: tiny, llama3_1b, llama3_8b, llama3_70b.
-    With `init_from` it may be null (the architecture is the checkpoint's config.json); a
-    preset named there must have the checkpoint's shape."""
+    """What the model is called (run ids, plans); a preset name (tiny, llama3_1b, llama3_8b,
+    llama3_70b) also fills the fields left null. With `init_from` it may be null (the
+    architecture is the checkpoint's config.json); a preset named there must have the
+    checkpoint's shape."""
     init_from: str | None = None
     """A Hugging Face Llama directory (config.json, safetensors, tokenizer files), local or
     s3://bucket/prefix: the run starts from its weights (only when the run has no checkpoint
-    of its own yet) and takes its architecture from config.json."""
-    # Optional overrides of the preset's fields (null keeps the preset's value).
+    of its own yet) and takes its architecture from config.json; any field stated here must
+    agree with it."""
     dim: int | None = None
+    """Hidden size (config.json `hidden_size`)."""
     n_layers: int | None = None
+    """Transformer blocks."""
     n_heads: int | None = None
+    """Query heads; dim / n_heads is the head dimension."""
     n_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention); divides n_heads."""
     vocab_size: int | None = None
+    """Rows of the embedding (and output) matrix; the tokenizer's ids must fit."""
     ffn_hidden_dim: int | None = None
+    """Hidden size of the SwiGLU MLP (config.json `intermediate_size`)."""
     max_seq_len: int | None = None
+    """Longest sequence the model is made for (`max_position_embeddings`); data.seq_len <= it."""
     norm_eps: float | None = None
+    """RMSNorm epsilon (`rms_norm_eps`)."""
     rope_theta: float | None = None
+    """RoPE base frequency."""
     tie_embeddings: bool | None = None
+    """The output layer reuses the input embedding (`tie_word_embeddings`)."""
+    rope_scaling: RopeScalingConfig | None = None
+    """Llama 3.1-style long-context RoPE scaling; null: plain RoPE (or the preset's)."""
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
@@ -82,6 +82,9 @@ def run(cfg: TrainerJobConfig) -> int:
         )
         model.to_empty(device=env.device)
         resolved = OmegaConf.to_container(OmegaConf.structured(cfg))
+        # The record states the architecture built, also where the config left it to a
+        # preset or to init_from's config.json: the run dir describes its model alone.
+        resolved["model"].update(asdict(plan.model))  # type: ignore[index, union-attr]
         metrics = MetricsLogger(
             storage,
             cfg.trainer.metrics,

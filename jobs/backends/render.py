@@ -38,7 +38,17 @@ class RenderBackend:
     def schedule(self, dryrun: DryRun) -> str:
         job = dryrun.job
         path = self.manifest_path(job.run_id)
-        run_state.write_atomic(path, dryrun.text)
+        try:
+            self._write(job, path, dryrun.text)
+        except OSError as err:  # validation saw a writable root; the disk said otherwise
+            raise BackendError(
+                f"backend.output_root: cannot write {path} ({err.strerror or err}); allowed: "
+                "a directory this user can create or write"
+            ) from err
+        return job.run_id
+
+    def _write(self, job: MaterializedJob, path: Path, text: str) -> None:
+        run_state.write_atomic(path, text)
         now = run_state.utc_now()
         run_state.write_state(
             path.parent,
@@ -55,7 +65,6 @@ class RenderBackend:
                 "estimated_cost_usd": job.plan.cost_usd,
             },
         )
-        return job.run_id
 
     def status(self, run_id: str) -> RunStatus:
         state = run_state.read_state(self.output_root / run_id)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors import safe_open
 
 from tests.hf.models import assert_close, build_llama, fixed_batch, hf_logits
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps
+from trainer.hf.config import model_args_from_hf
 
 
 def word_corpus(path: Path, docs: int = 200) -> Path:
@@ -80,6 +83,14 @@ def test_a_resumed_run_loads_its_own_checkpoint_not_init_from(tmp_path: Path, ru
     first = run_trainer(0, finetune_args(str(source), corpus, "trainer.max_steps=2"), small=False)
     assert first.returncode == 0, first.stderr
     assert "initialized from" in first.stdout
+    # The run's record states the architecture config.json gave (model.* were null).
+    record = yaml.safe_load((Path(first.run_dir) / "config.yaml").read_text())["model"]
+    hf = json.loads((source / "config.json").read_text())
+    assert (record["dim"], record["n_layers"], record["ffn_hidden_dim"]) == (
+        hf["hidden_size"], hf["num_hidden_layers"], hf["intermediate_size"])  # fmt: skip
+    expected = asdict(model_args_from_hf(hf, str(source)))
+    assert {k: record[k] for k in expected} == expected
+    assert record["rope_scaling"] is not None  # build_llama's checkpoints scale RoPE
     again = finetune_args(str(source), corpus, "trainer.max_steps=3")
     second = run_trainer(0, again, run_dir=first.run_dir, small=False)
     assert second.returncode == 0, second.stderr

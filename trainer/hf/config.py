@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import ConfigError
-from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling
+from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling, stated_args
 from trainer.storage import StorageError, read_uri_bytes
 
 CONFIG_FILE = "config.json"
@@ -139,13 +139,7 @@ def resolve_init_from_args(model_cfg: Any, config: dict[str, Any]) -> ModelArgs:
     source = model_cfg.init_from
     args = model_args_from_hf(config, source)
     name = model_cfg.name
-    if name is not None:
-        if name not in MODEL_PRESETS:
-            allowed = ", ".join(MODEL_PRESETS)
-            raise ConfigError(
-                f"model.name: unknown model {name!r}; allowed with model.init_from: null or a "
-                f"preset of the same shape ({allowed})"
-            )
+    if name in MODEL_PRESETS:
         preset = MODEL_PRESETS[name]
         for field in SHAPE_FIELDS:
             if getattr(preset, field) != getattr(args, field):
@@ -154,12 +148,13 @@ def resolve_init_from_args(model_cfg: Any, config: dict[str, Any]) -> ModelArgs:
                     f"{source}/{CONFIG_FILE} has {ARCH_KEYS[field]}={getattr(args, field)}; "
                     "with model.init_from set model.name=null (Hydra: model=hf)"
                 )
-    for field, key in ARCH_KEYS.items():
-        value = getattr(model_cfg, field, None)
-        if value is not None and value != getattr(args, field):
+    for field, value in stated_args(model_cfg).items():
+        if value != getattr(args, field):
+            key = ARCH_KEYS.get(field, field)
             raise ConfigError(
                 f"model.{field}: {value!r} contradicts {source}/{CONFIG_FILE} "
-                f"({key}={getattr(args, field)!r}); drop model.{field} (the checkpoint decides)"
+                f"({key}={getattr(args, field)!r}); drop model.{field} (the checkpoint "
+                "decides: model=hf), or choose the model option matching the checkpoint"
             )
     return args
 

@@ -5,7 +5,7 @@ Pure Python (no torch) so that the job launcher can plan a run without loading t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 
@@ -76,7 +76,7 @@ MODEL_PRESETS: dict[str, ModelArgs] = {
         rope_theta=10_000.0,
         tie_embeddings=True,
     ),
-    # Llama 3.2 1B.
+    # Llama 3.2 1B (its 128k context is 8k pre-training stretched by RoPE scaling).
     "llama3_1b": ModelArgs(
         dim=2048,
         n_layers=16,
@@ -86,6 +86,9 @@ MODEL_PRESETS: dict[str, ModelArgs] = {
         ffn_hidden_dim=8192,
         max_seq_len=131_072,
         tie_embeddings=True,
+        rope_scaling=RopeScaling(
+            factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_seq_len=8192
+        ),
     ),
     # Llama 3 8B.
     "llama3_8b": ModelArgs(
@@ -109,15 +112,43 @@ MODEL_PRESETS: dict[str, ModelArgs] = {
     ),
 }
 
-_OVERRIDABLE = tuple(f.name for f in fields(ModelArgs))
+ARCH_FIELDS = tuple(f.name for f in fields(ModelArgs))
+"""The `model.<field>` keys that state the architecture."""
+_REQUIRED = tuple(f.name for f in fields(ModelArgs) if f.default is MISSING)
+
+
+def _field(section: Any, key: str) -> Any:
+    return section.get(key) if isinstance(section, dict) else getattr(section, key, None)
+
+
+def rope_scaling_from_config(section: Any) -> RopeScaling | None:
+    """`model.rope_scaling` (a dict or a config dataclass) as `RopeScaling`; None stays None."""
+    if section is None:
+        return None
+    return RopeScaling(**{f.name: _field(section, f.name) for f in fields(RopeScaling)})
+
+
+def stated_args(model_cfg: Any) -> dict[str, Any]:
+    """The architecture fields the `model` section sets (not null), as ModelArgs values."""
+    stated = {k: _field(model_cfg, k) for k in ARCH_FIELDS if _field(model_cfg, k) is not None}
+    if "rope_scaling" in stated:
+        stated["rope_scaling"] = rope_scaling_from_config(stated["rope_scaling"])
+    return stated
 
 
 def model_args_from_config(model_cfg: Any) -> ModelArgs:
-    """Resolve the `model` config section: a preset `name` plus any non-null field overrides."""
-    name = model_cfg["name"] if isinstance(model_cfg, dict) else model_cfg.name
-    if name not in MODEL_PRESETS:
+    """The `model` section's architecture: every field it states; the fields it leaves null
+    from the preset `name`. A section stating every field needs no preset (its `name` is
+    only a label): the shipped `conf/model/*.yaml` all do."""
+    name = _field(model_cfg, "name")
+    stated = stated_args(model_cfg)
+    if name in MODEL_PRESETS:
+        return replace(MODEL_PRESETS[name], **stated)
+    missing = [f"model.{k}" for k in _REQUIRED if k not in stated]
+    if missing:
         allowed = ", ".join(MODEL_PRESETS)
-        raise ValueError(f"model.name: unknown model {name!r}; allowed: {allowed}")
-    get = model_cfg.get if isinstance(model_cfg, dict) else lambda k: getattr(model_cfg, k, None)
-    overrides = {k: get(k) for k in _OVERRIDABLE if get(k) is not None}
-    return replace(MODEL_PRESETS[name], **overrides)
+        raise ValueError(
+            f"model.name: unknown model {name!r}; allowed: {allowed}, or any name with every "
+            f"architecture key set (missing: {', '.join(missing)})"
+        )
+    return ModelArgs(**stated)
