@@ -82,6 +82,15 @@ class HuggingFaceTokenizer:
         ids = self._tok.encode(text, add_special_tokens=False).ids
         return torch.tensor([*self.prefix_ids, *ids, *self._suffix], dtype=torch.int64)
 
+    def encode_documents(self, texts: list[str]) -> list[list[int]]:
+        """`encode_document` of many texts at once: the tokenizer's own batch encoding (its
+        Rust threads, no Python per token), for `data prepare`."""
+        prefix, suffix = self.prefix_ids, self._suffix
+        return [
+            [*prefix, *e.ids, *suffix]
+            for e in self._tok.encode_batch(texts, add_special_tokens=False)
+        ]
+
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         encoding = self._tok.encode(text, add_special_tokens=False)
         return encoding.ids, encoding.offsets
