@@ -52,7 +52,7 @@ class Summary:
             for split in ("train", "eval")
         }
         rate = self.bytes_read / 1e6 / max(self.seconds, 1e-9)
-        state = "committed" if self.committed else "slice done"
+        state = "committed" if self.committed else "slice landed, others pending"
         return (
             f"data prepare: {self.sources} sources ({self.bytes_read / 1e6:,.1f} MB) -> "
             f"{tokens:,} tokens, {docs['train']:,} train + {docs['eval']:,} eval documents in "
@@ -95,10 +95,21 @@ def run_slice(request: PrepareRequest, index: int, progress: bool = False) -> Su
     marker = output.read_marker(index, plan.slices)
     if marker is not None and marker["plan"] == plan.id:
         return Summary(request.to, nothing_to_do=True)  # a retried pod whose work landed
+    if marker is not None:
+        raise ConfigError(
+            f"data prepare: {output.uri} holds an unfinished prepare of other sources, tokenizer "
+            "or settings; wait for it or choose another output"
+        )
     summary = Summary(request.to)
     size = sum(plan.sources[i].size for i in plan.assigned(index))
     with Progress(size, enabled=progress) as bar:
         _slice(request, plan, output, index, bar, summary)
+    # The last slice to land commits: no controller has to wait for the others. Two slices
+    # finishing together may both commit; the manifest is a function of the plan and the
+    # markers, so both write the same bytes.
+    if all(_landed(output, plan, i) for i in range(plan.slices)):
+        _finalize(plan, output)
+        summary.committed = True
     summary.seconds = time.monotonic() - start
     return summary
 
@@ -120,6 +131,11 @@ def finalize(request: PrepareRequest) -> Summary:
         seconds=time.monotonic() - start,
         committed=True,
     )
+
+
+def _landed(output: Output, plan: Plan, index: int) -> bool:
+    marker = output.read_marker(index, plan.slices)
+    return marker is not None and marker["plan"] == plan.id
 
 
 def _committed(output: Output, plan: Plan) -> bool:
