@@ -13,6 +13,9 @@ import os
 import sys
 
 EXIT_BAD_INPUT = 2
+"""Bad input: an Indexed Job fails the index instead of retrying it (podFailurePolicy)."""
+EXIT_STORAGE = 1
+"""Storage failed after botocore's retries: worth another attempt of the index."""
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -51,9 +54,12 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_slice(request, index)
         else:
             summary = prepare(request)
-    except (ConfigError, StorageError) as exc:
+    except ConfigError as exc:
         print(f"data prepare: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except StorageError as exc:
+        print(f"data prepare: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_STORAGE
     print(summary.line())
     return 0
 
