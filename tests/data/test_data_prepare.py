@@ -267,6 +267,11 @@ def test_no_matching_files_and_an_unreadable_s3_prefix(tmp_path, capsys, s3_dire
     assert err.count("\n") == 1
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
+    write_jsonl(tmp_path / "empty.jsonl", [{"text": ""}] * 10)
+    code, _, err = run(tmp_path / "out", tmp_path / "empty.jsonl", capsys)
+    assert code == 2 and "hold no documents" in err and err.count("\n") == 1
+    assert not any((tmp_path / "out").iterdir())
+
 
 def test_the_cli_prepares_here_by_default(tmp_path, capsys, monkeypatch):
     from jobs.cli import main

@@ -64,20 +64,23 @@ class ChunkEncoder:
                 records.append(_BAD)
         count = sum(1 for r in records if r is not _BAD)
         if self.cfg.format == "text" and self._batch is not None:
-            docs, more_bad, why = self._texts(records)
-            masks = None
+            tokens, lengths, more_bad, why = self._texts(records)
+            mask = None
         else:
             docs, masks, more_bad, why = self._documents(records)
+            tokens = _flatten(docs)
+            lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+            mask = np.concatenate(masks) if masks else (_empty() if self.has_mask else None)
         return Encoded(
-            tokens=_flatten(docs),
-            lengths=np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs)),
-            mask=np.concatenate(masks) if masks else (None if not self.has_mask else _empty()),
+            tokens=tokens,
+            lengths=lengths,
+            mask=mask,
             lines=count + bad,
             bad=bad + more_bad,
             first_bad=first_bad or why,
         )
 
-    def _texts(self, records: list) -> tuple[list, int, str]:
+    def _texts(self, records: list) -> tuple[np.ndarray, np.ndarray, int, str]:
         texts, bad, why = [], 0, ""
         for index, record in enumerate(records):
             if record is _BAD:
@@ -90,7 +93,10 @@ class ChunkEncoder:
                 continue
             if text:
                 texts.append(text)
-        return (self._batch(texts) if texts else []), bad, why  # type: ignore[misc]
+        if not texts:
+            return np.zeros(0, np.uint32), np.zeros(0, np.int64), bad, why
+        tokens, lengths = self._batch(texts)  # type: ignore[misc]
+        return tokens, lengths, bad, why
 
     def _documents(self, records: list) -> tuple[list, list, int, str]:
         docs, masks, bad, why = [], [], 0, ""

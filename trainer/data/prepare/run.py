@@ -159,8 +159,8 @@ def _finalize(plan: Plan, output: Output) -> Manifest:
         )
     if not any(s.documents for s in shards):
         raise ConfigError(
-            f"data.path: {plan.sources[0].uri!r}... hold no documents; check "
-            f"data.format={plan.data_format!r} and its field names"
+            f"data.path: the {len(plan.sources)} sources (first: {plan.sources[0].uri!r}) hold "
+            f"no documents; check data.format={plan.data_format!r} and its field names"
         )
     shards.sort(key=lambda s: (s.split, s.name))
     manifest = Manifest(
