@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,6 +139,9 @@ _encoder: ChunkEncoder | None = None
 
 def init_worker(cfg: DataConfig) -> None:
     global _encoder
+    # Each worker tokenizes on one thread: the processes are the parallelism (a Rust thread
+    # pool per process on top would only oversubscribe the cores).
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _encoder = ChunkEncoder(cfg)
 
 

@@ -11,7 +11,6 @@ a JSONL file: deterministic and independent of the seed, of the slicing and of t
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -262,9 +261,6 @@ def _split(
 
 
 def _pool(request: PrepareRequest) -> ProcessPoolExecutor:
-    # Each worker tokenizes on one thread: the processes are the parallelism (a Rust thread
-    # pool per process on top would only oversubscribe the cores).
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     workers = request.workers or default_workers()
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
