@@ -285,3 +285,22 @@ def test_the_cli_prepares_here_by_default(tmp_path, capsys, monkeypatch):
     code = main(["data", "prepare", "--to", "out", "data.path=a.jsonl", "data.format=chats"])
     assert code == 2
     assert capsys.readouterr().err.startswith("trainstack data prepare: data.format: 'chats'")
+
+
+def test_the_module_entry_runs_one_index_and_finalize_waits_for_every_slice(tmp_path, capsys):
+    for index in range(3):
+        write_jsonl(tmp_path / f"in/{index}.jsonl", [{"text": t} for t in texts(20, index)])
+    body = json.dumps({"path": str(tmp_path / "in"), "tokenizer": "byte"})
+    base = ["--to", str(tmp_path / "out"), "--data", body, "--slices", "2", "--workers", "1"]
+
+    assert prepare_main([*base, "--index", "0"]) == 0
+    assert "slice landed, others pending" in capsys.readouterr().out
+    assert prepare_main([*base, "--finalize"]) == 2
+    err = capsys.readouterr().err
+    assert "slices [1] of 2 have not finished" in err and err.count("\n") == 1
+    assert not (tmp_path / "out/manifest.json").exists()
+
+    assert prepare_main([*base, "--index", "1"]) == 0
+    assert "committed" in capsys.readouterr().out
+    assert prepare_main([*base, "--finalize"]) == 0  # already committed: nothing to do
+    assert "nothing to do" in capsys.readouterr().out
