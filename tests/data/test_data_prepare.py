@@ -272,6 +272,12 @@ def test_no_matching_files_and_an_unreadable_s3_prefix(tmp_path, capsys, s3_dire
     assert code == 2 and "hold no documents" in err and err.count("\n") == 1
     assert not any((tmp_path / "out").iterdir())
 
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy/notes.md").write_text("mine")
+    code, _, err = run(tmp_path / "busy", tmp_path / "empty.jsonl", capsys)
+    assert code == 2 and "holds other files (first: 'notes.md')" in err
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.md"]
+
 
 def test_the_cli_prepares_here_by_default(tmp_path, capsys, monkeypatch):
     from jobs.cli import main

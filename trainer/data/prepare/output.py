@@ -105,10 +105,20 @@ class Output:
             for rel in shard.files:
                 self.storage.delete_tree(rel)
 
+    def refuse_foreign(self) -> None:
+        """An output holding anything but a (half-written) dataset is not ours to clean."""
+        foreign = sorted(set(self.storage.list_dir("")) - {STAGING, MANIFEST, *SPLITS})
+        if foreign:
+            raise ConfigError(
+                f"data prepare: output {self.uri} holds other files (first: {foreign[0]!r}); "
+                "choose a new or empty location for the dataset"
+            )
+
     def clean_uncommitted(self) -> None:
         """Remove what an unfinished prepare left (only ever when no manifest exists)."""
         if self.storage.exists(MANIFEST):
             return
+        self.refuse_foreign()
         for rel in (STAGING, *SPLITS):
             self.storage.delete_tree(rel)
         self.storage.abort_uploads("")

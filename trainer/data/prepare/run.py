@@ -91,6 +91,7 @@ def run_slice(request: PrepareRequest, index: int, progress: bool = False) -> Su
     output = Output(request.to)
     if _committed(output, plan):
         return Summary(request.to, nothing_to_do=True)
+    output.refuse_foreign()
     marker = output.read_marker(index, plan.slices)
     if marker is not None and marker["plan"] == plan.id:
         return Summary(request.to, nothing_to_do=True)  # a retried pod whose work landed
