@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "export": "write a run's checkpoint as a Hugging Face model directory",
     "plot": "loss, throughput, MFU and memory of runs or a --sweep, to PNG or HTML",
     "serve": "the Training API and dashboard (HTTP)",
+    "data": "data prepare: tokenize JSONL into shards + manifest (here, render or kubernetes)",
 }
 
 

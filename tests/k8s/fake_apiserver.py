@@ -71,6 +71,7 @@ class FakeKubeApiServer(ObjectStore):
         """(method, path with query) of every request, for counting retries."""
         self.operator = None  # set by FakeOperator
         self.kueue = None  # set by FakeKueue
+        self.batch = None  # set by FakeBatchController (batch/v1 Jobs)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -262,6 +263,8 @@ def _handler_for(server: FakeKubeApiServer):
                 server.kueue.job_created(created)
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_created(created)
+            if plural == "jobs" and server.batch is not None:
+                server.batch.job_created(created)
             return created
 
         def do_PATCH(self) -> None:

@@ -1,0 +1,154 @@
+"""`trainstack data prepare --to URI [options] [overrides ...]`
+
+Compose the job config (`data.path=... data.tokenizer=... data.format=chat`), then tokenize
+the sources into shards and a manifest at `--to`: here (`backend=local`, the default), as a
+Kubernetes Indexed Job (`backend=kubernetes`), or as that Job's YAML (`backend=render`).
+Bad input is one line on stderr and exit 2, with nothing committed or submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jobs.errors import EXIT_BAD_INPUT
+
+DEFAULT_SLICES = 16
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["prepare"], help="prepare: JSONL -> token shards")
+    parser.add_argument("--to", required=True, help="output dataset: a directory or s3://...")
+    parser.add_argument(
+        "--slices",
+        type=int,
+        default=None,
+        help=f"parts of the sources (kubernetes: Job indexes; default {DEFAULT_SLICES}; local: 1)",
+    )
+    parser.add_argument("--parallelism", type=int, default=8, help="kubernetes: pods at once")
+    parser.add_argument("--retries", type=int, default=3, help="kubernetes: retries per slice")
+    parser.add_argument("--cpus", type=int, default=8, help="kubernetes: CPUs (workers) per pod")
+    parser.add_argument("--memory", default="16Gi", help="kubernetes: memory per pod")
+    parser.add_argument("--workers", type=int, default=0, help="local: processes (0: all CPUs)")
+    parser.add_argument("--chunk-mb", type=float, default=16.0, help="MB of text per shard")
+    parser.add_argument("--dryrun", action="store_true", help="print the Job YAML only")
+    parser.add_argument("--wait", action="store_true", help="kubernetes: follow to the end")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.path=s3://...")
+
+
+def fail(message: str) -> int:
+    print(f"trainstack data prepare: {' '.join(message.split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def run(args: argparse.Namespace) -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from jobs.compose import compose
+    from jobs.errors import one_line
+    from jobs.schema import plain
+
+    try:
+        cfg = compose(list(args.overrides))
+        data = plain(cfg.data)
+    except (HydraException, OmegaConfBaseException) as err:
+        return fail(one_line(err))
+    data["tokenizer"] = data["tokenizer"] or "byte"
+    if cfg.backend.name == "local":
+        return _here(args, data)
+    from jobs.backends.base import BackendError
+    from jobs.manifest_checks import ManifestError
+
+    try:
+        return _on_cluster(args, cfg, data)
+    except (BackendError, ManifestError, ValueError) as err:
+        return fail(str(err))
+
+
+def _here(args: argparse.Namespace, data: dict) -> int:
+    from trainer.config import DataConfig
+    from trainer.data.prepare import PrepareRequest, prepare
+    from trainer.errors import ConfigError
+    from trainer.storage import StorageError
+
+    request = PrepareRequest(
+        DataConfig(**data), args.to, args.slices or 1, args.workers, args.chunk_mb
+    )
+    try:
+        summary = prepare(request)
+    except (ConfigError, StorageError) as err:
+        return fail(str(err))
+    print(summary.line())
+    return 0
+
+
+def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
+    from jobs.data_prepare import PrepareJobSpec, job_name, to_manifests
+    from jobs.manifests import to_yaml
+    from jobs.submission import git_sha
+
+    for key, value in (("--to", args.to), ("data.path", data["path"])):
+        if not str(value).startswith("s3://"):
+            raise ValueError(
+                f"{key}: {value!r} is not on S3; backend={cfg.backend.name} pods read sources "
+                "and write shards through s3:// URIs only"
+            )
+    if data["tokenizer"] != "byte" and not Path(data["tokenizer"]).is_absolute():
+        raise ValueError(
+            f"data.tokenizer: {data['tokenizer']!r}; a pod needs byte or an absolute path "
+            "inside the image"
+        )
+    image = cfg.job.image or (
+        f"{cfg.job.image_repository}:{git_sha()}" if cfg.job.image_repository else None
+    )
+    if not image:
+        raise ValueError(
+            "job.image: the pods need the trainer image; set job.image or select a stack "
+            "(job.image_repository)"
+        )
+    slices = args.slices or DEFAULT_SLICES
+    spec = PrepareJobSpec(
+        name=job_name(data, args.to, slices),
+        namespace=cfg.cluster.namespace,
+        image=image,
+        service_account=cfg.cluster.service_account,
+        data=data,
+        to=args.to,
+        slices=slices,
+        parallelism=args.parallelism,
+        retries_per_index=args.retries,
+        cpus=args.cpus,
+        memory=args.memory,
+        chunk_mb=args.chunk_mb,
+        region=cfg.cluster.region,
+        kubernetes_version=cfg.cluster.kubernetes_version,
+        ttl_seconds_after_finished=cfg.job.ttl_seconds_after_finished,
+    )
+    manifests = to_manifests(spec)
+    text = to_yaml(manifests)
+    if args.dryrun:
+        print(text, end="")
+        return 0
+    if cfg.backend.name == "render":
+        path = Path(cfg.backend.output_root) / spec.name / "manifests.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"{spec.name}: wrote {path} (kubectl apply -f {path})")
+        return 0
+    return _submit(cfg, manifests[0], wait=args.wait)
+
+
+def _submit(cfg, job: dict, wait: bool) -> int:
+    from jobs.k8s.api import connect
+    from jobs.k8s.batch import progress, submit_job, wait_job
+
+    cluster = connect(cfg.cluster.kubeconfig, cfg.cluster.context, cfg.cluster.namespace)
+    outcome, submitted = submit_job(cluster, job)
+    name = job["metadata"]["name"]
+    print(f"{name}: {outcome}; {progress(submitted).line()}")
+    if not wait:
+        return 0
+    final = wait_job(cluster, name, cfg.backend.poll_interval_s, lambda p: print(p.line()))
+    return 0 if final.state == "Succeeded" else 1
