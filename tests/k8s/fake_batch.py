@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_store import KINDS
 
-KINDS.setdefault("jobs", "Job")  # batch/v1 Jobs: the store names kinds by plural
 REPO = Path(__file__).resolve().parents[2]
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 

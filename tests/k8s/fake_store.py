@@ -32,6 +32,7 @@ KINDS = {
     "workloads": "Workload",
     "localqueues": "LocalQueue",
     "clusterqueues": "ClusterQueue",
+    "jobs": "Job",
 }
 
 
