@@ -68,3 +68,35 @@ def test_a_mixture_hands_over_from_two_ranks_to_one_and_resumes_anywhere():
     seen = first_tokens(one.micro_batches(0, 48, 1))
     assert sum(t >= 250 for t in seen) == 32  # 2/3 of the samples from the second source
     assert one.tokens_by_source(48, 4) == [16 * 4, 32 * 4]
+
+
+class Recording(PackedSequences):
+    """Remembers every row it was told to prefetch."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.hinted: list[int] = []
+
+    def prefetch(self, indices: torch.Tensor) -> None:
+        self.hinted += indices.tolist()
+
+
+def rank1_rows(step: int) -> list[int]:
+    """Rank 1 of 2, micro 2 x accumulation 2: its global rows of `step`."""
+    return [r for m in range(2) for r in range(step * 8 + m * 4 + 2, step * 8 + m * 4 + 4)]
+
+
+def test_each_step_hints_the_rows_of_the_next_steps_once():
+    from trainer.data.order import PREFETCH_STEPS
+
+    source = Recording(TokenStream(torch.arange(4001), None, torch.tensor([0]), False), 4)
+    reader = TrainBatches(source, seed=3, dp_rank=1, dp_size=2)
+    resumed = TrainBatches(source, seed=3, dp_rank=1, dp_size=2)
+    for step in range(5):
+        reader.micro_batches(step * 8, 2, 2)
+    hinted, source.hinted = source.hinted, []
+    expected = [r for s in range(1, 5 + PREFETCH_STEPS) for r in rank1_rows(s)]
+    assert hinted == reader.sequence_ids(torch.tensor(expected)).tolist()
+    resumed.micro_batches(3 * 8, 2, 2)  # a new process starting mid-run hints its whole window
+    expected = [r for s in range(4, 4 + PREFETCH_STEPS) for r in rank1_rows(s)]
+    assert source.hinted == reader.sequence_ids(torch.tensor(expected)).tolist()

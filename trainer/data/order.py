@@ -20,7 +20,7 @@ from trainer.data.mixture import MixtureSchedule
 from trainer.data.packing import Batch
 from trainer.data.sources import SequenceSource, concat_batches
 
-PREFETCH_STEPS = 2
+PREFETCH_STEPS = 8
 """Optimizer steps read ahead (a remote source fetches their rows in the background)."""
 
 
@@ -40,6 +40,7 @@ class TrainBatches:
         self.schedule = MixtureSchedule(weights or [1.0] * len(self.sources))
         self.seed, self.dp_rank, self.dp_size = seed, dp_rank, dp_size
         self._orders: dict[tuple[int, int], Bijection] = {}
+        self._prefetched_until = 0
 
     def _order(self, source: int, epoch: int) -> Bijection:
         key = (source, epoch)
@@ -97,8 +98,13 @@ class TrainBatches:
 
     def micro_batches(self, start: int, micro_batch_size: int, accum_steps: int) -> list[Batch]:
         step = micro_batch_size * accum_steps * self.dp_size
-        for ahead in range(1, PREFETCH_STEPS + 1):
-            self.prefetch(start + ahead * step, micro_batch_size, accum_steps)
+        # Each step hints the one step that came into the window (all of them after a jump).
+        first = max(start + step, self._prefetched_until)
+        if not start < first - step <= start + PREFETCH_STEPS * step:
+            first = start + step
+        for ahead in range(first, start + (PREFETCH_STEPS + 1) * step, step):
+            self.prefetch(ahead, micro_batch_size, accum_steps)
+        self._prefetched_until = start + (PREFETCH_STEPS + 1) * step
         return [self._batch(self._rows(start, micro_batch_size, m)) for m in range(accum_steps)]
 
     def tokens_by_source(self, samples_seen: int, seq_len: int) -> list[int]:
