@@ -97,3 +97,18 @@ def test_a_dataset_of_another_tokenizer_is_refused_in_one_line(run_trainer, tmp_
     assert result.returncode == EXIT_BAD_INPUT
     assert "data.path:" in result.stderr and "sha256:feed" in result.stderr
     assert not (tmp_path / "run/checkpoints").exists()
+
+
+def test_the_same_dataset_on_s3_trains_the_same_losses(
+    run_trainer, datasets, reference: TrainerResult, s3_direct, s3_bucket
+):
+    client = s3_direct.client()
+    for path in datasets["chat"].rglob("*"):
+        if path.is_file():
+            client.upload_file(str(path), s3_bucket, f"chat/{path.relative_to(datasets['chat'])}")
+    args = [*EVERY_2, f"data.path=s3://{s3_bucket}/chat", "trainer.eval_interval=4"]
+    result = run_trainer(2, args)
+    assert result.returncode == 0, result.stderr
+    assert losses_by_step(result.run_dir) == losses_by_step(reference.run_dir)
+    evals = [r["eval_loss"] for r in read_metrics(result.run_dir) if "eval_loss" in r]
+    assert evals == [r["eval_loss"] for r in read_metrics(reference.run_dir) if "eval_loss" in r]
