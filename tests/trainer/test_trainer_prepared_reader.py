@@ -67,8 +67,9 @@ def test_s3_byte_ranges_with_prefetch_give_the_same_batches(tmp_path: Path, s3_b
     root = prepared_root(f"s3://{bucket}/ds/manifest.json")
     assert root == f"s3://{bucket}/ds"
     dataset = open_prepared(root, fingerprint="byte-v1", vocab_size=257, key="data.path")
-    prepared = PreparedSequences(dataset, "train", SEQ_LEN, workers=4)
+    prepared = PreparedSequences(dataset, "train", SEQ_LEN, workers=4, cache_windows=8)
     prepared.prefetch(torch.arange(0, prepared.count, 2))
+    assert len(prepared._cache) == 8  # bounded: the oldest hints are dropped
     try:
         assert_same_batches(prepared, in_memory(docs, True))
     finally:
