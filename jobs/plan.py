@@ -42,6 +42,8 @@ class Plan:
     step_time_source: str
     run_dir: str
     warnings: tuple[str, ...] = ()
+    data: tuple[tuple[str, float], ...] = ()
+    """(path, share of samples) of each training source: one, or a mixture's."""
 
     @property
     def hours(self) -> float | None:
@@ -96,6 +98,11 @@ class Plan:
             )
         else:
             lines.append(f"estimate {self.step_time_source}")
+        if len(self.data) == 1:
+            lines.append(f"data     {self.data[0][0]}")
+        elif self.data:
+            blend = ", ".join(f"{path} {share:.1%}" for path, share in self.data)
+            lines.append(f"data     mixture of {len(self.data)}: {blend}")
         lines.append(f"run dir  {self.run_dir}")
         lines.extend(f"warning  {w}" for w in self.warnings)
         return "\n".join(lines)
@@ -148,4 +155,14 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
         step_time_source=step_source,
         run_dir=spec.run_dir,
         warnings=tuple(warnings),
+        data=data_sources(cfg.data),
     )
+
+
+def data_sources(data: Any) -> tuple[tuple[str, float], ...]:
+    """(path, share of training samples) per source, as the trainer's mixture schedule
+    splits them."""
+    if not data.mixture:
+        return ((str(data.path), 1.0),)
+    total = sum(float(m.weight) for m in data.mixture)
+    return tuple((str(m.path), float(m.weight) / total) for m in data.mixture)

@@ -207,7 +207,13 @@ def inside_image(path: str) -> bool:
 def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     """(key, value, what is allowed) of every input path the trainer reads; the tokenizer
     defaults to the init_from directory's."""
-    paths = [("data.path", cfg.data.path, "an existing JSONL file or s3://bucket/key")]
+    allowed = (
+        "a JSONL file or prepared dataset (manifest.json or its directory), or s3://bucket/key"
+    )
+    paths = [("data.path", cfg.data.path, allowed)] if cfg.data.path is not None else []
+    for index, source in enumerate(cfg.data.mixture):
+        allowed = "a prepared dataset (its manifest.json or directory) or s3://bucket/prefix"
+        paths.append((f"data.mixture[{index}].path", source.path, allowed))
     if cfg.model.init_from is not None:
         allowed = "a Hugging Face model directory or s3://bucket/prefix"
         paths.append(("model.init_from", cfg.model.init_from, allowed))
@@ -240,11 +246,11 @@ def check_local_files(cfg: Any) -> None:
         return
     for key, value, allowed in input_paths(cfg):
         path = Path(value)
-        is_file = key == "data.path"
-        if value.startswith("s3://") or (path.is_file() if is_file else path.is_dir()):
+        is_data = key.startswith("data.") and key != "data.tokenizer"
+        if value.startswith("s3://") or path.is_dir() or (is_data and path.is_file()):
             continue
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        what = "file" if is_file else "directory"
+        what = "file or directory" if is_data else "directory"
         raise JobConfigError(key, f"no such {what} {value!r}{where}; allowed: {allowed}")
 
 

@@ -90,9 +90,22 @@ class ModelConfig:
 
 
 @dataclass
+class MixtureSourceConfig:
+    path: str = ""
+    """A prepared dataset (its manifest.json, or the directory / s3:// prefix holding it)."""
+    weight: float = 1.0
+    """Share of training samples, relative to the other sources' weights (> 0)."""
+
+
+@dataclass
 class DataConfig:
-    path: str = "data/sample/train.jsonl"
-    """JSONL file: a local path (relative to the working directory) or an s3:// URI."""
+    path: str | None = "data/sample/train.jsonl"
+    """A JSONL file, or a prepared dataset (`trainstack data prepare`'s manifest.json, or the
+    directory / s3:// prefix holding it): a local path (relative to the working directory) or
+    an s3:// URI. Null with `mixture`."""
+    mixture: list[MixtureSourceConfig] = field(default_factory=list)
+    """Prepared datasets blended by weight, e.g. [{path: s3://b/web, weight: 3}, {path:
+    s3://b/code, weight: 1}]; needs data.path=null. Sample g's source is a function of g."""
     format: str = "text"
     """One of text, prompt_completion, chat. text: every token is trained on (pre-training).
     prompt_completion: `{prompt, completion}` records, loss on the completion only. chat:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,7 @@ def make_plan(
     _check_choices(cfg)
     _check_ranges(cfg)
     _check_profile(cfg)
+    check_data_sources(cfg.data)
     args = _model_args(cfg, hf_config)
     _check_model(args)
     if cfg.data.seq_len > args.max_seq_len:
@@ -251,6 +253,29 @@ def _check_profile(cfg: TrainerJobConfig) -> None:
             f"trainer.profile.steps: {steps} is not allowed; allowed: [] (off) or "
             f"[first, last] with 1 <= first <= last <= trainer.max_steps ({max_steps})"
         )
+
+
+def check_data_sources(data: Any) -> None:
+    """Exactly one of data.path and data.mixture; every mixture entry a path and a weight > 0."""
+    mixture = list(data.mixture)
+    if data.path is not None and mixture:
+        raise ConfigError(
+            "data.mixture: given together with data.path; allowed: one of them "
+            "(set data.path=null to train on the mixture)"
+        )
+    if data.path is None and not mixture:
+        raise ConfigError(
+            "data.mixture: empty and data.path is null; allowed: a data.path, or a list of "
+            "{path: <prepared dataset>, weight: <number > 0>}"
+        )
+    for index, source in enumerate(mixture):
+        if not source.path:
+            raise ConfigError(f"data.mixture[{index}].path: empty; allowed: a prepared dataset")
+        if not (math.isfinite(source.weight) and source.weight > 0):
+            raise ConfigError(
+                f"data.mixture[{index}].weight: {source.weight!r} is not allowed; "
+                "allowed: a finite number > 0"
+            )
 
 
 def _check_model(args: ModelArgs) -> None:

@@ -18,10 +18,10 @@ from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
     Batch,
-    PackedSequences,
     TrainBatches,
+    TrainingData,
     eval_batches,
-    load_corpus,
+    open_training_data,
 )
 from trainer.distributed import Distributed, init_distributed, shutdown
 from trainer.errors import ConfigError, warn
@@ -55,13 +55,7 @@ def run(cfg: TrainerJobConfig) -> int:
         check_local_init_from(init_from, plan.model)
     tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
     tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)
-    corpus = load_corpus(cfg.data, tokenizer)
-    train_seqs = PackedSequences(corpus.train, cfg.data.seq_len)
-    if train_seqs.count == 0:
-        raise ConfigError(
-            f"data.path: {cfg.data.path!r} has {len(corpus.train.tokens)} training tokens, "
-            f"fewer than one sequence of data.seq_len={cfg.data.seq_len} + 1"
-        )
+    data = open_training_data(cfg.data, tokenizer, plan.model.vocab_size)
     try:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
@@ -103,10 +97,10 @@ def run(cfg: TrainerJobConfig) -> int:
         if started_from:
             metrics.note(started_from)
         parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics)
-        eval_seqs = PackedSequences(corpus.eval, cfg.data.seq_len)
         try:
-            return _train(parts, train_seqs, eval_seqs, stop)
+            return _train(parts, data, stop)
         finally:
+            data.close()
             checkpointer.close()
             metrics.close()
     finally:
@@ -148,9 +142,7 @@ class Parts:
     metrics: MetricsLogger
 
 
-def _train(
-    parts: Parts, train_seqs: PackedSequences, eval_seqs: PackedSequences, stop: StopSignal
-) -> int:
+def _train(parts: Parts, data: TrainingData, stop: StopSignal) -> int:
     cfg, plan, env, model = parts.cfg, parts.plan, parts.env, parts.model
     optimizer, scheduler = parts.optimizer, parts.scheduler
     checkpointer, metrics = parts.checkpointer, parts.metrics
@@ -173,9 +165,15 @@ def _train(
             f" at step {progress.step}{note}"
         )
 
-    batches = TrainBatches(train_seqs, seed=cfg.seed, dp_rank=env.dp_rank, dp_size=env.dp_size)
+    batches = TrainBatches(
+        data.train,
+        seed=cfg.seed,
+        dp_rank=env.dp_rank,
+        dp_size=env.dp_size,
+        weights=data.weights,
+    )
     held_out = eval_batches(
-        eval_seqs,
+        data.eval,
         dp_rank=env.dp_rank,
         dp_size=env.dp_size,
         micro_batch_size=plan.micro_batch_size,
@@ -241,6 +239,7 @@ def _train(
                 "lr": lr,
                 "grad_norm": grad_norm.item(),
                 "tokens_seen": progress.samples_seen * plan.seq_len,
+                **_tokens_by_source(batches, data, progress.samples_seen, plan.seq_len),
                 "throughput/tokens_per_s": tokens_per_s,
                 "mfu/percent": mfu_percent(per_device, flops_per_token, peak),
                 "mfu/peak_source": peak_source,
@@ -312,6 +311,17 @@ def _evaluate(model: torch.nn.Module, held_out: list[Batch], device: torch.devic
     model.train()
     dist.all_reduce(total)
     return (total[0] / total[1].clamp(min=1)).item()
+
+
+def _tokens_by_source(
+    batches: TrainBatches, data: TrainingData, samples_seen: int, seq_len: int
+) -> dict[str, int]:
+    """`data/tokens_seen/<path>` per mixture source: a function of samples_seen, so exact
+    across resume and rank counts."""
+    if len(data.train) == 1:
+        return {}
+    seen = batches.tokens_by_source(samples_seen, seq_len)
+    return {f"data/tokens_seen/{name}": n for name, n in zip(data.names, seen, strict=True)}
 
 
 def _mean_across_ranks(value: torch.Tensor) -> float:

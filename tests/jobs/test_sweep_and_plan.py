@@ -118,3 +118,10 @@ def test_sweep_through_a_hydra_launcher_writes_the_same_summary(cli, workdir):
     assert summary["points"] == 2 and {r["state"] for r in summary["runs"]} == {"rendered"}
     assert len(list(workdir.glob("runs/*/manifests.yaml"))) == 2
     assert summary["total_estimated_cost_usd"] == pytest.approx(2 * 300 / 3600 * 5.672, abs=0.01)
+
+
+def test_plan_shows_the_data_and_a_mixtures_shares():
+    mixture = "data.mixture=[{path: s3://b/web, weight: 3}, {path: s3://b/code, weight: 1}]"
+    plan = build(["data.path=null", mixture]).plan
+    assert "data     mixture of 2: s3://b/web 75.0%, s3://b/code 25.0%" in str(plan)
+    assert "data     " in str(build([]).plan) and "train.jsonl" in str(build([]).plan)

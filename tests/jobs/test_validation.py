@@ -107,6 +107,25 @@ BAD_INPUTS = {
         "data.tokenizer",
         "byte",
     ),
+    "mixture and data.path both": (
+        ["data.mixture=[{path: s3://b/web, weight: 1}]"],
+        "data.mixture",
+        "one of them",
+    ),
+    "empty mixture": (["data.path=null", "data.mixture=[]"], "data.mixture", "weight"),
+    "mixture weight not positive": (
+        [
+            "data.path=null",
+            "data.mixture=[{path: s3://b/web, weight: 2}, {path: s3://b/c, weight: 0}]",
+        ],
+        "data.mixture[1].weight",
+        "a finite number > 0",
+    ),
+    "mixture source missing": (
+        ["data.path=null", "data.mixture=[{path: nowhere, weight: 1}]"],
+        "data.mixture[0].path",
+        "prepared dataset",
+    ),
     "unsupported kubernetes version": (
         [*P5, "cluster.kubernetes_version=2.5"],
         "cluster.kubernetes_version",

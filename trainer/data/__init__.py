@@ -1,5 +1,7 @@
-"""JSONL records -> tokenized documents (`data.format`) -> one token stream per split ->
-fixed-length sequences, visited in an order that is a function of the seed only."""
+"""Training data as `SequenceSource`s: a small JSONL file tokenized in memory (records ->
+documents -> one token stream per split -> fixed-length sequences), or prepared token shards
+read on demand (one dataset, or a weighted mixture); either is visited in an order that is a
+function of the seed and the sample index only."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ from trainer.config import DataConfig
 from trainer.data.formats import FORMATS, Document, Format, build_format
 from trainer.data.order import TrainBatches, eval_batches
 from trainer.data.packing import IGNORE_INDEX, Batch, PackedSequences, TokenStream
+from trainer.data.prepared import PreparedSequences, open_prepared
 from trainer.data.records import read_records
+from trainer.data.shard_files import prepared_root
+from trainer.data.sources import ConcatSequences, SequenceSource
 from trainer.errors import ConfigError
 from trainer.tokenizer import Tokenizer
 
@@ -53,6 +58,64 @@ def load_corpus(cfg: DataConfig, tokenizer: Tokenizer) -> Corpus:
     )
 
 
+@dataclass
+class TrainingData:
+    """What a run reads: its training sources (one, or a mixture) and the held-out rows."""
+
+    train: list[SequenceSource]
+    weights: list[float]
+    names: list[str]
+    """Each source's data path, as configured (metrics key the tokens seen by it)."""
+    eval: SequenceSource
+
+    def close(self) -> None:
+        for source in [*self.train, self.eval]:
+            if isinstance(source, PreparedSequences):
+                source.close()
+
+
+def open_training_data(cfg: DataConfig, tokenizer: Tokenizer, vocab_size: int) -> TrainingData:
+    """The configured data as sources, checked (tokenizer, vocabulary, at least one sequence)
+    before any rank starts; prepared data is opened, not read."""
+    if cfg.mixture:
+        entries = [(f"data.mixture[{i}].path", m.path, m.weight) for i, m in enumerate(cfg.mixture)]
+    else:
+        entries = [("data.path", str(cfg.path), 1.0)]
+    train: list[SequenceSource] = []
+    held_out: list[SequenceSource] = []
+    for key, path, _ in entries:
+        root = prepared_root(path)
+        if root is None and cfg.mixture:
+            raise ConfigError(f"{key}: {path!r} is not a prepared dataset (its manifest.json)")
+        if root is None:
+            corpus = load_corpus(cfg, tokenizer)
+            pair: tuple[SequenceSource, SequenceSource] = (
+                PackedSequences(corpus.train, cfg.seq_len),
+                PackedSequences(corpus.eval, cfg.seq_len),
+            )
+        else:
+            dataset = open_prepared(
+                root, fingerprint=tokenizer.fingerprint, vocab_size=vocab_size, key=key
+            )
+            pair = (
+                PreparedSequences(dataset, "train", cfg.seq_len),
+                PreparedSequences(dataset, "eval", cfg.seq_len),
+            )
+        if pair[0].count == 0:
+            raise ConfigError(
+                f"{key}: {path!r} has fewer training tokens than one sequence of "
+                f"data.seq_len={cfg.seq_len} + 1"
+            )
+        train.append(pair[0])
+        held_out.append(pair[1])
+    return TrainingData(
+        train=train,
+        weights=[w for _, _, w in entries],
+        names=[p for _, p, _ in entries],
+        eval=held_out[0] if len(held_out) == 1 else ConcatSequences(held_out),
+    )
+
+
 __all__ = [
     "FORMATS",
     "IGNORE_INDEX",
@@ -60,9 +123,13 @@ __all__ = [
     "Corpus",
     "Document",
     "PackedSequences",
+    "PreparedSequences",
+    "SequenceSource",
     "TokenStream",
     "TrainBatches",
+    "TrainingData",
     "eval_batches",
     "load_corpus",
+    "open_training_data",
     "read_documents",
 ]

@@ -81,11 +81,15 @@ class Batch:
 
 
 class PackedSequences:
-    """Fixed-length windows over a token stream; window i covers tokens [i*L, i*L + L + 1)."""
+    """Fixed-length windows over a token stream; window i covers tokens [i*L, i*L + L + 1).
+    A `SequenceSource` held in memory (the small-JSONL path)."""
 
     def __init__(self, stream: TokenStream, seq_len: int):
         self.stream, self.seq_len = stream, seq_len
         self.count = max(0, (len(stream.tokens) - 1) // seq_len)
+
+    def prefetch(self, indices: torch.Tensor) -> None:
+        pass  # in memory already
 
     def batch(self, indices: torch.Tensor) -> Batch:
         stream = self.stream
