@@ -8,7 +8,8 @@ How the two meet, through Hydra's public surface only:
   `trainstack <command>`, so `launch_app` first takes trainstack's flags off the arguments
   (`--dryrun`, `--wait`, `--skip-preflight`: argparse `parse_known_args`, anywhere on the
   line), then calls the decorated app with `sys.argv` set to `[trainstack, *hydra_args]` for
-  the duration of the call (`hydra_argv`), restoring it after: the one adaptation, kept here.
+  the duration of the call (`hydra_argv`), restoring it after: the one adaptation, kept here
+  (and its twin for tab completion, `completion_line`: $COMP_LINE without the word `launch`).
 - `--wait` and `--skip-preflight` become overrides (`backend.wait=true`,
   `backend.preflight=false`), so `--cfg job` shows them; `--dryrun` is read by the task
   function and the launchers from `FLAGS`.
@@ -130,6 +131,24 @@ def sweep_args(args: list[str], multirun: bool) -> Iterator[list[str]]:
         yield [*args, f"hydra.sweep.dir={scratch}"]
 
 
+@contextmanager
+def completion_line() -> Iterator[None]:
+    """Tab completion: the script `--shell-completion install=bash|fish` prints asks
+    `trainstack -sc query=...` with the typed line in $COMP_LINE, which Hydra's completion reads
+    as `<app> <overrides>`. Here the app is `trainstack launch`, so for the call the line reads
+    without the subcommand word."""
+    line = os.environ.get("COMP_LINE")
+    words = line.split(maxsplit=2) if line else []
+    if len(words) < 2 or words[1] != "launch":
+        yield
+        return
+    os.environ["COMP_LINE"] = line.replace(" launch", "", 1)
+    try:
+        yield
+    finally:
+        os.environ["COMP_LINE"] = line
+
+
 def fail(message: str) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return EXIT_BAD_INPUT
@@ -161,7 +180,12 @@ def launch_app(argv: Sequence[str]) -> int:
     SweepSummary.failed_points = 0
     PREPARED.clear()
     try:
-        with sweep_args(hydra_args, multirun) as args, hydra_argv(args), hydra_raises():
+        with (
+            sweep_args(hydra_args, multirun) as args,
+            hydra_argv(args),
+            hydra_raises(),
+            completion_line(),
+        ):
             app(task)()
     except SystemExit as exit_:  # --help, --version, argparse errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

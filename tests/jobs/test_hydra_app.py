@@ -105,3 +105,11 @@ def test_optuna_sweeper_runs_unchanged(cli, workdir):
     runs = yaml.safe_load(summary.read_text())["runs"]
     assert len(runs) == 3 and {r["state"] for r in runs} == {"rendered"}
     assert len(list(workdir.glob("runs/*/manifests.yaml"))) == 3
+
+
+def test_tab_completion_queries_complete_launch_overrides(cli, monkeypatch):
+    """What the installed bash script runs for `trainstack launch model=l<TAB>`."""
+    monkeypatch.setenv("COMP_LINE", "trainstack launch model=l")
+    result = cli("-sc", "query=bash")
+    assert result.code == 0, result.err
+    assert result.out.split() == ["model=llama3_1b", "model=llama3_70b", "model=llama3_8b"]
