@@ -66,12 +66,26 @@ def bench_sweep_render() -> dict:
 
 
 def bench_dryrun_start(repeats: int = 5) -> dict:
-    """`trainstack launch --dryrun backend=render ...` as a fresh process, end to end."""
+    """`trainstack launch --dryrun backend=render ...` as a fresh process, end to end: wall
+    seconds, and the CPU seconds it used (user + system; on shared cores the wall time also
+    holds the time other processes had the CPU)."""
+    import resource
+
     argv = [str(BIN / "trainstack"), "launch", "--dryrun", "backend=render"]
     argv += ["compute=p5.48xlarge", *SWEEP[-2:]]
+    seconds, cpu = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        seconds = [timed(argv, tmp, dict(os.environ)) for _ in range(repeats)]
-    return {"seconds": [round(s, 3) for s in seconds], "median_s": statistics.median(seconds)}
+        for _ in range(repeats):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            seconds.append(timed(argv, tmp, dict(os.environ)))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return {
+        "seconds": [round(s, 3) for s in seconds],
+        "cpu_seconds": [round(s, 3) for s in cpu],
+        "median_s": statistics.median(seconds),
+        "median_cpu_s": round(statistics.median(cpu), 3),
+    }
 
 
 def timed(argv: list[str], cwd: str, env: dict[str, str]) -> float:

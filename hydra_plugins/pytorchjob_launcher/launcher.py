@@ -91,11 +91,11 @@ class PyTorchJobLauncher(Launcher):
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
-        point = ret._return_value
-        if ret.status == JobStatus.COMPLETED and getattr(point, "error", None):
+        point = ret.return_value if ret.status == JobStatus.COMPLETED else None
+        if point is not None and getattr(point, "error", None):
             print(f"point {index}: not submitted: {point.error}")
-            ret.status, ret._return_value = JobStatus.FAILED, PointFailed(point.error)
-        elif ret.status == JobStatus.COMPLETED:
+            ret.status, ret.return_value = JobStatus.FAILED, PointFailed(point.error)
+        elif point is not None:
             print(f"point {index}: {point.run_id} {point.state}")
         return ret
 
@@ -117,7 +117,7 @@ class PyTorchJobLauncher(Launcher):
 
         if ret.status != JobStatus.COMPLETED:
             return ret
-        point = ret._return_value
+        point = ret.return_value
         backend = backend_for(cfg)
         try:
             wait = getattr(backend, "wait", None)
@@ -130,5 +130,5 @@ class PyTorchJobLauncher(Launcher):
         if final_state != SUCCEEDED:
             detail = f" ({message})" if message else ""
             ret.status = JobStatus.FAILED
-            ret._return_value = PointFailed(f"{point.run_id}: {final_state}{detail}")
+            ret.return_value = PointFailed(f"{point.run_id}: {final_state}{detail}")
         return ret
