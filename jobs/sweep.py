@@ -260,10 +260,10 @@ class SweepSummary(Callback):
         print(f"sweep {sweep_id}: summary in {path}")
 
 
-def expand(overrides: Sequence[str]) -> list[list[str]]:
+def expand(overrides: Sequence[str], config_loader: Any = None) -> list[list[str]]:
     """Every point of a grid sweep as plain override lists, with Hydra's public override
-    grammar (`a,b`, `range()`, `choice()`, `glob()` over a group's options): what the basic
-    sweeper does, for the Training API, which submits sweeps without a Hydra app."""
+    grammar (`a,b`, `range()`, `choice()`, `glob()` over a group's options): the basic
+    sweeper's grid, for the `trainstack` sweeper and the Training API."""
     import itertools
 
     from hydra.core.global_hydra import GlobalHydra
@@ -271,7 +271,7 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
     from hydra.errors import HydraException
 
     hydra = GlobalHydra.instance()
-    loader = hydra.config_loader() if hydra.is_initialized() else None
+    loader = config_loader or (hydra.config_loader() if hydra.is_initialized() else None)
     axes: dict[str, list[str]] = {}
     for override in OverridesParser.create(config_loader=loader).parse_overrides(list(overrides)):
         key = override.get_key_element()

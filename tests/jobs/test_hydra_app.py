@@ -3,11 +3,28 @@ third-party sweeper (Optuna's, from PyPI, unchanged)."""
 
 from __future__ import annotations
 
+import logging.config
+
+import pytest
 import yaml
 
 from tests.jobs.conftest import CLUSTER, files_under
 
 GPU = ["compute=g5.12xlarge", "compute.step_time_s=1.0", *CLUSTER]
+
+
+@pytest.fixture(autouse=True)
+def hydra_logging_reset():
+    """`--hydra-help` and the Optuna sweeper let Hydra configure logging with a handler on the
+    test's captured stderr; in one process, later tests would log into that closed stream."""
+    yield
+    logging.config.dictConfig(
+        {"version": 1, "disable_existing_loggers": False, "root": {"handlers": []}}
+    )
+    for name in list(logging.root.manager.loggerDict):
+        logger = logging.getLogger(name)
+        if name.split(".")[0] in ("hydra", "optuna"):
+            logger.handlers.clear()
 
 
 def test_cfg_job_prints_the_composed_config_and_writes_nothing(cli, workdir):
