@@ -130,3 +130,12 @@ def test_tab_completion_queries_complete_launch_overrides(cli, monkeypatch):
     result = cli("-sc", "query=bash")
     assert result.code == 0, result.err
     assert result.out.split() == ["model=llama3_1b", "model=llama3_70b", "model=llama3_8b"]
+
+
+def test_plus_tilde_and_force_add_overrides(cli):
+    forced = cli("launch", "--cfg", "job", "++trainer.lr=0.5", "+notes.owner=me", "~notes.owner")
+    assert forced.code == 0, forced.err
+    cfg = yaml.safe_load(forced.out)
+    assert cfg["trainer"]["lr"] == 0.5 and cfg["notes"] == {}
+    added = cli("launch", "--cfg", "job", "+trainer.lr=0.1")  # exists: `+` refuses
+    assert added.code == 2 and "trainer.lr" in added.err
