@@ -5,7 +5,7 @@
 # runs `action`, i.e. the same up, smoke, promote inside the VPC.
 #   scan      ECR scan findings at or above SCAN_FAIL_SEVERITY (default HIGH) stop the deploy
 #   up        `pulumi up` with trainstack:image=IMAGE_URI, carrying the stack's last good image
-#             forward, then rewrite the job defaults (conf/stack/<stack>.yaml) from the outputs
+#             forward, then rewrite the job defaults (<user config dir>/stack/<stack>.yaml)
 #   smoke     the `smoke` experiment on the stack's cluster, pinned to IMAGE_URI
 #   promote   record IMAGE_URI as the stack output last_good_image (only after a passing smoke)
 #   deploy    up, smoke, promote in order; a failed step stops the rest

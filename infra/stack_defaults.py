@@ -3,7 +3,9 @@
     python -m infra.stack_defaults --stack dev            # runs `pulumi stack output`
     pulumi stack output --json --show-secrets | python -m infra.stack_defaults --stack dev
 
-Writes `conf/stack/<stack>.yaml` (`# @package _global_`, setting only `cluster.*`,
+Writes `stack/<stack>.yaml` in the user's config dir (jobs/config_path.py: the first entry of
+$TRAINSTACK_CONFIG_PATH, else ~/.config/trainstack; never inside the installed package;
+`# @package _global_`, setting only `cluster.*`,
 `job.image_repository`, `job.image` (the deployed digest, when the stack has one) and
 `storage.root`; select it with `trainstack launch stack=<stack>`),
 and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from jobs.config_path import user_config_dir
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_BAD_INPUT = 2
@@ -156,14 +160,19 @@ def main(argv: list[str] | None = None) -> int:
         help="file with `pulumi stack output --json --show-secrets`, or - for stdin "
         "(default: piped stdin, else run the pulumi CLI)",
     )
-    parser.add_argument("--conf-dir", type=Path, default=REPO / "conf" / "stack")
+    parser.add_argument(
+        "--conf-dir",
+        type=Path,
+        default=None,
+        help="directory the stack file goes in (default: stack/ in the user's config dir)",
+    )
     parser.add_argument("--kube-dir", type=Path, default=Path.home() / ".kube")
     args = parser.parse_args(argv)
     try:
         if not _STACK_NAME.match(args.stack):
             raise StackOutputError(f"--stack {args.stack!r}: letters, digits, '.', '_', '-'")
         if args.stack == "none":
-            raise StackOutputError("--stack 'none' is reserved for conf/stack/none.yaml")
+            raise StackOutputError("--stack 'none' is reserved for the shipped stack/none.yaml")
         outputs = read_outputs(args.stack, args.outputs)
         kubeconfig_path = (args.kube_dir / f"trainstack-{args.stack}.yaml").resolve()
         defaults = job_defaults(outputs, kubeconfig_path)
@@ -174,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     _write_private(kubeconfig_path, kubeconfig, 0o600)
-    conf_path = args.conf_dir / f"{args.stack}.yaml"
+    conf_dir = args.conf_dir or user_config_dir() / "stack"
+    conf_path = conf_dir / f"{args.stack}.yaml"
     _write_private(conf_path, render(defaults, args.stack), 0o644)
     print(f"wrote {conf_path} (use `trainstack launch stack={args.stack}`) and {kubeconfig_path}")
     return 0

@@ -1,7 +1,8 @@
 """`trainstack <command> ...`: a small dispatcher; each command lives in jobs/commands/.
 
-A command module defines `add_arguments(parser)` and `run(args) -> int`; register it with
-one line in COMMANDS. Modules load only when their command runs, so start-up stays light.
+A command module defines `add_arguments(parser)` and `run(args) -> int` (or `main(argv) -> int`
+when it parses its own arguments, as `launch`, a Hydra app, does); register it with one line
+in COMMANDS. Modules load only when their command runs, so start-up stays light.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
+    if argv[:1] in (["-sc"], ["--shell-completion"]):
+        argv = ["launch", *argv]  # the completion script Hydra installed asks `trainstack -sc`
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv)  # prints usage and exits 2
     name, rest = argv[0], argv[1:]
     module = importlib.import_module(f"jobs.commands.{name}")
+    if hasattr(module, "main"):
+        return int(module.main(rest) or 0)
     command_parser = argparse.ArgumentParser(prog=f"trainstack {name}")
     module.add_arguments(command_parser)
     args = command_parser.parse_intermixed_args(rest)  # options may follow overrides

@@ -147,7 +147,7 @@ class ClusterConfig:
     service_account: str = "trainer"
     kubernetes_version: str = KUBERNETES_VERSION
     """Pod templates are validated against this version's schemas; a stack's outputs set its
-    cluster's version (conf/stack/<stack>.yaml), the default is what new clusters run."""
+    cluster's version (the stack file), the default is what new clusters run."""
     node_groups: list[NodeGroupConfig] = field(default_factory=list)
 
 

@@ -1,29 +1,31 @@
-"""Multirun: `trainstack launch -m a=1,2 b=x,y` -> one job per point, one sweep id, a summary.
+"""Multirun: `trainstack launch -m a=1,2 b=x,y` through Hydra's sweeper and a launcher.
 
-Points are expanded with Hydra's own sweep grammar (BasicSweeper), composed, validated and
-materialized ALL before the first one is written or started, so one bad point means nothing
-happens. Then each point goes to the backend (render: files; local: one after another) and
-`<backend.output_root>/sweeps/<sweep_id>/summary.yaml` records every point and the total
-estimated cost.
-
-A sweep that selects another Hydra launcher (`hydra/launcher=pytorchjob`) goes through
-`hydra.main` instead: `launch_point` is the task function and `SweepSummary` (a Hydra
-callback, registered in conf/config.yaml) writes the same summary from the job returns.
+One path for every backend: Hydra's sweeper (the basic one, or any sweeper plugin such as
+Optuna's) expands the points and hands them in batches to a launcher, `hydra/launcher=
+backend_<backend>` by default (hydra_plugins/trainstack_launcher for local and render,
+hydra_plugins/pytorchjob_launcher for kubernetes). Before a batch's first point is written or
+run, the launcher composes and materializes every point of it (`prepare_points`): one bad
+point, or one run id shared by several, and nothing happens. Every point carries the sweep id
+(`sweep_id=`, else a new one); `SweepSummary` (a Hydra callback, conf/config.yaml) writes
+`<backend.output_root>/sweeps/<sweep_id>/summary.yaml` from the job returns.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 
 from jobs.backends.run_state import write_atomic
-from jobs.errors import EXIT_BAD_INPUT
 from jobs.naming import new_sweep_id, sweep_point_run_id
 
 SUMMARY_FILE = "summary.yaml"
@@ -31,31 +33,39 @@ SUMMARY_FILE = "summary.yaml"
 
 @dataclass
 class PointResult:
-    """One sweep point: what a task function returns (and Hydra's JobReturn carries)."""
+    """One sweep point: what the task function returns (and Hydra's JobReturn carries)."""
 
     index: int
     overrides: list[str]
     run_id: str | None = None
+    sweep_id: str | None = None
     state: str | None = None
     plan: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     error: str | None = None
+    loss: float | None = None
+    """The run's last logged training loss (local runs that ran)."""
+
+    def __float__(self) -> float:
+        """The objective an optimizing sweeper (Optuna) minimizes: the final loss of a local
+        run, else the estimated cost in USD; NaN when neither is known."""
+        if self.loss is not None:
+            return float(self.loss)
+        cost = self.plan.get("estimated_cost_usd")
+        return float(cost) if cost is not None else math.nan
 
 
-def expand(overrides: list[str]) -> list[list[str]]:
-    """Every point of the sweep, as plain override lists (Hydra's BasicSweeper semantics)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+class SweepPointError(CompactHydraException, ValueError):
+    """A point that cannot run; raised before any point of its batch is written or run."""
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return BasicSweeper.split_arguments(parsed, None)[0]
+    def __init__(self, index: int, overrides: Sequence[str], message: str):
+        shown = " ".join(o for o in overrides if not o.startswith("sweep_id="))
+        super().__init__(f"sweep point {index} ({shown}): {message}")
 
 
-def sweep_id_of(overrides: list[str], now: datetime) -> str:
-    """The last `sweep_id=` override, else a new id. A given id is kept: re-running the
-    sweep with it addresses the same runs."""
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("sweep_id=")]
-    return given[-1] if given else new_sweep_id(now)
+class PointFailed(CompactHydraException):
+    """The JobReturn value of a point that could not be submitted or did not succeed (compact:
+    Hydra prints its message alone, not a traceback); the sweep exits 1."""
 
 
 def summary_path(output_root: str, sweep_id: str) -> Path:
@@ -75,11 +85,12 @@ def write_summary(path: Path, sweep_id: str, backend: str, points: list[PointRes
         "runs": [
             {
                 "index": p.index,
-                "overrides": p.overrides,
+                "overrides": [o for o in p.overrides if not o.startswith("sweep_id=")],
                 "run_id": p.run_id,
                 "state": p.state,
                 "exit_code": p.exit_code,
                 "error": p.error,
+                **({"loss": p.loss} if p.loss is not None else {}),
                 **{k: v for k, v in p.plan.items() if k != "run_id"},
             }
             for p in points
@@ -88,139 +99,141 @@ def write_summary(path: Path, sweep_id: str, backend: str, points: list[PointRes
     write_atomic(path, yaml.safe_dump(summary, sort_keys=False))
 
 
-def materialize_points(
-    points: list[list[str]], *, sweep_id: str, git_sha: str | None, now: datetime
-) -> list[Any]:
-    """Compose and materialize every point (pure). Raises on the first bad point, prefixed
-    with the point's overrides."""
+def sweep_id_for(config: Any) -> str:
+    """The sweep's id: the one given (`sweep_id=`), else a new one."""
+    return config.sweep_id or new_sweep_id(datetime.now(UTC))
+
+
+def with_sweep_id(overrides: Sequence[str], sweep_id: str) -> list[str]:
+    given = any(o.startswith("sweep_id=") for o in overrides)
+    return list(overrides) if given else [*overrides, f"sweep_id={sweep_id}"]
+
+
+@dataclass
+class PreparedPoint:
+    index: int
+    cfg: Any
+    """The point's full config (with `hydra`), as Hydra's launcher contract composes it."""
+    job: Any
+    """Its MaterializedJob."""
+
+
+PREPARED: dict[tuple[str, int], Any] = {}
+"""Materialized jobs of the batch being launched, by (sweep id, Hydra job number): the task
+function schedules these instead of materializing each point a second time."""
+
+
+def prepare_points(
+    hydra_context: Any,
+    config: Any,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    sweep_id: str,
+) -> list[PreparedPoint]:
+    """Compose (Hydra's `load_sweep_config`, as every launcher does) and materialize every
+    point of a batch. Raises SweepPointError on the first bad one; nothing is written."""
     from hydra.errors import HydraException
+    from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from jobs.compose import compose_points, composer
     from jobs.errors import one_line
-    from jobs.materialize import materialize
-
-    jobs = []
-    with composer():
-        configs = compose_points(points)
-        for index, point in enumerate(points):
-            try:
-                cfg = next(configs)
-                run_id = cfg.run_id or sweep_point_run_id(sweep_id, index)
-                jobs.append(
-                    materialize(cfg, now=now, git_sha=git_sha, run_id=run_id, sweep_id=sweep_id)
-                )
-            except (HydraException, OmegaConfBaseException) as err:
-                raise SweepPointError(index, point, one_line(err)) from None
-            except ValueError as err:  # JobConfigError, ManifestError
-                raise SweepPointError(index, point, str(err)) from None
-    run_ids = [job.run_id for job in jobs]
-    if len(set(run_ids)) != len(run_ids):
-        raise SweepPointError(
-            0,
-            points[0],
-            "run_id: the same run id for several points; "
-            "allowed in a multirun: unset (points get <sweep_id>-<n>)",
-        )
-    return jobs
-
-
-class SweepPointError(ValueError):
-    def __init__(self, index: int, overrides: list[str], message: str):
-        super().__init__(f"sweep point {index} ({' '.join(overrides)}): {message}")
-
-
-def launch_sweep(overrides: list[str], *, dryrun: bool, git_sha: str | None) -> int:
-    """`trainstack launch -m ...`; returns the exit code."""
-    from hydra.errors import HydraException
-
-    now = datetime.now(UTC)
-    sweep_id = sweep_id_of(overrides, now)
-    # Every point is checked first, also when a Hydra launcher was chosen by hand: one bad
-    # point, or one run id shared by several points, means nothing is submitted.
-    own = [o for o in overrides if not o.startswith(("hydra/", "hydra."))]
-    try:
-        points = expand(own)
-        jobs = materialize_points(points, sweep_id=sweep_id, git_sha=git_sha, now=now)
-    except (HydraException, SweepPointError) as err:
-        print(f"trainstack launch: {str(err).splitlines()[0]}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if len(own) != len(overrides):
-        return hydra_multirun([*overrides, f"sweep_id={sweep_id}"])
-    if not dryrun and all(job.cfg.backend.name == "kubernetes" for job in jobs):
-        # Every point is valid: the cluster launcher submits them (concurrent --wait, skip on
-        # re-run of the same sweep_id, auto-restart).
-        mode = "wait" if jobs[0].cfg.backend.wait else "submit"
-        launcher = ["hydra/launcher=pytorchjob", f"hydra.launcher.mode={mode}"]
-        return hydra_multirun([*overrides, *launcher, f"sweep_id={sweep_id}"])
-    return run_points(jobs, points, sweep_id=sweep_id, dryrun=dryrun)
-
-
-def run_points(jobs: list[Any], points: list[list[str]], *, sweep_id: str, dryrun: bool) -> int:
-    from jobs.backends import backend_for
-    from jobs.backends.base import BackendError
-    from jobs.run import follows, run_job
-
-    results, exit_code = [], 0
-    total = sum(job.plan.cost_usd or 0 for job in jobs)
-    print(f"sweep {sweep_id}: {len(jobs)} points, estimated total ${total:,.2f}", flush=True)
-    for index, (job, point) in enumerate(zip(jobs, points, strict=True)):
-        backend = backend_for(job.cfg)
-        brief = not (dryrun or follows(job))
-        if not brief:
-            print(f"\n== point {index}: {' '.join(point)}", flush=True)
-        result = PointResult(index, point, job.run_id, plan=job.plan.summary())
-        try:
-            code = run_job(backend, job, dryrun=dryrun, brief=brief)
-            result.state = "dryrun" if dryrun else backend.status(job.run_id).state
-            result.exit_code = code
-        except BackendError as err:
-            code, result.error = 1, str(err)
-            print(f"trainstack launch: {err}", file=sys.stderr)
-        exit_code = exit_code or code
-        results.append(result)
-    if not dryrun:
-        path = summary_path(jobs[0].cfg.backend.output_root, sweep_id)
-        write_summary(path, sweep_id, jobs[0].cfg.backend.name, results)
-        print(f"\nsweep {sweep_id}: summary in {path}")
-    return exit_code
-
-
-# --- the hydra.main path, for sweeps run by another Hydra launcher ---------------------------
-
-
-def launch_point(cfg: Any) -> PointResult:
-    """Hydra task function: materialize one point and schedule it on its backend. Errors are
-    returned, not raised, so one bad point never stops the others."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from jobs.backends import backend_for
     from jobs.materialize import materialize
     from jobs.submission import git_sha
 
-    hydra_cfg = HydraConfig.get()
-    index = hydra_cfg.job.num
-    result = PointResult(index, list(hydra_cfg.overrides.task))
+    now, sha, points = datetime.now(UTC), git_sha(), []
+    for offset, overrides in enumerate(job_overrides):
+        index = initial_job_idx + offset
+        overrides = with_sweep_id(overrides, sweep_id)
+        try:
+            cfg = hydra_context.config_loader.load_sweep_config(config, overrides)
+            with open_dict(cfg):
+                cfg.hydra.job.id = cfg.hydra.job.num = index
+            task_cfg = _task_config(cfg)
+            run_id = task_cfg.run_id or sweep_point_run_id(sweep_id, index)
+            job = materialize(task_cfg, now=now, git_sha=sha, run_id=run_id, sweep_id=sweep_id)
+        except (HydraException, OmegaConfBaseException) as err:
+            raise SweepPointError(index, overrides, one_line(err)) from None
+        except ValueError as err:  # JobConfigError, ManifestError
+            raise SweepPointError(index, overrides, str(err)) from None
+        points.append(PreparedPoint(index, cfg, job))
+    run_ids = [p.job.run_id for p in points]
+    if len(set(run_ids)) != len(run_ids):
+        raise SweepPointError(
+            initial_job_idx,
+            job_overrides[0],
+            "run_id: the same run id for several points; "
+            "allowed in a multirun: unset (points get <sweep_id>-<n>)",
+        )
+    PREPARED.clear()
+    PREPARED.update({(sweep_id, p.index): p.job for p in points})
+    return points
+
+
+def prepare_or_discard(
+    hydra_context: Any,
+    config: Any,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    sweep_id: str,
+) -> list[PreparedPoint]:
+    """`prepare_points`; when the sweep's first batch is refused, also remove what Hydra's
+    sweeper wrote before launching (`multirun.yaml` and the sweep dirs it made), so a refused
+    sweep leaves nothing behind."""
     try:
-        run_id = cfg.run_id or sweep_point_run_id(cfg.sweep_id, index)
-        job = materialize(cfg, now=datetime.now(UTC), git_sha=git_sha(), run_id=run_id)
-        result.run_id, result.plan = job.run_id, job.plan.summary()
-        backend = backend_for(cfg)
-        backend.schedule(backend.dryrun(job))
-        result.state = backend.status(job.run_id).state
-    except Exception as err:  # reported per point in the summary
-        result.error = str(err).splitlines()[0] if str(err) else type(err).__name__
-    return result
+        return prepare_points(hydra_context, config, job_overrides, initial_job_idx, sweep_id)
+    except SweepPointError:
+        if initial_job_idx == 0:
+            discard_sweep_dir(Path(str(config.hydra.sweep.dir)))
+        raise
+
+
+def discard_sweep_dir(sweep_dir: Path) -> None:
+    (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+    cwd = Path.cwd().resolve()
+    path = sweep_dir.resolve()
+    while path != cwd and path != path.parent and path.is_dir() and not any(path.iterdir()):
+        path.rmdir()
+        path = path.parent
+
+
+def _task_config(cfg: Any) -> Any:
+    """The config the task function sees: the point's without `hydra` (as Hydra's run_job)."""
+    import copy
+
+    from omegaconf import open_dict, read_write
+
+    task_cfg = copy.deepcopy(cfg)
+    with read_write(task_cfg), open_dict(task_cfg):
+        del task_cfg["hydra"]
+    return task_cfg
+
+
+def last_loss(run_dir: str) -> float | None:
+    """The last `loss` in a local run's logs/metrics.jsonl."""
+    path = Path(run_dir) / "logs" / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    loss = None
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        loss = record.get("loss", loss)
+    return loss
 
 
 class SweepSummary(Callback):
     """Hydra callback: collect each point's PointResult, write the summary at the end."""
 
     failed_points = 0
-    """Points of the last sweep that could not be scheduled (read by `hydra_multirun`)."""
+    """Points of the last sweep that failed (read by the `trainstack launch` app)."""
 
     def __init__(self) -> None:
         self.results: list[PointResult] = []
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        SweepSummary.failed_points = 0
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
@@ -231,36 +244,44 @@ class SweepSummary(Callback):
         value = job_return.return_value
         if isinstance(value, PointResult):
             self.results.append(value)
-            if value.error:
+            if value.error or value.exit_code:
                 SweepSummary.failed_points += 1
+            if value.error:
                 print(f"sweep point {value.index}: {value.error}", file=sys.stderr)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        if not self.results or config.sweep_id is None:
+        done = [r for r in self.results if r.sweep_id and r.state != "dryrun"]
+        if not done:
             return
-        results = sorted(self.results, key=lambda r: r.index)
-        path = summary_path(config.backend.output_root, config.sweep_id)
-        write_summary(path, config.sweep_id, config.backend.name, results)
-        print(f"sweep {config.sweep_id}: summary in {path}")
+        results = sorted(done, key=lambda r: r.index)
+        sweep_id = results[0].sweep_id
+        path = summary_path(config.backend.output_root, sweep_id)
+        write_summary(path, sweep_id, config.backend.name, results)
+        print(f"sweep {sweep_id}: summary in {path}")
 
 
-def hydra_multirun(overrides: list[str]) -> int:
-    import hydra
+def expand(overrides: Sequence[str], config_loader: Any = None) -> list[list[str]]:
+    """Every point of a grid sweep as plain override lists, with Hydra's public override
+    grammar (`a,b`, `range()`, `choice()`, `glob()` over a group's options): the basic
+    sweeper's grid, for the `trainstack` sweeper and the Training API."""
+    import itertools
 
-    from jobs.compose import CONF_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
-    from jobs.schema import register
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
-    register()
-    sweep_id = sweep_id_of(overrides, datetime.now(UTC))
-    overrides = [o for o in overrides if not o.startswith("sweep_id=")]
-    main = hydra.main(
-        config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=HYDRA_VERSION_BASE
-    )(launch_point)
-    saved = sys.argv
-    sys.argv = ["trainstack-launch", "--multirun", *overrides, f"sweep_id={sweep_id}"]
-    SweepSummary.failed_points = 0
-    try:
-        main()
-    finally:
-        sys.argv = saved
-    return 1 if SweepSummary.failed_points else 0
+    hydra = GlobalHydra.instance()
+    loader = config_loader or (hydra.config_loader() if hydra.is_initialized() else None)
+    axes: dict[str, list[str]] = {}
+    for override in OverridesParser.create(config_loader=loader).parse_overrides(list(overrides)):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise HydraException(
+                f"{override.input_line}: a grid sweep takes a,b / range() / "
+                "choice() / glob(); interval() needs an optimizing sweeper"
+            )
+    return [list(point) for point in itertools.product(*axes.values())]

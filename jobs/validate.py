@@ -311,7 +311,7 @@ def check_mandatory(cfg: Any) -> None:
         key = missing[0]
         hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
         if key.removeprefix("model.") in ARCH_FIELDS:
-            hint = "a model option states every architecture key (see conf/model/tiny.yaml)"
+            hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
 
 

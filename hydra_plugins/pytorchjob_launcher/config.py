@@ -5,6 +5,7 @@ No `from __future__ import annotations`: Hydra's plugin scan executes this modul
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -14,9 +15,10 @@ MODES = ("submit", "wait")
 @dataclass
 class PyTorchJobLauncherConf:
     _target_: str = "hydra_plugins.pytorchjob_launcher.launcher.PyTorchJobLauncher"
-    mode: str = "submit"
+    mode: Optional[str] = None  # noqa: UP045 (OmegaConf 2.3 reads typing.Optional only)
     """submit: return once every point is accepted (each JobReturn carries its run id);
-    wait: follow all points concurrently and map each final state onto the JobReturn status."""
+    wait: follow all points concurrently and map each final state onto the JobReturn status;
+    null: wait when `backend.wait` (`--wait`), else submit."""
     max_parallel: int = 16
     """Points followed at the same time in wait mode (one watch stream each)."""
     skip_submitted: bool = True
@@ -24,9 +26,8 @@ class PyTorchJobLauncherConf:
     failed or been cancelled; those are submitted again and resume from their checkpoint."""
 
 
-ConfigStore.instance().store(
-    group="hydra/launcher",
-    name="pytorchjob",
-    node=PyTorchJobLauncherConf,
-    provider="trainstack",
-)
+# `backend_kubernetes` is what conf/config.yaml picks for backend=kubernetes.
+for name in ("pytorchjob", "backend_kubernetes"):
+    ConfigStore.instance().store(
+        group="hydra/launcher", name=name, node=PyTorchJobLauncherConf, provider="trainstack"
+    )

@@ -1,8 +1,10 @@
 """The PyTorchJob launcher: submit every point of a Hydra multirun, optionally follow them all.
 
-Each point runs the task function (`jobs.sweep.launch_point`: materialize, schedule) through
-Hydra's own `run_job`, so callbacks (the sweep summary) see every point. A point that fails to
-submit is reported and the others go on. Run ids are `<sweep_id>-<point index>` unless set, so
+Every point of the batch is composed and materialized first (jobs.sweep.prepare_points): one
+bad point and nothing is submitted. Then each point runs the task function (the `trainstack
+launch` app's: schedule the job prepared for it) through Hydra's own `run_job`, so callbacks
+(the sweep summary) see every point. A point that fails to submit is reported and the others
+go on. Run ids are `<sweep_id>-<point index>` unless set, so
 re-running a sweep with the same `sweep_id` finds its points again and skips those already
 submitted. In wait mode the points are followed concurrently (with auto-restart on failure)
 and each final state becomes the JobReturn's status.
@@ -16,22 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 
 from hydra_plugins.pytorchjob_launcher.config import MODES
+from jobs.sweep import PointFailed
 
 log = logging.getLogger(__name__)
 
 
-class PointFailed(CompactHydraException):
-    """The JobReturn value of a point that could not be submitted or did not succeed (compact:
-    Hydra prints its message alone, not a traceback)."""
-
-
 class PyTorchJobLauncher(Launcher):
-    def __init__(self, mode: str = "submit", max_parallel: int = 16, skip_submitted: bool = True):
-        if mode not in MODES:
+    def __init__(
+        self, mode: str | None = None, max_parallel: int = 16, skip_submitted: bool = True
+    ):
+        if mode is not None and mode not in MODES:
             raise ValueError(f"hydra.launcher.mode: {mode!r} is not allowed; allowed: {MODES}")
         if max_parallel < 1:
             raise ValueError(f"hydra.launcher.max_parallel: {max_parallel} must be at least 1")
@@ -39,6 +38,7 @@ class PyTorchJobLauncher(Launcher):
         self.max_parallel = max_parallel
         self.skip_submitted = skip_submitted
         self.config = self.task_function = self.hydra_context = None
+        self.sweep_id: str | None = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
@@ -47,18 +47,22 @@ class PyTorchJobLauncher(Launcher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
         from hydra.core.utils import setup_globals
-        from omegaconf import open_dict
+
+        from hydra_plugins.trainstack_launcher.launcher import dry_run
+        from jobs.app import FLAGS
+        from jobs.sweep import prepare_or_discard, sweep_id_for
 
         setup_globals()
-        returns, configs = [], []
-        for offset, overrides in enumerate(job_overrides):
-            index = initial_job_idx + offset
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(cfg):
-                cfg.hydra.job.id = cfg.hydra.job.num = index
-            returns.append(self._submit(index, cfg))
-            configs.append(cfg)
-        if self.mode == "wait":
+        self.sweep_id = self.sweep_id or sweep_id_for(self.config)
+        points = prepare_or_discard(
+            self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id
+        )
+        if FLAGS.dryrun:
+            return [dry_run(point) for point in points]
+        configs = [point.cfg for point in points]
+        returns = [self._submit(point.index, point.cfg) for point in points]
+        mode = self.mode or ("wait" if points and points[0].job.cfg.backend.wait else "submit")
+        if mode == "wait":
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
                 returns = list(pool.map(self._follow, returns, configs))
         return returns
@@ -75,7 +79,9 @@ class PyTorchJobLauncher(Launcher):
         if existing is not None:
             print(f"point {index}: {run_id} already submitted ({existing.state}); skipped")
             ret = JobReturn(overrides=overrides, cfg=cfg, status=JobStatus.COMPLETED)
-            ret.return_value = PointResult(index, overrides, run_id, state=existing.state)
+            ret.return_value = PointResult(
+                index, overrides, run_id, cfg.sweep_id, state=existing.state
+            )
             self.hydra_context.callbacks.on_job_end(config=cfg, job_return=ret)
             return ret
         ret = run_job(
@@ -85,11 +91,11 @@ class PyTorchJobLauncher(Launcher):
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
-        point = ret._return_value
-        if ret.status == JobStatus.COMPLETED and getattr(point, "error", None):
+        point = ret.return_value if ret.status == JobStatus.COMPLETED else None
+        if point is not None and getattr(point, "error", None):
             print(f"point {index}: not submitted: {point.error}")
-            ret.status, ret._return_value = JobStatus.FAILED, PointFailed(point.error)
-        elif ret.status == JobStatus.COMPLETED:
+            ret.status, ret.return_value = JobStatus.FAILED, PointFailed(point.error)
+        elif point is not None:
             print(f"point {index}: {point.run_id} {point.state}")
         return ret
 
@@ -111,7 +117,7 @@ class PyTorchJobLauncher(Launcher):
 
         if ret.status != JobStatus.COMPLETED:
             return ret
-        point = ret._return_value
+        point = ret.return_value
         backend = backend_for(cfg)
         try:
             wait = getattr(backend, "wait", None)
@@ -124,5 +130,5 @@ class PyTorchJobLauncher(Launcher):
         if final_state != SUCCEEDED:
             detail = f" ({message})" if message else ""
             ret.status = JobStatus.FAILED
-            ret._return_value = PointFailed(f"{point.run_id}: {final_state}{detail}")
+            ret.return_value = PointFailed(f"{point.run_id}: {final_state}{detail}")
         return ret

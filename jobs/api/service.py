@@ -71,21 +71,27 @@ class Service:
     def submit_sweep(self, request: SweepRequest) -> tuple[str, list[Submitted]]:
         from hydra.errors import HydraException
 
-        from jobs.submission import git_sha, utc_now
-        from jobs.sweep import SweepPointError, expand, materialize_points, sweep_id_of
+        from jobs.naming import new_sweep_id, sweep_point_run_id
+        from jobs.submission import BadInput, prepare, utc_now
+        from jobs.sweep import expand
 
         refused = refused_key(request.overrides)
         if refused:
             raise ApiError(422, refused)
         now = utc_now()
-        overrides = [*self.overrides, *request.overrides]
-        overrides += [f"sweep_id={request.sweep_id}"] if request.sweep_id else []
-        sweep_id = sweep_id_of(overrides, now)
+        sweep_id = request.sweep_id or new_sweep_id(now)
+        overrides = [*self.overrides, *request.overrides, f"sweep_id={sweep_id}"]
+        jobs = []
         try:
             with self._hydra:
                 points = expand(overrides)
-                jobs = materialize_points(points, sweep_id=sweep_id, git_sha=git_sha(), now=now)
-        except (HydraException, SweepPointError) as err:
+                for index, point in enumerate(points):
+                    run_id = f"run_id={sweep_point_run_id(sweep_id, index)}"
+                    try:
+                        jobs.append(prepare([*point, run_id], now=now))
+                    except BadInput as err:
+                        raise BadInput(f"sweep point {index} ({' '.join(point)}): {err}") from err
+        except (HydraException, BadInput) as err:
             raise ApiError(422, str(err).splitlines()[0]) from err
         # Every point is valid before the first is submitted (the CLI's all-or-nothing rule).
         return sweep_id, [self._schedule(job)[1] for job in jobs]

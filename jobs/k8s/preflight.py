@@ -235,7 +235,7 @@ def _check_queue(cluster: Cluster, request: PreflightRequest, warnings: list[str
     if local is None:
         return (
             f"job.queue: LocalQueue {request.queue!r} does not exist in namespace "
-            f"{cluster.namespace!r} (the stack's is in job.queue of conf/stack/<stack>.yaml)"
+            f"{cluster.namespace!r} (the stack's is in job.queue of your stack/<stack>.yaml)"
         )
     name = (local.get("spec") or {}).get("clusterQueue", "")
     try:

@@ -1,5 +1,5 @@
 """`python -m infra.stack_defaults` turns real program outputs (from the mocked dev stack) into
-the `conf/stack/<stack>.yaml` the jobs schema accepts, and keeps the kubeconfig private."""
+the `stack/<stack>.yaml` the jobs schema accepts, and keeps the kubeconfig private."""
 
 from __future__ import annotations
 

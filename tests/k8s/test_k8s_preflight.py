@@ -144,7 +144,7 @@ def queued(nodes: int = 2, queue: str = "training") -> PreflightRequest:
 def test_the_queue_must_exist_and_the_job_must_fit_its_quota(apiserver, cluster):
     assert problems(cluster, queued()) == [
         "job.queue: LocalQueue 'training' does not exist in namespace 'training' (the stack's "
-        "is in job.queue of conf/stack/<stack>.yaml)"
+        "is in job.queue of your stack/<stack>.yaml)"
     ]
     kueue_objects(apiserver)
     assert preflight(cluster, queued(nodes=2)) == []

@@ -1,0 +1,24 @@
+"""`hydra/launcher=backend_local` and `backend_render`, registered in Hydra's ConfigStore on
+import. conf/config.yaml picks `backend_${backend}`, so the backend chooses its launcher.
+
+No `from __future__ import annotations`: Hydra's plugin scan executes this module outside
+`sys.modules`, where dataclasses cannot resolve string annotations.
+"""
+
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class TrainstackLauncherConf:
+    _target_: str = "hydra_plugins.trainstack_launcher.launcher.TrainstackLauncher"
+
+
+for backend in ("local", "render"):
+    ConfigStore.instance().store(
+        group="hydra/launcher",
+        name=f"backend_{backend}",
+        node=TrainstackLauncherConf,
+        provider="trainstack",
+    )

@@ -1,0 +1,71 @@
+"""Hydra's basic launcher with trainstack's rule first: every point of the batch is composed
+and materialized before the first one is written or run (jobs.sweep.prepare_points). Then,
+like the basic launcher, each point runs through Hydra's `run_job` (so callbacks see it), one
+after another; the task function schedules the job already materialized for it. With
+`--dryrun` each point's request is printed and nothing is written (no job dirs either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+
+
+class TrainstackLauncher(Launcher):
+    def __init__(self) -> None:
+        self.config = self.task_function = self.hydra_context = None
+        self.sweep_id: str | None = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> list[JobReturn]:
+        from hydra.core.utils import run_job, setup_globals
+
+        from jobs.app import FLAGS
+        from jobs.sweep import prepare_or_discard, sweep_id_for
+
+        setup_globals()
+        self.sweep_id = self.sweep_id or sweep_id_for(self.config)
+        points = prepare_or_discard(
+            self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id
+        )
+        if FLAGS.dryrun:
+            return [dry_run(point) for point in points]
+        return [
+            run_job(
+                hydra_context=self.hydra_context,
+                task_function=self.task_function,
+                config=point.cfg,
+                job_dir_key="hydra.sweep.dir",
+                job_subdir_key="hydra.sweep.subdir",
+            )
+            for point in points
+        ]
+
+
+def dry_run(point: Any) -> JobReturn:
+    """Print one point's plan and request; write nothing."""
+    from jobs.backends import backend_for
+    from jobs.run import run_job
+    from jobs.sweep import PointResult
+
+    job = point.job
+    print(f"\n== point {point.index}: {' '.join(point.cfg.hydra.overrides.task)}", flush=True)
+    run_job(backend_for(job.cfg), job, dryrun=True)
+    overrides = list(point.cfg.hydra.overrides.task)
+    ret = JobReturn(overrides=overrides, cfg=point.cfg, status=JobStatus.COMPLETED)
+    ret.return_value = PointResult(
+        point.index,
+        overrides,
+        job.run_id,
+        job.spec.labels.get("trainstack.io/sweep-id"),
+        state="dryrun",
+        plan=job.plan.summary(),
+    )
+    return ret
