@@ -20,7 +20,7 @@ from typing import Any
 
 from catalog import INSTANCE_TYPES
 from jobs.manifest_checks import ManifestError, check_restricted_pod, check_schema
-from jobs.manifests import INSTANCE_TYPE_LABEL, _serializer, security_contexts
+from jobs.manifests import INSTANCE_TYPE_LABEL, drop_none, security_contexts
 from jobs.naming import run_id_problem
 
 CONTAINER_NAME = "prepare"
@@ -74,73 +74,76 @@ def command(spec: PrepareJobSpec) -> list[str]:
     ]
 
 
-def indexed_job(spec: PrepareJobSpec) -> Any:
-    from kubernetes import client as k8s
-
-    pod_security, container_security = security_contexts(k8s)
+def indexed_job(spec: PrepareJobSpec) -> dict:
+    """The Indexed Job as the plain dict the API takes (like jobs/manifests.py: no client
+    models, so rendering needs no Kubernetes client)."""
+    pod_security, container_security = security_contexts()
     amounts = {"cpu": str(spec.cpus), "memory": spec.memory}
-    container = k8s.V1Container(
-        name=CONTAINER_NAME,
-        image=spec.image,
-        image_pull_policy="IfNotPresent",
-        command=command(spec),
-        env=[
-            k8s.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
-            k8s.V1EnvVar(name="AWS_REGION", value=spec.region),
+    container = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command(spec),
+        "env": [
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "AWS_REGION", "value": spec.region},
         ],
-        resources=k8s.V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts)),
-        security_context=container_security,
-    )
-    off_gpu_nodes = k8s.V1NodeSelectorTerm(
-        match_expressions=[
-            k8s.V1NodeSelectorRequirement(
-                key=INSTANCE_TYPE_LABEL, operator="NotIn", values=sorted(INSTANCE_TYPES)
-            )
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "securityContext": container_security,
+    }
+    off_gpu_nodes = {
+        "matchExpressions": [
+            {"key": INSTANCE_TYPE_LABEL, "operator": "NotIn", "values": sorted(INSTANCE_TYPES)}
         ]
-    )
-    pod = k8s.V1PodSpec(
-        containers=[container],
-        restart_policy="Never",  # the Job retries (per index); podFailurePolicy needs Never
-        service_account_name=spec.service_account,
-        node_selector={"kubernetes.io/os": "linux"},
-        affinity=k8s.V1Affinity(
-            node_affinity=k8s.V1NodeAffinity(
-                required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(
-                    node_selector_terms=[off_gpu_nodes]
-                )
-            )
-        ),
-        security_context=pod_security,
-    )
+    }
+    pod = {
+        "containers": [container],
+        "restartPolicy": "Never",  # the Job retries (per index); podFailurePolicy needs Never
+        "serviceAccountName": spec.service_account,
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [off_gpu_nodes]
+                }
+            }
+        },
+        "securityContext": pod_security,
+    }
     labels = {"app.kubernetes.io/managed-by": "trainstack", COMPONENT_LABEL: COMPONENT}
-    failure_policy = k8s.V1PodFailurePolicy(
-        rules=[
-            k8s.V1PodFailurePolicyRule(
-                action="FailIndex",
-                on_exit_codes=k8s.V1PodFailurePolicyOnExitCodesRequirement(
-                    container_name=CONTAINER_NAME, operator="In", values=[EXIT_BAD_INPUT]
-                ),
-            )
+    failure_policy = {
+        "rules": [
+            {
+                "action": "FailIndex",
+                "onExitCodes": {
+                    "containerName": CONTAINER_NAME,
+                    "operator": "In",
+                    "values": [EXIT_BAD_INPUT],
+                },
+            }
         ]
-    )
-    return k8s.V1Job(
-        api_version="batch/v1",
-        kind="Job",
-        metadata=k8s.V1ObjectMeta(
-            name=spec.name,
-            namespace=spec.namespace,
-            labels=labels,
-            annotations={"trainstack.io/data-prepared-to": spec.to},
-        ),
-        spec=k8s.V1JobSpec(
-            completion_mode="Indexed",
-            completions=spec.slices,
-            parallelism=min(spec.parallelism, spec.slices),
-            backoff_limit_per_index=spec.retries_per_index,
-            pod_failure_policy=failure_policy,
-            ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
-            template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=labels), spec=pod),
-        ),
+    }
+    job_spec = {
+        "completionMode": "Indexed",
+        "completions": spec.slices,
+        "parallelism": min(spec.parallelism, spec.slices),
+        "backoffLimitPerIndex": spec.retries_per_index,
+        "podFailurePolicy": failure_policy,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+    }
+    return drop_none(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": spec.name,
+                "namespace": spec.namespace,
+                "labels": labels,
+                "annotations": {"trainstack.io/data-prepared-to": spec.to},
+            },
+            "spec": job_spec,
+        }
     )
 
 
@@ -149,7 +152,7 @@ def to_manifests(spec: PrepareJobSpec) -> list[dict]:
     problem = run_id_problem(spec.name)
     if problem:
         raise ManifestError(f"Job {spec.name}: metadata.name: {problem}")
-    job = _serializer().sanitize_for_serialization(indexed_job(spec))
+    job = indexed_job(spec)
     check_schema(job, spec.kubernetes_version, f"Job {spec.name}")
     check_restricted_pod(job["spec"]["template"], f"Job {spec.name} template")
     return [job]

@@ -33,13 +33,13 @@ def trainer_config_yaml(spec: JobSpec) -> str:
     return yaml.safe_dump(spec.trainer_config, sort_keys=False)
 
 
-def _drop_none(value: Any) -> Any:
+def drop_none(value: Any) -> Any:
     """What the API server receives: unset (None) fields left out, as the client's serializer
     did."""
     if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+        return {k: drop_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_drop_none(v) for v in value]
+        return [drop_none(v) for v in value]
     return value
 
 
@@ -196,7 +196,7 @@ def config_map(spec: JobSpec) -> dict:
 
 def to_manifests(spec: JobSpec) -> list[dict]:
     """[ConfigMap, PyTorchJob] as plain dicts, validated (raises `ManifestError`)."""
-    manifests = [_drop_none(config_map(spec)), _drop_none(pytorch_job(spec))]
+    manifests = [drop_none(config_map(spec)), drop_none(pytorch_job(spec))]
     check_manifests(manifests, spec.kubernetes_version)
     return manifests
 
