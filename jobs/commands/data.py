@@ -95,10 +95,11 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
                 f"{key}: {value!r} is not on S3; backend={cfg.backend.name} pods read sources "
                 "and write shards through s3:// URIs only"
             )
-    if data["tokenizer"] != "byte" and not Path(data["tokenizer"]).is_absolute():
+    tokenizer = data["tokenizer"]
+    if tokenizer != "byte" and not (tokenizer.startswith("s3://") or Path(tokenizer).is_absolute()):
         raise ValueError(
-            f"data.tokenizer: {data['tokenizer']!r}; a pod needs byte or an absolute path "
-            "inside the image"
+            f"data.tokenizer: {tokenizer!r}; a pod needs byte, s3://bucket/prefix or an absolute "
+            "path inside the image"
         )
     image = cfg.job.image or (
         f"{cfg.job.image_repository}:{git_sha()}" if cfg.job.image_repository else None

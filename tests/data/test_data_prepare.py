@@ -310,3 +310,27 @@ def test_the_module_entry_runs_one_index_and_finalize_waits_for_every_slice(tmp_
     assert "committed" in capsys.readouterr().out
     assert prepare_main([*base, "--finalize"]) == 0  # already committed: nothing to do
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_an_s3_tokenizer_is_fetched_once_and_fingerprints_like_its_local_copy(
+    tmp_path, capsys, s3_direct, s3_bucket
+):
+    from tests.trainer.hf_tokenizers import llama3_style
+
+    client = s3_direct.client()
+    local = llama3_style(tmp_path / "tok")
+    for file in sorted(Path(local).iterdir()):
+        client.put_object(Bucket=s3_bucket, Key=f"tok/{file.name}", Body=file.read_bytes())
+    write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in texts(30, 3)])
+
+    assert run(tmp_path / "from-local", tmp_path / "a.jsonl", capsys, tokenizer=str(local))[0] == 0
+    code, _, err = run(
+        tmp_path / "from-s3", tmp_path / "a.jsonl", capsys, tokenizer=f"s3://{s3_bucket}/tok"
+    )
+    assert code == 0, err
+    from_local, from_s3 = (
+        json.loads((tmp_path / name / "manifest.json").read_text())
+        for name in ("from-local", "from-s3")
+    )
+    assert from_s3["tokenizer_fingerprint"] == from_local["tokenizer_fingerprint"]
+    assert from_s3["tokens"] == from_local["tokens"]

@@ -10,6 +10,7 @@ a JSONL file: deterministic and independent of the seed, of the slicing and of t
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import time
 from collections import deque
@@ -26,6 +27,18 @@ from trainer.data.prepare.progress import Progress
 from trainer.data.prepare.sources import default_workers, read_chunks
 from trainer.data.shard_format import Manifest, Shard
 from trainer.errors import ConfigError
+
+
+def with_local_tokenizer(request: PrepareRequest) -> PrepareRequest:
+    """An s3:// data.tokenizer is fetched once, here, before any worker starts (its files are
+    small; the fingerprint hashes their contents, so it is the same as the local directory's)."""
+    tokenizer = request.data.tokenizer
+    if not tokenizer or not tokenizer.startswith("s3://"):
+        return request
+    from trainer.hf.load import fetch_tokenizer
+
+    local = fetch_tokenizer(tokenizer)
+    return dataclasses.replace(request, data=dataclasses.replace(request.data, tokenizer=local))
 
 
 @dataclass
@@ -63,6 +76,7 @@ class Summary:
 
 def prepare(request: PrepareRequest, progress: bool = True) -> Summary:
     """The whole prepare on this machine: every slice, then the commit."""
+    request = with_local_tokenizer(request)
     start = time.monotonic()
     plan = make_plan(request)
     output = Output(request.to)
@@ -84,6 +98,7 @@ def prepare(request: PrepareRequest, progress: bool = True) -> Summary:
 
 def run_slice(request: PrepareRequest, index: int, progress: bool = False) -> Summary:
     """One slice (an Indexed Job's pod): its shards and its marker; no manifest."""
+    request = with_local_tokenizer(request)
     start = time.monotonic()
     plan = make_plan(request)
     if not 0 <= index < plan.slices:
@@ -116,6 +131,7 @@ def run_slice(request: PrepareRequest, index: int, progress: bool = False) -> Su
 
 def finalize(request: PrepareRequest) -> Summary:
     """The commit after every slice landed: checks each slice's marker, writes the manifest."""
+    request = with_local_tokenizer(request)
     start = time.monotonic()
     plan = make_plan(request)
     output = Output(request.to)
