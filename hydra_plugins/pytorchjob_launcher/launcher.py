@@ -18,15 +18,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.plugins.launcher import Launcher
 
 from hydra_plugins.pytorchjob_launcher.config import MODES
+from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher, dry_run
 from jobs.sweep import PointFailed
 
 log = logging.getLogger(__name__)
 
 
-class PyTorchJobLauncher(Launcher):
+class PyTorchJobLauncher(TrainstackLauncher):
+    """The same preparation of every point as the basic-style launcher; then submit."""
+
     def __init__(
         self, mode: str | None = None, max_parallel: int = 16, skip_submitted: bool = True
     ):
@@ -37,26 +39,14 @@ class PyTorchJobLauncher(Launcher):
         self.mode = mode
         self.max_parallel = max_parallel
         self.skip_submitted = skip_submitted
-        self.config = self.task_function = self.hydra_context = None
-        self.sweep_id: str | None = None
-
-    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+        super().__init__()
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
-        from hydra.core.utils import setup_globals
-
-        from hydra_plugins.trainstack_launcher.launcher import dry_run
         from jobs.app import FLAGS
-        from jobs.sweep import prepare_or_discard, sweep_id_for
 
-        setup_globals()
-        self.sweep_id = self.sweep_id or sweep_id_for(self.config)
-        points = prepare_or_discard(
-            self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id
-        )
+        points = self.prepared(job_overrides, initial_job_idx)
         if FLAGS.dryrun:
             return [dry_run(point) for point in points]
         configs = [point.cfg for point in points]

@@ -22,19 +22,27 @@ class TrainstackLauncher(Launcher):
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
-    def launch(
-        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
-    ) -> list[JobReturn]:
-        from hydra.core.utils import run_job, setup_globals
+    def prepared(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
+        """Every point of the batch composed and materialized (one sweep id for all batches);
+        raises on the first bad point, having written nothing."""
+        from hydra.core.utils import setup_globals
 
-        from jobs.app import FLAGS
         from jobs.sweep import prepare_or_discard, sweep_id_for
 
         setup_globals()
         self.sweep_id = self.sweep_id or sweep_id_for(self.config)
-        points = prepare_or_discard(
+        return prepare_or_discard(
             self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id
         )
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> list[JobReturn]:
+        from hydra.core.utils import run_job
+
+        from jobs.app import FLAGS
+
+        points = self.prepared(job_overrides, initial_job_idx)
         if FLAGS.dryrun:
             return [dry_run(point) for point in points]
         return [
