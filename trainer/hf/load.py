@@ -1,4 +1,4 @@
-"""`model.init_from` in the trainer: check the checkpoint, stage it from S3, load the weights,
+"""`model.init_from` in the trainer: check the checkpoint, load the weights (from S3 by ranges),
 and keep its small files (config.json, tokenizer) in the run dir for a later export.
 
 A local directory is read in place; an s3:// one by ranged GETs straight from S3
