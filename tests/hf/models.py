@@ -19,7 +19,13 @@ LLAMA3_SCALING = {
 
 
 def build_llama(
-    out: Path, *, tied: bool, seed: int = 0, scaling: dict | None = None, **sizes: int
+    out: Path,
+    *,
+    tied: bool,
+    seed: int = 0,
+    scaling: dict | None = None,
+    max_shard_size: str = "60KB",
+    **sizes: int,
 ) -> Path:
     """A random LlamaForCausalLM (GQA: 4 heads, 2 KV heads; odd sizes so 2 ranks get uneven
     shards), saved sharded (several files + index) with a tokenizer."""
@@ -46,7 +52,7 @@ def build_llama(
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.copy_(1 + 0.1 * torch.randn_like(param))
-    model.save_pretrained(out, max_shard_size="60KB")
+    model.save_pretrained(out, max_shard_size=max_shard_size)
     write_tokenizer(out, VOCAB - 40)
     return out
 

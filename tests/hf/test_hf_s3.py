@@ -1,19 +1,23 @@
 """The same over S3 (moto's server): model.init_from=s3://..., a run dir on S3, and
-`trainstack export ... --to s3://...`; an export cut short never looks complete."""
+`trainstack export ... --to s3://...`; an export cut short never looks complete. An s3://
+init_from is read by ranges: each rank fetches about its share of the weights (bytes per rank
+counted by the proxy), and the logits equal the local directory's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 import trainer.hf.export as export_module
 from tests.hf.models import assert_close, build_llama, fixed_batch, hf_logits
 from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
 from tests.hf.test_hf_load import trainer_logits
-from tests.s3_server import s3_env
+from tests.s3_server import FaultProxy, s3_env
 from trainer.checkpoint import step_dir
 from trainer.hf.export import export_run
+from trainer.hf.s3_weights import HEADER_PROBE
 from trainer.storage import S3Storage
 
 
@@ -72,3 +76,30 @@ def test_init_from_and_export_over_s3(tmp_path: Path, s3_direct, s3_bucket, run_
                 assert not list(tmp_path.glob(".cut-short*"))
     finally:
         export_module._save_shard = real_save
+
+
+@pytest.mark.slow
+def test_init_from_s3_reads_each_ranks_share_by_ranges(
+    tmp_path: Path, fault_proxy: FaultProxy, s3_bucket: str
+):
+    source = build_llama(
+        tmp_path / "hf", tied=False, max_shard_size="2MB", hidden_size=256,
+        intermediate_size=688,
+    )  # fmt: skip
+    files = sorted(source.glob("model-*.safetensors"))
+    assert len(files) > 2
+    S3Storage(f"s3://{s3_bucket}/models").upload_dir(source, "llama")
+    weight_bytes = sum(f.stat().st_size for f in files)
+
+    before = len(fault_proxy.transfers)
+    remote = trainer_logits(tmp_path, 2, "init", f"s3://{s3_bucket}/models/llama")
+    read = {}
+    for t in fault_proxy.transfers[before:]:
+        if t.method == "GET" and t.path.endswith(".safetensors"):
+            read[t.rank] = read.get(t.rank, 0) + t.received
+    assert set(read) == {0, 1}, read
+    # Each rank: about its half of the weights, plus one header probe per file; nothing whole.
+    limit = 1.2 * weight_bytes / 2 + len(files) * HEADER_PROBE
+    for rank, nbytes in read.items():
+        assert weight_bytes / 2 * 0.8 < nbytes <= limit, (rank, nbytes, weight_bytes)
+    assert torch.equal(remote, trainer_logits(tmp_path, 2, "init", str(source)))

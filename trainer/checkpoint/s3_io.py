@@ -54,10 +54,15 @@ def _client(region: str, endpoint: str | None, attempts: int, rank: str | None) 
     return S3Client(region=region, endpoint=endpoint, user_agent=agent, s3client_config=config)
 
 
+def s3_client() -> Any:
+    """The CRT client for this process's environment (shared; `model.init_from` reads with
+    it too)."""
+    return _client(*_settings())
+
+
 def _file_system(reader_constructor: Any = None) -> Any:
-    region, *rest = _settings()
     return S3FileSystem(
-        region, s3_client=_client(region, *rest), reader_constructor=reader_constructor
+        _settings()[0], s3_client=s3_client(), reader_constructor=reader_constructor
     )
 
 

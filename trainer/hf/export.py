@@ -1,9 +1,10 @@
 """A committed DCP checkpoint of a run -> a Hugging Face Llama directory.
 
-No process group and no model: the checkpoint is read a shard's worth of tensors at a time
-(`dcp.load(..., no_dist=True)` into full-size tensors), each batch written as one safetensors
-shard and dropped; the next shard is read while one is written, so peak memory is a few
-shards (with safetensors' serialized copy), never the model. Written next to the destination
+No process group and no model: the checkpoint is read a shard's worth of full tensors at a
+time (`dcp_read`: each saved chunk with one read straight into its rows), each batch written
+as one safetensors shard by safetensors' own serializer from those tensors in place (no
+serialized copy) and dropped; the next shard is read while one is written, so peak memory is
+two shards, never the model. Written next to the destination
 under a temporary name and committed last: a local export is renamed into place; on S3 the
 weights and tokenizer land first, then the index, then config.json — an export cut short has
 no config.json, so no loader takes it for a model.
@@ -12,26 +13,25 @@ no config.json, so no loader takes it for a model.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import shutil
 import tempfile
 import uuid
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
 from omegaconf import OmegaConf
-from torch.distributed.checkpoint import FileSystemReader
 
 from trainer.checkpoint import METADATA, step_dir
 from trainer.checkpoint.layout import committed_steps
 from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
+from trainer.hf.dcp_read import CheckpointTensors
 from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
 from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
 from trainer.model.args import ModelArgs, model_args_from_config
@@ -39,8 +39,8 @@ from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DEFAULT_SHARD_BYTES = 2 * 2**30
-"""Peak memory is a few shards (the one written, its serialized copy, the next one being
-read), so shards stay well below a model's size: 8 files for Llama 3 8B in bf16."""
+"""Peak memory is two shards (the one written, the next one being read), so shards stay
+well below a model's size: 8 files for Llama 3 8B in bf16."""
 GENERATION_CONFIG = "generation_config.json"
 
 
@@ -153,47 +153,48 @@ def _local_checkpoint(storage: RunStorage, step: int, cache: Path) -> Path:
 def _write_weights(
     checkpoint: Path, args: ModelArgs, dtype: torch.dtype, out: Path, max_shard_bytes: int
 ) -> int:
-    metadata = pickle.loads((checkpoint / METADATA).read_bytes()).state_dict_metadata
+    metadata = pickle.loads((checkpoint / METADATA).read_bytes())
     keys = {name: f"model.{name}" for name in trainer_names(args)}
-    absent = [key for key in keys.values() if key not in metadata]
+    absent = [key for key in keys.values() if key not in metadata.state_dict_metadata]
     if absent:
         raise ConfigError(f"RUN: checkpoint {checkpoint.name} lacks {absent[0]!r}")
+    tensors = CheckpointTensors(checkpoint, metadata)
     shards: list[list[str]] = [[]]
-    size = 0
+    sizes = [0]
     for name in keys:
-        nbytes = metadata[keys[name]].size.numel() * dtype.itemsize
-        if shards[-1] and size + nbytes > max_shard_bytes:
+        nbytes = math.prod(tensors.shape(keys[name])) * dtype.itemsize
+        if shards[-1] and sizes[-1] + nbytes > max_shard_bytes:
             shards.append([])
-            size = 0
+            sizes.append(0)
         shards[-1].append(name)
-        size += nbytes
-    reader = FileSystemReader(str(checkpoint))
+        sizes[-1] += nbytes
+    # Two flat buffers of the largest shard's size, taken in turn: a shard's tensors are
+    # non-overlapping views into one (as safetensors requires), so after the first two shards
+    # nothing is allocated or faulted in again.
+    arenas = [torch.empty(max(sizes), dtype=torch.uint8) for _ in range(min(2, len(shards)))]
 
-    def read_shard(names: list[str]) -> dict[str, torch.Tensor]:
-        state = {
-            keys[n]: torch.empty(
-                tuple(metadata[keys[n]].size), dtype=metadata[keys[n]].properties.dtype
-            )
-            for n in names
-        }
-        with warnings.catch_warnings():  # "assuming ... a single process": yes, on purpose
-            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-            dcp.load(state, storage_reader=reader, no_dist=True)
-        return {hf_name(n): state.pop(keys[n]).to(dtype).contiguous() for n in names}
+    def read_shard(index: int) -> dict[str, torch.Tensor]:
+        arena, offset, shard = arenas[index % len(arenas)], 0, {}
+        for name in shards[index]:
+            shape = tensors.shape(keys[name])
+            nbytes = math.prod(shape) * dtype.itemsize
+            shard[hf_name(name)] = arena[offset : offset + nbytes].view(dtype).view(shape)
+            tensors.read_into(keys[name], shard[hf_name(name)])
+            offset += nbytes
+        return shard
 
-    # Reading shard i+1 overlaps writing shard i: two shards in memory at most.
+    # Reading shard i+1 (into the other buffer) overlaps writing shard i.
     weight_map, total = {}, 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-read") as pool:
-        pending = pool.submit(read_shard, shards[0])
+    with tensors, ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-read") as pool:
+        pending = pool.submit(read_shard, 0)
         for index in range(1, len(shards) + 1):
-            tensors = pending.result()
+            shard = pending.result()
             if index < len(shards):
-                pending = pool.submit(read_shard, shards[index])
+                pending = pool.submit(read_shard, index)
             file_name = f"model-{index:05d}-of-{len(shards):05d}.safetensors"
-            _save_shard(tensors, out / file_name)
-            total += sum(t.numel() * t.element_size() for t in tensors.values())
-            weight_map.update(dict.fromkeys(tensors, file_name))
-            del tensors
+            _save_shard(shard, out / file_name)
+            total += sum(t.numel() * t.element_size() for t in shard.values())
+            weight_map.update(dict.fromkeys(shard, file_name))
     index_doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / INDEX_FILE).write_text(json.dumps(index_doc, indent=2) + "\n")
     return total

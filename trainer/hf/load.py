@@ -1,16 +1,14 @@
-"""`model.init_from` in the trainer: check the checkpoint, stage it from S3, load the weights,
+"""`model.init_from` in the trainer: check the checkpoint, load the weights (from S3 by ranges),
 and keep its small files (config.json, tokenizer) in the run dir for a later export.
 
-A local directory is read in place. An s3:// one is downloaded once per node (by local rank
-0, into the staging directory, `TRAINSTACK_STAGING_DIR` or the temp dir) and deleted after the
-load; each rank then reads only its own rows of it.
+A local directory is read in place; an s3:// one by ranged GETs straight from S3
+(`s3_weights`). Either way each rank reads only its own rows, never a whole copy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from torch import nn
 from trainer.distributed import Distributed, env_rank
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE
-from trainer.hf.weights import check_checkpoint, load_hf_weights
+from trainer.hf.weights import check_checkpoint, check_tensors, load_hf_weights, local_reader
 from trainer.model.args import ModelArgs
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
@@ -57,40 +55,33 @@ def check_local_init_from(source: str, args: ModelArgs) -> None:
 def load_init_from(model: nn.Module, source: str, args: ModelArgs, env: Distributed) -> int:
     """Fill `model`'s materialized, sharded parameters from `source`; returns bytes read."""
     if not is_remote(source):
-        return load_hf_weights(model, Path(source), check_checkpoint(Path(source), args))
-    local = staging_dir("init", source)
-    problem = ""
-    if env.local_rank == 0:
-        shutil.rmtree(local, ignore_errors=True)
-        try:
-            _download(source, local)
-        except StorageError as exc:
-            problem = str(exc)
-    _agree_or_raise(problem)
+        checked = check_checkpoint(Path(source), args)
+        return load_hf_weights(model, checked, local_reader(Path(source)))
+    from trainer.hf.s3_weights import S3Checkpoint
+
+    # Every rank reads the (small) index and headers itself and checks them; all agree on
+    # the outcome before any rank reads weights, so none waits on a peer that gave up.
+    remote = S3Checkpoint(source)
+    problem, checked = "", None
     try:
-        available = check_checkpoint(local, args)
-        return load_hf_weights(model, local, available)
-    finally:
-        dist.barrier(group=env.checkpoint_group)
-        if env.local_rank == 0:
-            shutil.rmtree(local, ignore_errors=True)
+        available = remote.weight_map()
+        headers = {name: remote.header(name) for name in sorted(set(available.values()))}
+        checked = check_tensors(source, available, headers, args)
+    except (ConfigError, StorageError) as exc:
+        problem = str(exc).removeprefix("model.init_from: ")
+    _agree_or_raise(problem, env)
+    assert checked is not None
+    return load_hf_weights(model, checked, remote.read_into)
 
 
-def _download(source: str, local: Path) -> None:
-    storage = open_run_storage(source)
-    storage.download_dir("", local)
-    if not (local / CONFIG_FILE).is_file():
-        raise StorageNotFoundError(f"{source} has no {CONFIG_FILE}")
-
-
-def _agree_or_raise(problem: str) -> None:
-    """Every rank raises if any rank's download failed (no rank waits on a lost peer)."""
+def _agree_or_raise(problem: str, env: Distributed) -> None:
+    """Every rank raises if any rank found a problem (no rank waits on a lost peer)."""
     flag = torch.tensor([1 if problem else 0])
-    dist.all_reduce(flag)
+    dist.all_reduce(flag, group=env.checkpoint_group)
     if problem:
         raise ConfigError(f"model.init_from: {problem}")
     if flag.item():
-        raise ConfigError("model.init_from: the download failed on another node")
+        raise ConfigError("model.init_from: reading the checkpoint failed on another rank")
 
 
 def fetch_tokenizer(source: str) -> str:

@@ -6,9 +6,9 @@ is Hugging Face's `rotate_half` convention, so `q_proj`/`k_proj` load as they ar
 parity tests prove it). A checkpoint converted from Meta's interleaved layout has already
 been permuted by Hugging Face's conversion script.
 
-Loading: each rank opens every safetensors file (memory-mapped by `safetensors`) and copies
-only the rows of dim 0 its FSDP2 shard owns (`get_slice`), one tensor at a time; a file is
-closed (unmapped) before the next is opened. No rank ever holds a whole copy of the model.
+Loading: every file's header gives each tensor's byte offset; each rank reads only the rows of
+dim 0 its FSDP2 shard owns, straight into the shard (one `pread` per tensor from a local
+directory; ranged GETs from S3, see `s3_weights`). No rank ever holds a whole copy of the model.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import math
 import os
 import re
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -132,47 +134,75 @@ def header_names(file: Path) -> list[str]:
         return list(handle.keys())
 
 
-def check_checkpoint(directory: Path, args: ModelArgs) -> dict[str, str]:
-    """Every file's header read, and exactly the tensors `args` needs at the shapes it needs:
-    a missing or extra tensor, a shape mismatch or a corrupt file is an error naming it.
-    Reads headers only. Returns tensor name -> file name."""
+def check_checkpoint(directory: Path, args: ModelArgs) -> Checked:
+    """Every file's header read (and checked by `safetensors`), and exactly the tensors `args`
+    needs at the shapes it needs: a missing or extra tensor, a shape mismatch or a corrupt file
+    is an error naming it. Reads headers only."""
     available = weight_map(directory)
+    headers = {}
+    for file_name in sorted(set(available.values())):
+        with open_safetensors(directory / file_name):
+            pass  # the library's own checks of the header, before we read it
+        headers[file_name] = tensor_layout(directory / file_name)
+    return check_tensors(str(directory), available, headers, args)
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors file, from its header."""
+
+    dtype: str
+    """safetensors' name for it (`F32`, `BF16`, ...)"""
+    shape: list[int]
+    offset: int
+    """absolute byte offset of its data in the file"""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A checkpoint whose headers matched the model: tensor name -> file, file -> header."""
+
+    available: dict[str, str]
+    headers: dict[str, dict[str, TensorEntry]]
+
+
+def check_tensors(
+    where: str,
+    available: dict[str, str],
+    headers: dict[str, dict[str, TensorEntry]],
+    args: ModelArgs,
+) -> Checked:
+    """`available` (tensor -> file, from the index) against the files' `headers` and the
+    model `args` describes; the first problem is an error naming the tensor."""
     wanted = {hf_name(n): n for n in trainer_names(args)}
     missing = sorted(set(wanted) - set(available))
     if missing:
-        raise ConfigError(f"model.init_from: {directory} lacks tensor {missing[0]!r}")
+        raise ConfigError(f"model.init_from: {where} lacks tensor {missing[0]!r}")
     extra = sorted(t for t in set(available) - set(wanted) if not t.endswith(_DERIVED))
     if extra:
         raise ConfigError(
-            f"model.init_from: {directory} has tensor {extra[0]!r}, which a Llama model of "
+            f"model.init_from: {where} has tensor {extra[0]!r}, which a Llama model of "
             "its config.json does not have (no partial loads)"
         )
-    for file_name in sorted(set(available.values())):
-        path = directory / file_name
-        with open_safetensors(path) as handle:
-            present = set(handle.keys())
-            for tensor in sorted(t for t, f in available.items() if f == file_name):
-                if tensor not in wanted:
-                    continue
-                if tensor not in present:
-                    raise ConfigError(
-                        f"model.init_from: tensor {tensor!r} is not in {file_name} (the index "
-                        "says it is)"
-                    )
-                source = handle.get_slice(tensor)
-                if source.get_dtype() not in _DTYPES:
-                    raise ConfigError(
-                        f"model.init_from: tensor {tensor!r} in {file_name} is "
-                        f"{source.get_dtype()}; supported: {', '.join(_DTYPES)}"
-                    )
-                shape = list(source.get_shape())
-                want = list(expected_shape(wanted[tensor], args))
-                if shape != want:
-                    raise ConfigError(
-                        f"model.init_from: tensor {tensor!r} in {file_name} has shape {shape}; "
-                        f"its config.json implies {want}"
-                    )
-    return available
+    for tensor in sorted(wanted):
+        file_name = available[tensor]
+        entry = headers[file_name].get(tensor)
+        if entry is None:
+            raise ConfigError(
+                f"model.init_from: tensor {tensor!r} is not in {file_name} (the index says it is)"
+            )
+        if entry.dtype not in _DTYPES:
+            raise ConfigError(
+                f"model.init_from: tensor {tensor!r} in {file_name} is {entry.dtype}; "
+                f"supported: {', '.join(_DTYPES)}"
+            )
+        want = list(expected_shape(wanted[tensor], args))
+        if entry.shape != want:
+            raise ConfigError(
+                f"model.init_from: tensor {tensor!r} in {file_name} has shape {entry.shape}; "
+                f"its config.json implies {want}"
+            )
+    return Checked(available, headers)
 
 
 # Buffers some exports carry; derived, never loaded.
@@ -200,51 +230,71 @@ def _local_rows(param: torch.Tensor) -> tuple[int, int]:
     return offset[0], local_shape[0]
 
 
+RowRead = tuple[int, memoryview]
+"""(absolute byte offset in a file, buffer to fill with the bytes from there)"""
+
+
 @torch.no_grad()
-def load_hf_weights(model: nn.Module, directory: Path, available: dict[str, str]) -> int:
-    """Copy the checkpoint in `directory` (checked by `check_checkpoint`, which gave
-    `available`) into `model`'s FSDP2-sharded, materialized parameters; each rank reads only
-    its rows, one tensor at a time. Returns the bytes this rank read."""
+def load_hf_weights(
+    model: nn.Module, checked: Checked, read_into: Callable[[str, list[RowRead]], None]
+) -> int:
+    """Copy the checkpoint (checked by `check_checkpoint`/`check_tensors`) into `model`'s
+    FSDP2-sharded, materialized parameters: each rank reads only its rows of dim 0, file by
+    file; `read_into(file name, reads)` fills each buffer from its offset. Returns the bytes
+    this rank read."""
     read = 0
-    for file_name, params in _by_file(model, available).items():
-        path = directory / file_name
-        layout = tensor_layout(path)
-        with open(path, "rb", buffering=0) as fh:
-            for name, param in params:
-                first, count = _local_rows(param)
-                if count:
-                    local = param.to_local() if isinstance(param, DTensor) else param
-                    read += _read_rows(fh, layout[hf_name(name)], first, count, local)
+    for file_name, params in _by_file(model, checked.available).items():
+        reads, conversions = [], []
+        for name, param in params:
+            first, count = _local_rows(param)
+            if not count:
+                continue
+            local = param.to_local() if isinstance(param, DTensor) else param
+            entry = checked.headers[file_name][hf_name(name)]
+            dtype = _DTYPES[entry.dtype]
+            direct = local.device.type == "cpu" and local.dtype == dtype and local.is_contiguous()
+            target = local if direct else torch.empty(local.shape, dtype=dtype)
+            row_bytes = math.prod(entry.shape[1:]) * dtype.itemsize
+            buffer = memoryview(target.view(torch.uint8).numpy()).cast("B")
+            reads.append((entry.offset + first * row_bytes, buffer))
+            read += count * row_bytes
+            if not direct:
+                conversions.append((local, target))
+        read_into(file_name, reads)
+        for local, target in conversions:
+            local.copy_(target)
     return read
 
 
-def tensor_layout(path: Path) -> dict[str, tuple[torch.dtype, list[int], int]]:
-    """name -> (dtype, shape, absolute byte offset) from a safetensors header (checked
-    already by `safe_open`): the offsets let a rank read exactly its rows with one pread,
-    straight into its parameter shard."""
+def local_reader(directory: Path) -> Callable[[str, list[RowRead]], None]:
+    """`read_into` for a local directory: one `pread` per buffer."""
+
+    def read_into(file_name: str, reads: list[RowRead]) -> None:
+        path = directory / file_name
+        with open(path, "rb", buffering=0) as fh:
+            for offset, buffer in reads:
+                if os.preadv(fh.fileno(), [buffer], offset) != len(buffer):
+                    raise ConfigError(f"model.init_from: {path} is truncated (short read)")
+
+    return read_into
+
+
+def tensor_layout(path: Path) -> dict[str, TensorEntry]:
+    """name -> its entry, from the header of a local safetensors file."""
     with open(path, "rb") as fh:
         (size,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(size))
-    header.pop("__metadata__", None)
+        return parse_header(fh.read(size), 8 + size)
+
+
+def parse_header(header: bytes, data_start: int) -> dict[str, TensorEntry]:
+    """The JSON header of a safetensors file (the bytes after its 8-byte length; the data
+    starts at `data_start`) as name -> entry."""
+    parsed = json.loads(header)
+    parsed.pop("__metadata__", None)
     return {
-        name: (_DTYPES[info["dtype"]], info["shape"], 8 + size + info["data_offsets"][0])
-        for name, info in header.items()
+        name: TensorEntry(info["dtype"], list(info["shape"]), data_start + info["data_offsets"][0])
+        for name, info in parsed.items()
     }
 
 
 _DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
-
-
-def _read_rows(fh, layout, first: int, count: int, local: torch.Tensor) -> int:
-    dtype, shape, offset = layout
-    row_bytes = math.prod(shape[1:]) * dtype.itemsize
-    direct = local.device.type == "cpu" and local.dtype == dtype and local.is_contiguous()
-    target = local if direct else torch.empty(local.shape, dtype=dtype)
-    buffer = memoryview(target.view(torch.uint8).numpy()).cast("B")
-    want = count * row_bytes
-    got = os.preadv(fh.fileno(), [buffer], offset + first * row_bytes)
-    if got != want:
-        raise ConfigError(f"model.init_from: {fh.name} is truncated (short read)")
-    if not direct:
-        local.copy_(target)
-    return want
