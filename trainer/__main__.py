@@ -8,6 +8,7 @@ them checkpoints that fail to save or to load (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -41,5 +42,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+def exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown. Gloo's worker threads may still be
+    dropping a finished collective's tensors, which takes the GIL; during teardown that aborts
+    the process (SIGABRT, exit 134 instead of the trainer's code: pytorch/pytorch#190489).
+    Everything the run owns is closed by now (checkpoints settled, metrics flushed), so only
+    the standard streams and logging are left to flush."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
