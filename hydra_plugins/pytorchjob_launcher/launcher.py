@@ -45,12 +45,14 @@ class PyTorchJobLauncher(TrainstackLauncher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
         from jobs.app import FLAGS
+        from jobs.sweep import kept_out_of_gc
 
-        points = self.prepared(job_overrides, initial_job_idx)
-        if FLAGS.dryrun:
-            return [dry_run(point) for point in points]
-        configs = [point.cfg for point in points]
-        returns = [self._submit(point.index, point.cfg) for point in points]
+        with kept_out_of_gc() as keep:
+            points = self.prepared(job_overrides, initial_job_idx, keep)
+            if FLAGS.dryrun:
+                return [dry_run(point) for point in points]
+            configs = [point.cfg for point in points]
+            returns = [self._submit(point.index, point.cfg) for point in points]
         mode = self.mode or ("wait" if points and points[0].job.cfg.backend.wait else "submit")
         if mode == "wait":
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:

@@ -7,7 +7,7 @@ after another; the task function schedules the job already materialized for it. 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -22,9 +22,15 @@ class TrainstackLauncher(Launcher):
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
-    def prepared(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list:
-        """Every point of the batch composed and materialized (one sweep id for all batches);
-        raises on the first bad point, having written nothing."""
+    def prepared(
+        self,
+        job_overrides: Sequence[Sequence[str]],
+        initial_job_idx: int,
+        keep: Callable[[], None] = lambda: None,
+    ) -> list:
+        """Every point of the batch composed and materialized (one sweep id for all batches),
+        `keep()` after each (jobs.sweep.kept_out_of_gc); raises on the first bad point, having
+        written nothing."""
         from hydra.core.utils import setup_globals
 
         from jobs.sweep import prepare_or_discard, sweep_id_for
@@ -32,7 +38,7 @@ class TrainstackLauncher(Launcher):
         setup_globals()
         self.sweep_id = self.sweep_id or sweep_id_for(self.config)
         return prepare_or_discard(
-            self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id
+            self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id, keep
         )
 
     def launch(
@@ -41,20 +47,25 @@ class TrainstackLauncher(Launcher):
         from hydra.core.utils import run_job
 
         from jobs.app import FLAGS
+        from jobs.sweep import kept_out_of_gc
 
-        points = self.prepared(job_overrides, initial_job_idx)
-        if FLAGS.dryrun:
-            return [dry_run(point) for point in points]
-        return [
-            run_job(
-                hydra_context=self.hydra_context,
-                task_function=self.task_function,
-                config=point.cfg,
-                job_dir_key="hydra.sweep.dir",
-                job_subdir_key="hydra.sweep.subdir",
-            )
-            for point in points
-        ]
+        with kept_out_of_gc() as keep:
+            points = self.prepared(job_overrides, initial_job_idx, keep)
+            if FLAGS.dryrun:
+                return [dry_run(point) for point in points]
+            returns = []
+            for point in points:
+                returns.append(
+                    run_job(
+                        hydra_context=self.hydra_context,
+                        task_function=self.task_function,
+                        config=point.cfg,
+                        job_dir_key="hydra.sweep.dir",
+                        job_subdir_key="hydra.sweep.subdir",
+                    )
+                )
+                keep()
+            return returns
 
 
 def dry_run(point: Any) -> JobReturn:

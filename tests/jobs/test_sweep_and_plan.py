@@ -109,3 +109,28 @@ def test_plan_shows_the_data_and_a_mixtures_shares():
     plan = build(["data.path=null", mixture]).plan
     assert "data     mixture of 2: s3://b/web 75.0%, s3://b/code 25.0%" in str(plan)
     assert "data     " in str(build([]).plan) and "train.jsonl" in str(build([]).plan)
+
+
+def test_a_render_sweep_keeps_its_points_frozen_and_unfreezes_at_the_end(cli, workdir, monkeypatch):
+    """The launchers hand each kept point to gc.freeze (jobs.sweep.kept_out_of_gc) and give
+    everything back to the collector when the launch ends, also when a point is refused."""
+    import gc
+
+    from jobs import backends
+
+    frozen_while_writing = []
+    for_backend = backends.backend_for
+
+    def spying(cfg):
+        frozen_while_writing.append(gc.get_freeze_count())
+        return for_backend(cfg)
+
+    monkeypatch.setattr(backends, "backend_for", spying)
+    result = cli("launch", "-m", "trainer.lr=1e-4,3e-4", "compute=p4d.24xlarge", *CLUSTER)
+    assert result.code == 0, result.err
+    assert len(frozen_while_writing) == 2 and min(frozen_while_writing) > 0
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+    refused = cli("launch", "-m", "trainer.lr=1e-4,-1", "compute=p4d.24xlarge", *CLUSTER)
+    assert refused.code == 2, refused.err
+    assert gc.get_freeze_count() == 0
