@@ -9,7 +9,7 @@ from typing import Any
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
 from jobs.spec import JobSpec, to_job_spec
-from jobs.validate import validate_job
+from jobs.validate import check_mandatory, validate_job
 
 
 @dataclass
@@ -42,6 +42,7 @@ def materialize(
 
     from trainer.job_config import model_label
 
+    check_mandatory(cfg)  # naming the run reads the model's keys
     sweep_id = sweep_id or cfg.sweep_id
     run_id = run_id or cfg.run_id or new_run_id(model_label(cfg), now)
     with open_dict(cfg):

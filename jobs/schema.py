@@ -184,16 +184,31 @@ def gpu_compute_option(instance_type: str) -> ComputeConfig:
     return ComputeConfig(name=spec.name, instance_type=spec.name, gpus_per_node=spec.gpus)
 
 
+REQUIRED = "${required:}"
+"""How an option or experiment file makes a key mandatory. `???` cannot: merged over a value
+that the schema or an earlier option gave, OmegaConf keeps that value, so the key stays
+quietly set (an SFT experiment trained from random weights on the sample corpus). An
+interpolation replaces the value like any other; `jobs.validate.check_mandatory` names each key
+still holding it, and resolving one (`--cfg job --resolve`) fails naming the key."""
+
+
+def _required(*, _node_: Any) -> None:
+    raise ValueError(f"{_node_._get_full_key(None)}: this job needs it set")
+
+
 _registered = False
 
 
 def register() -> None:
-    """Store the schema and the catalog's compute options in Hydra's ConfigStore (once)."""
+    """Store the schema and the catalog's compute options in Hydra's ConfigStore, and the
+    `required` resolver (once)."""
     global _registered
     if _registered:
         return
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
+    OmegaConf.register_new_resolver("required", _required, replace=True)
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=JobsConfig)
     for name in INSTANCE_TYPES:

@@ -8,6 +8,7 @@ can't express. The trainer's own checks are reused where it has them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN
-from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU
+from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
 from jobs.spec import elastic_of, procs_per_node
 from jobs.validate_targets import (
     check_cluster_names,
@@ -298,21 +299,41 @@ _MANDATORY_HINTS = {
     "data.path": "a JSONL corpus, e.g. data.path=s3://bucket/train.jsonl",
     "data.tokenizer": "a Hugging Face tokenizer directory, e.g. data.tokenizer=/path/to/tok",
     "storage.root": "e.g. storage.root=s3://bucket/runs or stack=<name>",
+    "model.init_from": "a Hugging Face checkpoint, e.g. model.init_from=s3://bucket/models/x",
+    "data.mixture": "prepared datasets by weight, e.g. 'data.mixture=[{path: s3://b/web, "
+    "weight: 3}, {path: s3://b/code, weight: 1}]'",
 }
 
 
 def check_mandatory(cfg: Any) -> None:
-    """Keys left `???` by the composition (an experiment that wants your data, `storage=s3`
-    without a root) are named before anything reads them."""
-    from omegaconf import OmegaConf
-
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    """Keys left `???` (`storage=s3` without a root) or `${required:}` (an experiment that
+    wants your weights and data: jobs.schema.REQUIRED) by the composition are named before
+    anything reads them."""
+    missing = sorted(_mandatory_keys(cfg))
     if missing:
         key = missing[0]
         hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
         if key.removeprefix("model.") in ARCH_FIELDS:
             hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
+
+
+def _mandatory_keys(cfg: Any) -> Iterator[str]:
+    """Keys holding `???` or `${required:}`, found without resolving anything (resolving the
+    latter raises, as OmegaConf.missing_keys would)."""
+    from omegaconf import OmegaConf
+
+    def walk(value: Any, key: str) -> Iterator[str]:
+        if isinstance(value, dict):
+            for name, item in value.items():
+                yield from walk(item, f"{key}.{name}" if key else str(name))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                yield from walk(item, f"{key}[{index}]")
+        elif value in ("???", REQUIRED):
+            yield key
+
+    return walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
 def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:

@@ -86,6 +86,20 @@ BAD_INPUTS = {
         "data.tokenizer",
         "tokenizer directory",
     ),
+    # `${required:}` (jobs.schema.REQUIRED): keys an option or experiment file makes
+    # mandatory over a value set before it, which `???` cannot.
+    "SFT experiment without weights": (
+        ["experiment=llama3_8b_sft_p5x2", *CLUSTER, "data.path=s3://bucket/chat.jsonl"],
+        "model.init_from",
+        "Missing mandatory value",
+    ),
+    "SFT experiment without data": (
+        ["experiment=llama3_8b_sft_p5x2", *CLUSTER, "model.init_from=s3://bucket/models/x"],
+        "data.path",
+        "Missing mandatory value",
+    ),
+    "model=hf without weights": (["model=hf", *P5], "model.init_from", "Hugging Face checkpoint"),
+    "data=mixture without sources": (["data=mixture"], "data.mixture", "weight: 3"),
     "HSDP replicas not dividing the world": (
         [*P5, "trainer.parallel.dp_replicate=3"],
         "trainer.parallel.dp_replicate",
