@@ -15,7 +15,7 @@ class JobConfigError(ValueError):
 
 def one_line(err: BaseException) -> str:
     """A Hydra/OmegaConf composition error as `<key>: <problem>[; allowed: ...]`."""
-    from hydra.errors import MissingConfigException
+    from hydra.errors import InstantiationException, MissingConfigException
 
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, option = err.missing_cfg_file.rpartition("/")
@@ -29,4 +29,6 @@ def one_line(err: BaseException) -> str:
         if problem.startswith("Key ") and " not in " in problem:
             return f"{key}: unknown key ({problem}); check the spelling or add it with +{key}=..."
         return f"{key}: {problem}"
+    if isinstance(err, InstantiationException) and err.__cause__ is not None:
+        return problem  # a plugin's own refusal (hydra.launcher.*), not Hydra's wrapper line
     return first

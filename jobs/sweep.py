@@ -5,7 +5,8 @@ Optuna's) expands the points and hands them in batches to a launcher, `hydra/lau
 backend_<backend>` by default (hydra_plugins/trainstack_launcher for local and render,
 hydra_plugins/pytorchjob_launcher for kubernetes). Before a batch's first point is written or
 run, the launcher composes and materializes every point of it (`prepare_points`): one bad
-point, or one run id shared by several, and nothing happens. Every point carries the sweep id
+point, or one run id shared by several, and nothing happens (a big batch is prepared in
+worker processes: jobs.sweep_workers). Every point carries the sweep id
 (`sweep_id=`, else a new one); `SweepSummary` (a Hydra callback, conf/config.yaml) writes
 `<backend.output_root>/sweeps/<sweep_id>/summary.yaml` from the job returns.
 """
@@ -63,6 +64,7 @@ class SweepPointError(CompactHydraException, ValueError):
     def __init__(self, index: int, overrides: Sequence[str], message: str):
         shown = " ".join(o for o in overrides if not o.startswith("sweep_id="))
         super().__init__(f"sweep point {index} ({shown}): {message}")
+        self.reason = message
 
 
 class PointFailed(CompactHydraException):
@@ -153,34 +155,23 @@ def prepare_points(
     initial_job_idx: int,
     sweep_id: str,
     keep: Callable[[], None] = lambda: None,
+    workers: int = 1,
 ) -> list[PreparedPoint]:
     """Compose (Hydra's `load_sweep_config`, as every launcher does) and materialize every
-    point of a batch, calling `keep()` after each. Raises SweepPointError on the first bad
-    one; nothing is written."""
-    from hydra.errors import HydraException
-    from omegaconf import open_dict
-    from omegaconf.errors import OmegaConfBaseException
-
-    from jobs.errors import one_line
-    from jobs.materialize import materialize
+    point of a batch, calling `keep()` after each; in `workers` processes when more than one
+    (jobs.sweep_workers). Raises SweepPointError on the first bad one; nothing is written."""
     from jobs.submission import git_sha
+    from jobs.sweep_workers import prepared_in_workers
 
-    now, sha, points = datetime.now(UTC), git_sha(), []
-    for offset, overrides in enumerate(job_overrides):
-        index = initial_job_idx + offset
-        overrides = with_sweep_id(overrides, sweep_id)
-        try:
-            cfg = hydra_context.config_loader.load_sweep_config(config, overrides)
-            with open_dict(cfg):
-                cfg.hydra.job.id = cfg.hydra.job.num = index
-            task_cfg = _task_config(cfg)
-            run_id = task_cfg.run_id or sweep_point_run_id(sweep_id, index)
-            job = materialize(task_cfg, now=now, git_sha=sha, run_id=run_id, sweep_id=sweep_id)
-        except (HydraException, OmegaConfBaseException) as err:
-            raise SweepPointError(index, overrides, one_line(err)) from None
-        except ValueError as err:  # JobConfigError, ManifestError
-            raise SweepPointError(index, overrides, str(err)) from None
-        points.append(PreparedPoint(index, cfg, job))
+    batch = BatchPreparation(hydra_context, config, sweep_id, datetime.now(UTC), git_sha())
+    numbered = [(initial_job_idx + offset, list(o)) for offset, o in enumerate(job_overrides)]
+    if workers > 1:
+        prepared = prepared_in_workers(batch, numbered, workers)
+    else:
+        prepared = (batch.prepare(index, overrides) for index, overrides in numbered)
+    points = []
+    for point in prepared:
+        points.append(point)
         keep()
     run_ids = [p.job.run_id for p in points]
     if len(set(run_ids)) != len(run_ids):
@@ -195,6 +186,41 @@ def prepare_points(
     return points
 
 
+@dataclass
+class BatchPreparation:
+    """What every point of a batch is prepared with: one clock reading and one git SHA."""
+
+    hydra_context: Any
+    config: Any
+    sweep_id: str
+    now: datetime
+    git_sha: str | None
+
+    def prepare(self, index: int, overrides: list[str]) -> PreparedPoint:
+        from hydra.errors import HydraException
+        from omegaconf import open_dict
+        from omegaconf.errors import OmegaConfBaseException
+
+        from jobs.errors import one_line
+        from jobs.materialize import materialize
+
+        overrides = with_sweep_id(overrides, self.sweep_id)
+        try:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+            with open_dict(cfg):
+                cfg.hydra.job.id = cfg.hydra.job.num = index
+            task_cfg = _task_config(cfg)
+            run_id = task_cfg.run_id or sweep_point_run_id(self.sweep_id, index)
+            job = materialize(
+                task_cfg, now=self.now, git_sha=self.git_sha, run_id=run_id, sweep_id=self.sweep_id
+            )
+        except (HydraException, OmegaConfBaseException) as err:
+            raise SweepPointError(index, overrides, one_line(err)) from None
+        except ValueError as err:  # JobConfigError, ManifestError
+            raise SweepPointError(index, overrides, str(err)) from None
+        return PreparedPoint(index, cfg, job)
+
+
 def prepare_or_discard(
     hydra_context: Any,
     config: Any,
@@ -202,12 +228,15 @@ def prepare_or_discard(
     initial_job_idx: int,
     sweep_id: str,
     keep: Callable[[], None] = lambda: None,
+    workers: int = 1,
 ) -> list[PreparedPoint]:
     """`prepare_points`; when the sweep's first batch is refused, also remove what Hydra's
     sweeper wrote before launching (`multirun.yaml` and the sweep dirs it made), so a refused
     sweep leaves nothing behind."""
     try:
-        return prepare_points(hydra_context, config, job_overrides, initial_job_idx, sweep_id, keep)
+        return prepare_points(
+            hydra_context, config, job_overrides, initial_job_idx, sweep_id, keep, workers
+        )
     except SweepPointError:
         if initial_job_idx == 0:
             discard_sweep_dir(Path(str(config.hydra.sweep.dir)))

@@ -24,6 +24,9 @@ class PyTorchJobLauncherConf:
     skip_submitted: bool = True
     """Re-running a sweep (same `sweep_id`) skips points whose run already exists and has not
     failed or been cancelled; those are submitted again and resume from their checkpoint."""
+    workers: int = 0
+    """Processes preparing (composing and validating) a batch's points: 0 = one per CPU (at
+    most 8) from 32 points on Linux, else this process (jobs/sweep_workers.py)."""
 
 
 # `backend_kubernetes` is what conf/config.yaml picks for backend=kubernetes.

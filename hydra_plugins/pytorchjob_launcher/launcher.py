@@ -30,7 +30,11 @@ class PyTorchJobLauncher(TrainstackLauncher):
     """The same preparation of every point as the basic-style launcher; then submit."""
 
     def __init__(
-        self, mode: str | None = None, max_parallel: int = 16, skip_submitted: bool = True
+        self,
+        mode: str | None = None,
+        max_parallel: int = 16,
+        skip_submitted: bool = True,
+        workers: int = 0,
     ):
         if mode is not None and mode not in MODES:
             raise ValueError(f"hydra.launcher.mode: {mode!r} is not allowed; allowed: {MODES}")
@@ -39,7 +43,7 @@ class PyTorchJobLauncher(TrainstackLauncher):
         self.mode = mode
         self.max_parallel = max_parallel
         self.skip_submitted = skip_submitted
-        super().__init__()
+        super().__init__(workers)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int

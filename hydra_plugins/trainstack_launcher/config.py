@@ -13,6 +13,9 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class TrainstackLauncherConf:
     _target_: str = "hydra_plugins.trainstack_launcher.launcher.TrainstackLauncher"
+    # Processes preparing (composing and validating) a batch's points: 0 = one per CPU (at
+    # most 8) from 32 points on Linux, else this process; n = n (jobs/sweep_workers.py).
+    workers: int = 0
 
 
 for backend in ("local", "render"):

@@ -15,7 +15,13 @@ from hydra.plugins.launcher import Launcher
 
 
 class TrainstackLauncher(Launcher):
-    def __init__(self) -> None:
+    def __init__(self, workers: int = 0) -> None:
+        if workers < 0:
+            raise ValueError(
+                f"hydra.launcher.workers: {workers} is not allowed; allowed: 0 (one per CPU "
+                "for a big batch) or the number of processes preparing the points"
+            )
+        self.workers = workers
         self.config = self.task_function = self.hydra_context = None
         self.sweep_id: str | None = None
 
@@ -34,11 +40,19 @@ class TrainstackLauncher(Launcher):
         from hydra.core.utils import setup_globals
 
         from jobs.sweep import prepare_or_discard, sweep_id_for
+        from jobs.sweep_workers import workers_for
 
         setup_globals()
         self.sweep_id = self.sweep_id or sweep_id_for(self.config)
+        workers = workers_for(len(job_overrides), self.workers)
         return prepare_or_discard(
-            self.hydra_context, self.config, job_overrides, initial_job_idx, self.sweep_id, keep
+            self.hydra_context,
+            self.config,
+            job_overrides,
+            initial_job_idx,
+            self.sweep_id,
+            keep,
+            workers,
         )
 
     def launch(

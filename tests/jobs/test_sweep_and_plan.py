@@ -3,6 +3,9 @@ plan's cost estimate."""
 
 from __future__ import annotations
 
+import re
+import shutil
+
 import pytest
 import yaml
 
@@ -134,3 +137,52 @@ def test_a_render_sweep_keeps_its_points_frozen_and_unfreezes_at_the_end(cli, wo
     refused = cli("launch", "-m", "trainer.lr=1e-4,-1", "compute=p4d.24xlarge", *CLUSTER)
     assert refused.code == 2, refused.err
     assert gc.get_freeze_count() == 0
+
+
+P4D = ["compute=p4d.24xlarge", *CLUSTER]
+BIG_SWEEP = [
+    "trainer.lr=1e-4,2e-4,3e-4,4e-4,5e-4,6e-4,7e-4,8e-4",
+    "trainer.max_steps=10,20,30,40,50",
+]
+
+
+def rendered(root) -> dict[str, str]:
+    """Each rendered run's manifests, without the creation time (one clock reading a batch)."""
+    return {
+        path.parent.name: re.sub(r"created-at: .*", "", path.read_text())
+        for path in sorted(root.glob("runs/*/manifests.yaml"))
+    }
+
+
+def test_a_big_sweep_prepared_in_worker_processes_renders_what_one_process_does(cli, workdir):
+    """40 points: from PARALLEL_FROM (32) the points are composed and validated in forked
+    workers (jobs.sweep_workers); the result is the same, point for point."""
+    from jobs.sweep_workers import PARALLEL_FROM
+
+    assert len(expand(BIG_SWEEP)) >= PARALLEL_FROM
+    alone = cli("launch", "-m", *BIG_SWEEP, *P4D, "sweep_id=alone", "hydra.launcher.workers=1")
+    assert alone.code == 0, alone.err
+    one = rendered(workdir)
+    shutil.rmtree(workdir / "runs")
+    forked = cli("launch", "-m", *BIG_SWEEP, *P4D, "sweep_id=alone", "hydra.launcher.workers=2")
+    assert forked.code == 0, forked.err
+    assert len(one) == 40 and rendered(workdir) == one
+
+
+def test_a_bad_point_among_workers_is_the_first_in_order_and_nothing_is_written(cli, workdir):
+    sweep = [
+        "trainer.lr=1e-4,2e-4,3e-4,4e-4,5e-4,6e-4,7e-4,8e-4",
+        "trainer.max_steps=10,20,30,-1,50",
+    ]
+    result = cli("launch", "-m", *sweep, *P4D, "hydra.launcher.workers=2")
+    assert result.code == 2, result.err
+    (line,) = result.err.strip().splitlines()
+    assert re.match(r"trainstack launch: sweep point 3 \(.*trainer\.max_steps=-1", line), line
+    assert files_under(workdir) == []
+
+
+def test_workers_below_zero_are_refused(cli, workdir):
+    result = cli("launch", "-m", "trainer.lr=1e-4,2e-4", *P4D, "hydra.launcher.workers=-1")
+    assert result.code == 2
+    assert "hydra.launcher.workers: -1 is not allowed; allowed: 0" in result.err
+    assert files_under(workdir) == []
