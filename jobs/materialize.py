@@ -9,7 +9,7 @@ from typing import Any
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
 from jobs.spec import JobSpec, to_job_spec
-from jobs.validate import check_mandatory, validate_job
+from jobs.validate import validate_job
 
 
 @dataclass
@@ -42,13 +42,16 @@ def materialize(
 
     from trainer.job_config import model_label
 
-    check_mandatory(cfg)  # naming the run reads the model's keys
     sweep_id = sweep_id or cfg.sweep_id
-    run_id = run_id or cfg.run_id or new_run_id(model_label(cfg), now)
+    run_id = run_id or cfg.run_id
     with open_dict(cfg):
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
     trainer_plan = validate_job(cfg, git_sha=git_sha)
+    if run_id is None:  # named after validation: the name reads the model's keys
+        run_id = new_run_id(model_label(cfg), now)
+        with open_dict(cfg):
+            cfg.run_id = run_id
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan))
     if cfg.backend.name != "local":

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
-from trainer.checkpoint import Checkpointer, CheckpointError, resume_newest
+from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
@@ -105,11 +105,7 @@ def run(cfg: TrainerJobConfig) -> int:
             metrics.close()
     finally:
         stop.restore()
-        # A CheckpointError is a verdict every rank reached together, so the groups are whole
-        # and are torn down as on a clean exit; left to the interpreter's exit, gloo's threads
-        # may abort the process (SIGABRT instead of exit code 1).
-        failed = sys.exc_info()[0]
-        shutdown(after_error=failed is not None and not issubclass(failed, CheckpointError))
+        shutdown(after_error=sys.exc_info()[0] is not None)
 
 
 def _initialize(

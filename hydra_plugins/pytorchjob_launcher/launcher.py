@@ -13,14 +13,13 @@ and each final state becomes the JobReturn's status.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
 from hydra_plugins.pytorchjob_launcher.config import MODES
-from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher, dry_run
+from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher
 from jobs.sweep import PointFailed
 
 log = logging.getLogger(__name__)
@@ -45,20 +44,14 @@ class PyTorchJobLauncher(TrainstackLauncher):
         self.skip_submitted = skip_submitted
         super().__init__(workers)
 
-    def launch(
-        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
-    ) -> list[JobReturn]:
-        from jobs.app import FLAGS
-        from jobs.sweep import kept_out_of_gc
+    def run_point(self, point: Any) -> JobReturn:
+        return self._submit(point.index, point.cfg)
 
-        with kept_out_of_gc() as keep:
-            points = self.prepared(job_overrides, initial_job_idx, keep)
-            if FLAGS.dryrun:
-                return [dry_run(point) for point in points]
-            configs = [point.cfg for point in points]
-            returns = [self._submit(point.index, point.cfg) for point in points]
+    def finish(self, points: list, returns: list[JobReturn]) -> list[JobReturn]:
+        """Submit mode: as submitted. Wait mode: follow every point to its end."""
         mode = self.mode or ("wait" if points and points[0].job.cfg.backend.wait else "submit")
         if mode == "wait":
+            configs = [point.cfg for point in points]
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
                 returns = list(pool.map(self._follow, returns, configs))
         return returns

@@ -58,8 +58,9 @@ class TrainstackLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
-        from hydra.core.utils import run_job
-
+        """Prepare the batch, then run its points one after another (`run_point`), keeping
+        each out of the collector's sight until the batch is done; `finish` then sees them
+        all. A dry run prints each point's request instead."""
         from jobs.app import FLAGS
         from jobs.sweep import kept_out_of_gc
 
@@ -69,17 +70,24 @@ class TrainstackLauncher(Launcher):
                 return [dry_run(point) for point in points]
             returns = []
             for point in points:
-                returns.append(
-                    run_job(
-                        hydra_context=self.hydra_context,
-                        task_function=self.task_function,
-                        config=point.cfg,
-                        job_dir_key="hydra.sweep.dir",
-                        job_subdir_key="hydra.sweep.subdir",
-                    )
-                )
+                returns.append(self.run_point(point))
                 keep()
-            return returns
+        return self.finish(points, returns)
+
+    def run_point(self, point: Any) -> JobReturn:
+        """Like the basic launcher: through Hydra's `run_job`, so callbacks see the point."""
+        from hydra.core.utils import run_job
+
+        return run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=point.cfg,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+
+    def finish(self, points: list, returns: list[JobReturn]) -> list[JobReturn]:
+        return returns
 
 
 def dry_run(point: Any) -> JobReturn:
