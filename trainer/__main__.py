@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import time
 
 from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
 from trainer.errors import ConfigError
@@ -33,13 +35,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(load_config(args.config, args.overrides))
     except ConfigError as exc:
-        if env_rank() == 0:  # every rank finds the same problem; say it once
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+        say_once(env_rank(), str(exc))  # every rank finds the same problem
         return EXIT_BAD_INPUT
     except CheckpointError as exc:
-        if env_rank() == 0:  # every rank agreed on it; say it once
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+        say_once(env_rank(), str(exc))  # every rank agreed on it
         return EXIT_FAILED
+
+
+PEER_REPORT_WAIT_S = 20.0
+"""How long a rank other than 0 leaves rank 0 to report a problem they share."""
+
+
+def say_once(rank: int, problem: str) -> None:
+    """One `error:` line for a problem every rank meets. Rank 0 says it. Another rank that
+    exited at once could be the first failure torchrun sees, and torchrun would then stop
+    rank 0 with SIGTERM before its line is out (and report the other rank's code). So the
+    others wait: rank 0 exits, torchrun ends them with SIGTERM (its default action, restored
+    here). A rank still running after the wait met the problem alone (or runs on a node
+    without rank 0) and says it itself."""
+    if rank != 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        time.sleep(PEER_REPORT_WAIT_S)
+    print(f"error: {problem}", file=sys.stderr, flush=True)
 
 
 def exit_now(code: int) -> None:

@@ -7,6 +7,7 @@ this process; one case runs a real process to check the exit code and the lone s
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.harness import REPO
-from trainer.__main__ import main
+from trainer import __main__ as trainer_main
+from trainer.__main__ import main, say_once
 from trainer.config import EXIT_BAD_INPUT, DataConfig
 from trainer.data import read_documents
 from trainer.errors import ConfigError
@@ -188,6 +190,20 @@ def test_launch_wrapper_keeps_exit_2_of_two_ranks_and_never_restarts_it(run_trai
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert result.stderr.count("error: trainer.max_steps: 0 is out of range") == 1
     assert "will restart worker group" not in result.stderr
+
+
+@pytest.mark.parametrize("rank, waits", [(0, False), (1, True), (3, True)])
+def test_only_rank_0_reports_at_once(monkeypatch, capsys, rank, waits):
+    """Another rank that exited at once could be torchrun's first failure, and torchrun would
+    stop rank 0 before its line is out (the 2-rank test above failed so in 5 of 20 runs).
+    It waits for SIGTERM, with the default action, and speaks only if none comes."""
+    slept, handlers = [], {}
+    monkeypatch.setattr(trainer_main.time, "sleep", slept.append)
+    monkeypatch.setattr(trainer_main.signal, "signal", lambda sig, h: handlers.update({sig: h}))
+    say_once(rank, "trainer.lr: -1.0 is out of range")
+    assert slept == ([trainer_main.PEER_REPORT_WAIT_S] if waits else [])
+    assert handlers == ({signal.SIGTERM: signal.SIG_DFL} if waits else {})
+    assert capsys.readouterr().err == "error: trainer.lr: -1.0 is out of range\n"
 
 
 @pytest.mark.parametrize(
