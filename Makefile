@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install browser run test bench lint format clean
+.PHONY: install browser bytecode run test bench lint format clean
 
 install: $(STAMP) browser
 
@@ -19,7 +19,14 @@ browser:
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all]'
+	$(MAKE) --no-print-directory bytecode
 	touch $(STAMP)
+
+# pip byte-compiles what it installs, but not an editable checkout: without this every
+# `trainstack` start compiles the project's modules again when PYTHONDONTWRITEBYTECODE is set.
+# A module edited later just compiles in memory until the next `make bytecode`.
+bytecode:
+	$(BIN)/python -m compileall -q -j 0 catalog hydra_plugins infra jobs trainer
 
 run: $(STAMP)
 	$(BIN)/trainstack launch

@@ -4,18 +4,19 @@
 
 How the two meet, through Hydra's public surface only:
 - `hydra.main` reads its arguments from `sys.argv` and nowhere else (Hydra offers no other
-  public way in, and its parser refuses flags it does not know). The dispatcher is
-  `trainstack <command>`, so `launch_app` first takes trainstack's flags off the arguments
-  (`--dryrun`, `--wait`, `--skip-preflight`: argparse `parse_known_args`, anywhere on the
-  line), then calls the decorated app with `sys.argv` set to `[trainstack, *hydra_args]` for
-  the duration of the call (`hydra_argv`), restoring it after: the one adaptation, kept here
-  (and its twin for tab completion, `completion_line`: $COMP_LINE without the word `launch`).
+  public way in, and its parser refuses flags it does not know). So `trainstack launch ARGS`
+  (`exec_launch`) takes trainstack's flags off the arguments (`--dryrun`, `--wait`,
+  `--skip-preflight`: argparse `parse_known_args`, anywhere on the line) and replaces itself
+  (`os.execve`) with the same program given only Hydra's arguments, its flags in the
+  environment (`LAUNCH_ENV`). That process is a plain Hydra app: `sys.argv` is what the
+  operating system passed, never rewritten (`run_app`). The one adaptation left is tab
+  completion's `$COMP_LINE` (`completion_line`: the typed line without the word `launch`).
 - `--wait` and `--skip-preflight` become overrides (`backend.wait=true`,
   `backend.preflight=false`), so `--cfg job` shows them; `--dryrun` is read by the task
   function and the launchers from `FLAGS`.
 - Hydra prints a composition error with a hint and exits 1; trainstack's rule is one line
   naming the key and exit 2. `HYDRA_FULL_ERROR=1` (Hydra's documented switch) makes Hydra
-  raise instead, and `launch_app` turns the error into that line.
+  raise instead, and `launch` turns the error into that line.
 - `--help` is Hydra's app help, from `hydra.help.template` in conf/config.yaml, which lists
   the config groups, trainstack's flags and Hydra's.
 """
@@ -27,8 +28,8 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, NoReturn
 
 from jobs.errors import EXIT_BAD_INPUT
 
@@ -38,14 +39,27 @@ PROG = "trainstack launch"
 @dataclass
 class LaunchFlags:
     """trainstack's own flags of the launch being run (read by the task function and the
-    launchers; reset by every `launch_app`)."""
+    launchers; set by `launch`)."""
 
     dryrun: bool = False
     wait: bool = False
     skip_preflight: bool = False
 
+    def to_env(self) -> str:
+        return ",".join(name for name, value in asdict(self).items() if value)
+
+    @classmethod
+    def from_env(cls, value: str) -> LaunchFlags:
+        return cls(**{name: True for name in value.split(",") if name})
+
 
 FLAGS = LaunchFlags()
+
+LAUNCH_ENV = "TRAINSTACK_LAUNCH"
+"""In the environment of the process `exec_launch` becomes: it is the Hydra app, and the value
+lists trainstack's flags (comma-separated names, may be empty)."""
+DRYRUN_SWEEP_DIR_ENV = "TRAINSTACK_DRYRUN_SWEEP_DIR"
+"""A dry-run sweep's scratch `hydra.sweep.dir`, which the app removes when it ends."""
 
 
 def flags_parser() -> argparse.ArgumentParser:
@@ -85,17 +99,6 @@ def split_args(argv: Sequence[str]) -> tuple[LaunchFlags, list[str]]:
 
 
 @contextmanager
-def hydra_argv(args: Sequence[str]) -> Iterator[None]:
-    """`sys.argv` as `hydra.main` reads it, for one call; then restored."""
-    saved = sys.argv
-    sys.argv = [saved[0] if saved else "trainstack", *args]
-    try:
-        yield
-    finally:
-        sys.argv = saved
-
-
-@contextmanager
 def hydra_raises() -> Iterator[None]:
     saved = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -108,27 +111,42 @@ def hydra_raises() -> Iterator[None]:
             os.environ["HYDRA_FULL_ERROR"] = saved
 
 
-@contextmanager
-def sweep_args(args: list[str], multirun: bool) -> Iterator[list[str]]:
+def exec_launch(argv: Sequence[str]) -> NoReturn:
+    """`trainstack launch ARGS`: become the Hydra app (see the module's docstring)."""
+    import tempfile
+
+    flags, args = split_args(argv)
+    env = dict(os.environ, **{LAUNCH_ENV: flags.to_env()})
+    if "-m" in args or "--multirun" in args:
+        args = with_sweep_id(args)
+        if flags.dryrun:  # Hydra's sweeper writes multirun.yaml; a dry run writes nothing
+            scratch = tempfile.mkdtemp(prefix="trainstack-dryrun-")
+            args.append(f"hydra.sweep.dir={scratch}")
+            env[DRYRUN_SWEEP_DIR_ENV] = scratch
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [*this_program(), *args], env)
+
+
+def this_program() -> list[str]:
+    """The command that starts this program again: the installed `trainstack` script (Hydra
+    then names the app after it: help, errors, the completion script), else the module."""
+    script = sys.argv[0] if sys.argv else ""
+    if os.path.isfile(script) and not script.endswith(".py"):
+        return [sys.executable, script]
+    return [sys.executable, "-m", "jobs.launch"]
+
+
+def with_sweep_id(args: list[str]) -> list[str]:
     """A multirun's arguments with its sweep id fixed up front (`sweep_id=`, else a new one),
-    so the sweep dir Hydra's sweeper writes `multirun.yaml` to is the sweep's own. A dry run
-    writes nothing: Hydra's sweep dir is then a temporary directory, removed after."""
-    if not multirun:
-        yield args
-        return
+    so the sweep dir Hydra's sweeper writes `multirun.yaml` to is the sweep's own."""
+    if any(a.startswith("sweep_id=") for a in args):
+        return list(args)
     from datetime import UTC, datetime
 
     from jobs.naming import new_sweep_id
 
-    if not any(a.startswith("sweep_id=") for a in args):
-        args = [*args, f"sweep_id={new_sweep_id(datetime.now(UTC))}"]
-    if not FLAGS.dryrun:
-        yield args
-        return
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="trainstack-dryrun-") as scratch:
-        yield [*args, f"hydra.sweep.dir={scratch}"]
+    return [*args, f"sweep_id={new_sweep_id(datetime.now(UTC))}"]
 
 
 @contextmanager
@@ -154,8 +172,21 @@ def fail(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def launch_app(argv: Sequence[str]) -> int:
-    """`trainstack launch ARGS...`; returns the exit code."""
+def run_app() -> int:
+    """The Hydra app `exec_launch` started: `sys.argv` as given, flags from the environment."""
+    import shutil
+
+    flags = LaunchFlags.from_env(os.environ.pop(LAUNCH_ENV, ""))
+    scratch = os.environ.pop(DRYRUN_SWEEP_DIR_ENV, None)
+    try:
+        return launch(flags, sys.argv[1:])
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def launch(flags: LaunchFlags, hydra_args: Sequence[str]) -> int:
+    """Runs the Hydra app on this process's `sys.argv`; returns the exit code."""
     import hydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -166,7 +197,7 @@ def launch_app(argv: Sequence[str]) -> int:
     from jobs.sweep import PREPARED, PointFailed, SweepPointError, SweepSummary
 
     global FLAGS
-    FLAGS, hydra_args = split_args(argv)
+    FLAGS = flags
     multirun = "-m" in hydra_args or "--multirun" in hydra_args
     outcome: dict[str, int] = {}
 
@@ -180,12 +211,7 @@ def launch_app(argv: Sequence[str]) -> int:
     SweepSummary.failed_points = 0
     PREPARED.clear()
     try:
-        with (
-            sweep_args(hydra_args, multirun) as args,
-            hydra_argv(args),
-            hydra_raises(),
-            completion_line(),
-        ):
+        with hydra_raises(), completion_line():
             app(task)()
     except SystemExit as exit_:  # --help, --version, argparse errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

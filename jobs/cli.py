@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, str] = {
@@ -26,6 +27,12 @@ COMMANDS: dict[str, str] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jobs.app import LAUNCH_ENV
+
+    if LAUNCH_ENV in os.environ:  # `trainstack launch` exec'd this process as its Hydra app
+        from jobs.app import run_app
+
+        return run_app()
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

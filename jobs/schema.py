@@ -178,10 +178,12 @@ class JobsConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
-def gpu_compute_option(instance_type: str) -> ComputeConfig:
-    """The `compute=<instance type>` option: one node using every GPU the catalog lists."""
+def gpu_compute_option(instance_type: str) -> dict[str, Any]:
+    """The `compute=<instance type>` option: one node using every GPU the catalog lists. A
+    plain mapping, not a ComputeConfig: the schema types the `compute` it merges into, and a
+    structured node costs every composition a deeper copy of Hydra's ConfigStore."""
     spec = INSTANCE_TYPES[instance_type]
-    return ComputeConfig(name=spec.name, instance_type=spec.name, gpus_per_node=spec.gpus)
+    return {"name": spec.name, "instance_type": spec.name, "gpus_per_node": spec.gpus}
 
 
 REQUIRED = "${required:}"

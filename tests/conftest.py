@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -56,6 +57,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reporter is not None:
         reporter.write_line(f"FAILED: trainer processes left behind by the suite: {listing}")
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def exec_in_process(monkeypatch: pytest.MonkeyPatch):
+    """`trainstack launch` replaces its process (`os.execve`) with the Hydra app. In-process
+    tests run that new program in this process instead: `sys.argv` and the environment as the
+    exec sets them (the program named `trainstack`, as the installed script is), then
+    `jobs.cli.main()`, whose exit code ends the "process" as SystemExit. Subprocess tests
+    (the README's commands, the wheel, tests/jobs/test_launch_exec.py) run the real exec."""
+
+    def execve(path: str, args: list[str], env: dict[str, str]) -> None:
+        from jobs.cli import main
+
+        assert path == sys.executable, path
+        hydra_args = args[3:] if args[1] == "-m" else args[2:]
+        monkeypatch.setattr(sys, "argv", ["trainstack", *hydra_args])
+        for name in set(os.environ) - set(env):
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                monkeypatch.setenv(name, value)
+        raise SystemExit(main())
+
+    monkeypatch.setattr(os, "execve", execve)
 
 
 @pytest.fixture(scope="session")

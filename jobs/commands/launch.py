@@ -8,9 +8,10 @@ one line on stderr and exit 2, before anything is written or started.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 
-def main(argv: Sequence[str]) -> int:
-    from jobs.app import launch_app
+def main(argv: Sequence[str]) -> NoReturn:
+    from jobs.app import exec_launch
 
-    return launch_app(argv)
+    exec_launch(argv)

@@ -51,14 +51,14 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def cli(workdir: Path, capsys: pytest.CaptureFixture[str]):
+def cli(workdir: Path, capsys: pytest.CaptureFixture[str], exec_in_process):
     """`trainstack ARGS...` in-process; returns exit code and captured output."""
     from jobs.cli import main
 
     def run(*args: str) -> CliResult:
         try:
             code = main(list(args))
-        except SystemExit as exc:  # argparse usage errors
+        except SystemExit as exc:  # argparse usage errors; the end of a launch (exec_in_process)
             code = int(exc.code or 0)
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)

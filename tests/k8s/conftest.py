@@ -110,7 +110,9 @@ def fast_restarts(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
-def trainstack(kubeconfig: Path, fast_retry, fast_restarts, tmp_path: Path, monkeypatch):
+def trainstack(
+    kubeconfig: Path, fast_retry, fast_restarts, tmp_path: Path, monkeypatch, exec_in_process
+):
     """Run `trainstack ARGS...` in-process against the fake cluster; returns the exit code.
 
     Every call gets the cluster's kubeconfig and a local storage root under tmp_path."""
@@ -124,7 +126,7 @@ def trainstack(kubeconfig: Path, fast_retry, fast_restarts, tmp_path: Path, monk
         argv = [args[0], *LAUNCH_ARGS, *where, *args[1:]] if launch else [*args, *where]
         try:
             return main(argv)
-        except SystemExit as exit_:  # hydra.main exits on errors
+        except SystemExit as exit_:  # a launch ends so (exec_in_process)
             return int(exit_.code or 0)
 
     return run
