@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,6 +44,34 @@ def leftover_trainer_processes(grace_s: float = LEFTOVER_GRACE_S) -> list[Proc]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+SESSION_TMP = pytest.StashKey[tuple]()
+"""(the session's temporary root, the TMPDIR it replaced)"""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One temporary root for the whole session, removed at its end: every process the suite
+    starts inherits it as TMPDIR, so what they leave in their temp dir (torchrun's
+    `torchelastic_*` log dirs, a logging client's files) and pytest's own `tmp_path`s go with
+    it. Not with an explicit --basetemp, which the caller keeps."""
+    if config.option.basetemp:
+        return
+    root = tempfile.mkdtemp(prefix="trainstack-tests-")
+    config.stash[SESSION_TMP] = (root, os.environ.get("TMPDIR"))
+    os.environ["TMPDIR"] = tempfile.tempdir = root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root, saved = config.stash.get(SESSION_TMP, (None, None))
+    if root is None:
+        return
+    tempfile.tempdir = None
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
