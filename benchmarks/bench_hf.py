@@ -3,10 +3,11 @@ safetensors + index; random values, nothing downloaded).
 
 Load (model.init_from at 2 ranks, torchrun, FSDP2): each rank's peak RSS rise during the load
 (VmHWM after minus VmRSS before; the rank's own parameter shard is part of it) against the
-model's bytes, and the load's wall time (slowest rank) against one process reading the same
-files start to end. Export (`trainer.hf.export.export_run`, no process group) of a DCP
-checkpoint of that model: its write rate against a plain sequential write of the same number
-of bytes into as many files, and its peak RSS. Both sides of each ratio run on the same disk
+model's bytes, and the load's wall time (slowest rank; fastest of three loads) against one
+process reading the same files start to end (fastest of three). Export
+(`trainer.hf.export.export_run`, no process group) of a DCP checkpoint of that model: its write
+rate against a plain sequential write of the same number of bytes into as many files, and its
+peak RSS rise against the largest shard's bytes. Both sides of each ratio run on the same disk
 with a warm page cache.
 """
 
@@ -37,6 +38,7 @@ CHUNK = 16 * 2**20
 TARGET_RSS_RATIO = 0.7
 TARGET_LOAD_RATIO = 2.0
 TARGET_EXPORT_RATIO = 0.5
+TARGET_EXPORT_SHARDS = 2.5
 
 
 def write_checkpoint(out: Path) -> int:
@@ -121,13 +123,21 @@ def load_at(nproc: int, source: Path, work: Path, checkpoint: Path | None) -> li
 
 
 EXPORT_SNIPPET = """
-import json, resource, sys, time
+import json, sys, time
+from pathlib import Path
 from trainer.hf.export import export_run
+def status_kib(field):
+    text = Path("/proc/self/status").read_text()
+    return int(text.split(field + ":")[1].split()[0])
+before = status_kib("VmRSS")
 started = time.perf_counter()
 result = export_run(sys.argv[1], sys.argv[2], dtype="fp32", max_shard_bytes=int(sys.argv[3]))
 seconds = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "bytes": result.bytes_written, "peak_rss": peak}))
+# VmHWM is this process image's own peak; ru_maxrss would carry the forking parent's over
+# the exec (Linux keeps the larger of the two), here the benchmark holding a model's bytes.
+peak = status_kib("VmHWM") * 1024
+print(json.dumps({"seconds": seconds, "bytes": result.bytes_written, "peak_rss": peak,
+                  "rss_rise": peak - before * 1024}))
 """
 
 
@@ -140,11 +150,15 @@ def run() -> dict:
         streamed_read = min(streamed_read_seconds(source) for _ in range(3))
         run_dir = work / "run"
         checkpoint = run_dir / "checkpoints" / "step-00000001"
-        ranks = load_at(2, source, work, checkpoint)
+        # Three loads, the first also saving the export's input: the fastest against the
+        # fastest of three raw reads (the same statistic on both sides; one load alone read
+        # 0.21 s or 0.67 s on this machine depending on what the kernel was doing).
+        loads = [load_at(2, source, work, checkpoint if i == 0 else None) for i in range(3)]
+        ranks = min(loads, key=lambda ranks: max(r["seconds"] for r in ranks))
         (run_dir / "hf").mkdir()
         shutil.copy(source / "config.json", run_dir / "hf" / "config.json")
         load_seconds = max(r["seconds"] for r in ranks)
-        rss_ratio = max(r["rss_rise"] for r in ranks) / model_bytes
+        rss_ratio = max(r["rss_rise"] for ranks in loads for r in ranks) / model_bytes
 
         exports = []
         for attempt in range(2):
@@ -170,9 +184,12 @@ def run() -> dict:
             "raw_read_s": round(raw_read, 3),
             "streamed_read_s": round(streamed_read, 3),
             "load_s": round(load_seconds, 3),
+            "load_s_per_run": [round(max(r["seconds"] for r in ranks), 3) for ranks in loads],
             "export_s": round(export["seconds"], 3),
             "export_bytes": export["bytes"],
             "export_peak_rss_bytes": export["peak_rss"],
+            "export_rss_rise_bytes": export["rss_rise"],
+            "export_shard_bytes": max(sizes),
             "raw_write_s": round(raw_write, 3),
             "checks": {
                 "load_rss_rise_per_rank_over_model_bytes": _check(
@@ -180,6 +197,10 @@ def run() -> dict:
                 ),
                 "load_time_over_raw_read": _check(load_seconds / raw_read, TARGET_LOAD_RATIO, "<="),
                 "export_rate_over_raw_write": _check(export_ratio, TARGET_EXPORT_RATIO, ">="),
+                # Two shard buffers by design (one read while the other is written), not the model.
+                "export_rss_rise_over_shard_bytes": _check(
+                    export["rss_rise"] / max(sizes), TARGET_EXPORT_SHARDS, "<="
+                ),
             },
         }
     finally:
