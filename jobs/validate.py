@@ -147,11 +147,14 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         key = getattr(err, "full_key", None) or "config"
         raise JobConfigError(key, str(err).splitlines()[0]) from None
     try:
-        # A local checkpoint's config.json decides the architecture (and the plan's parameter
-        # count); an s3:// one is read by the trainer, which checks it against model.name.
+        # The checkpoint's config.json decides the architecture (and the plan's parameter
+        # count). An s3:// one is read here only when no model.name sizes the job (one small
+        # GET with the caller's credentials); otherwise the trainer reads it and checks it
+        # against model.name, so rendering a named model needs no AWS access.
         init_from = trainer_cfg.model.init_from
-        local = init_from is not None and "://" not in init_from
-        hf_config = read_hf_config(init_from) if local else None
+        remote = init_from is not None and "://" in init_from
+        wanted = init_from is not None and (not remote or trainer_cfg.model.name is None)
+        hf_config = read_hf_config(init_from) if wanted else None
         plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")

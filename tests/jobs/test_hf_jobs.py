@@ -12,6 +12,7 @@ from tests.hf.models import build_llama
 from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build
 from trainer.hf.config import model_args_from_hf, read_hf_config
 from trainer.model.args import MODEL_PRESETS
+from trainer.storage.s3 import S3Storage
 
 S3_MODEL = "s3://models/Meta-Llama-3.1-8B-Instruct"
 S3_CHAT = "s3://data/chat.jsonl"
@@ -77,6 +78,17 @@ def test_the_images_own_sample_data_is_allowed_on_the_cluster():
     assert job.spec.trainer_config["data"]["path"] == "data/sample/train.jsonl"
 
 
-def test_s3_init_from_without_a_preset_is_refused():
-    with pytest.raises(JobConfigError, match=r"^model\.name: null needs a local model\.init_from"):
-        build(["model=hf", f"model.init_from={S3_MODEL}", *CLUSTER, "compute=g5.12xlarge"])
+def test_s3_init_from_without_a_preset_is_sized_from_its_config_json(
+    hf_dir: Path, s3_direct, s3_bucket
+):
+    S3Storage(f"s3://{s3_bucket}/models").upload_dir(hf_dir, "tiny-llama")
+    uri = f"s3://{s3_bucket}/models/tiny-llama"
+    job = build(["model=hf", f"model.init_from={uri}", *CLUSTER, "compute=g5.12xlarge"])
+    assert job.plan.params == model_args_from_hf(read_hf_config(str(hf_dir)), uri).num_params()
+    assert job.spec.trainer_config["model"]["init_from"] == uri
+
+
+def test_an_unreadable_s3_init_from_without_a_preset_is_refused(s3_direct, s3_bucket):
+    uri = f"s3://{s3_bucket}/models/absent"
+    with pytest.raises(JobConfigError, match=r"^model\.init_from: cannot read config\.json"):
+        build(["model=hf", f"model.init_from={uri}", *CLUSTER, "compute=g5.12xlarge"])
