@@ -95,6 +95,13 @@ class SecretsConfig:
 
 @dataclass
 class JobConfig:
+    api: str = "trainjob"
+    """Kubernetes API the job is made of: `trainjob` (Kubeflow Trainer v2, a TrainJob on the
+    stack's ClusterTrainingRuntime) or `pytorchjob` (Training Operator v1). A stack file sets
+    the one its cluster runs; without a stack, trainjob."""
+    runtime: str | None = None
+    """trainjob: the ClusterTrainingRuntime to run on; null picks trainstack's runtime of the
+    node group that has compute's instance type (`trainstack-<group>`)."""
     image: str | None = None
     """Full image reference; null builds `<image_repository>:<git sha>`."""
     image_repository: str | None = None

@@ -16,8 +16,8 @@ from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN
-from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
-from jobs.spec import elastic_of, procs_per_node
+from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
+from jobs.spec import JOB_APIS, elastic_of, procs_per_node
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -289,6 +289,44 @@ def check_job_policy(cfg: Any) -> None:
             )
 
 
+_TRAINJOB_FIXED = {
+    "clean_pod_policy": "the JobSet's pods are kept until its TTL",
+    "ttl_seconds_after_finished": "the runtime's JobSet TTL applies",
+}
+"""job keys a TrainJob cannot set (the runtime decides): allowed only at their default."""
+
+
+def check_job_api(cfg: Any) -> None:
+    """`job.api` is one of JOB_APIS, and what the chosen API cannot express is refused rather
+    than dropped (Kubeflow Trainer v2.2 removed ElasticPolicy; cleanup and TTL are the
+    runtime's)."""
+    job = cfg.job
+    if job.api not in JOB_APIS:
+        raise JobConfigError(
+            "job.api", f"{job.api!r} is not allowed; allowed: {_allowed(JOB_APIS)}"
+        )
+    if job.runtime is not None and not DNS1123_SUBDOMAIN.match(job.runtime):
+        raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
+    if job.api != "trainjob" or cfg.backend.name == "local":
+        if job.runtime is not None and cfg.backend.name != "local":
+            raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
+        return
+    if elastic_of(cfg) is not None:
+        raise JobConfigError(
+            "job.elastic",
+            "elastic min/max nodes need job.api=pytorchjob (Kubeflow Trainer v2 has no "
+            "elastic policy); allowed with trainjob: null",
+        )
+    defaults = JobConfig()
+    for key, why in _TRAINJOB_FIXED.items():
+        if job[key] != getattr(defaults, key):
+            raise JobConfigError(
+                f"job.{key}",
+                f"not settable with job.api=trainjob ({why}); allowed: "
+                f"{getattr(defaults, key)}, or job.api=pytorchjob",
+            )
+
+
 def check_names(cfg: Any) -> None:
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
     for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
@@ -346,6 +384,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_names(cfg)
     check_compute(cfg)
     check_elastic(cfg)
+    check_job_api(cfg)
     check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)

@@ -1,5 +1,5 @@
-"""For every GPU instance in the catalog, the rendered pods ask for exactly its GPUs and EFA
-interfaces, with the EFA environment only where EFA exists."""
+"""For every GPU instance in the catalog, the rendered PyTorchJob pods ask for exactly its GPUs
+and EFA interfaces, with the EFA environment only where EFA exists."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def pods(manifests: list[dict]) -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
 def test_pods_ask_for_the_catalogs_gpus_and_efa(name: str):
     instance = INSTANCE_TYPES[name]
-    job = build([*CLUSTER, f"compute={name}", "compute.nodes=2"])
+    job = build([*CLUSTER, "job.api=pytorchjob", f"compute={name}", "compute.nodes=2"])
     pytorch_job = job.manifests[1]
     assert pytorch_job["spec"]["nprocPerNode"] == str(instance.gpus)
     templates = pods(job.manifests)
