@@ -47,14 +47,27 @@ DCGM_EXPORTER = helm_chart(
 )
 KUEUE = helm_chart("kueue", "0.14.3", "oci://registry.k8s.io/kueue/charts")
 """Kueue (infra/kueue.py): queues, all-or-nothing admission and priorities for training jobs."""
-HELM_CHARTS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, DCGM_EXPORTER, KUEUE)
+KUBEFLOW_TRAINER = helm_chart("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts")
+"""Kubeflow Trainer v2 (infra/kubeflow_trainer.py): the TrainJob API (trainer.kubeflow.org/
+v1alpha1) and its controller; the chart installs JobSet as its dependency."""
+JOBSET_VERSION = "0.12.0"
+"""The JobSet chart Kubeflow Trainer 2.3.0 depends on (its Chart.yaml), installed with it."""
+HELM_CHARTS = (
+    NVIDIA_DEVICE_PLUGIN,
+    EFA_DEVICE_PLUGIN,
+    CLUSTER_AUTOSCALER,
+    DCGM_EXPORTER,
+    KUEUE,
+    KUBEFLOW_TRAINER,
+)
 
 PULUMI_CLI_VERSION = "3.272.0"
 """The Pulumi CLI the in-VPC deploy (infra/deploy/buildspec.yml) installs: the version of the
 Python SDK in constraints.txt (CLI and SDK are released together)."""
 
 TRAINING_OPERATOR_VERSION = "v1.9.4"
-"""Kubeflow Training Operator: the last v1 patch (PyTorchJob API kubeflow.org/v1)."""
+"""Kubeflow Training Operator: the last v1 patch (PyTorchJob API kubeflow.org/v1), installed
+instead of Kubeflow Trainer when `trainstack:trainingOperator` is `pytorchjob`."""
 TRAINING_OPERATOR_OVERLAY = (
     # kustomize's remote form (repo//path?ref=tag); the provider clones it with `git`.
     "https://github.com/kubeflow/trainer//manifests/overlays/standalone"
