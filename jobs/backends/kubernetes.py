@@ -1,10 +1,13 @@
-"""The kubernetes backend: a job becomes a PyTorchJob (+ its ConfigMap) on the cluster.
+"""The kubernetes backend: a job becomes a TrainJob or a PyTorchJob (`job.api`), with its
+ConfigMap, on the cluster.
 
 A thin adapter over `jobs.k8s`: `dryrun` is the manifests as YAML; `schedule` runs the
 preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read the
-PyTorchJob objects (plus last step and loss from the run dir's metrics.jsonl); `logs` reads
-or follows a rank's pod; `cancel` records the cancellation and suspends the job (the operator
-deletes its pods, the trainer checkpoints on SIGTERM).
+job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
+TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the
+cancellation and suspends the job (the operator deletes its pods, the trainer checkpoints on
+SIGTERM). A run is looked up as the configured kind first, then as the other, so `status`,
+`logs` and `cancel` work for runs submitted before a stack changed operator.
 
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
@@ -34,6 +37,7 @@ from jobs.backends.base import (
     RunStatus,
 )
 from jobs.k8s import state as k8s_state
+from jobs.k8s.kinds import JOBSET_GROUP, JOBSET_VERSION, JOBSETS, KINDS, JobKind, kind_of
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX
 
@@ -59,6 +63,14 @@ class ClusterSettings:
     namespace: str
     node_groups: tuple[Any, ...] = ()
     """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
+    job_api: str = "trainjob"
+    """`job.api`: the kind looked up first."""
+
+    @property
+    def kinds(self) -> tuple[JobKind, ...]:
+        """Both job kinds, the configured one first."""
+        first = KINDS[self.job_api]
+        return (first, *(k for k in KINDS.values() if k is not first))
 
 
 class KubernetesBackend:
@@ -72,6 +84,8 @@ class KubernetesBackend:
     """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
     the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
     can restart points that `launch_point` scheduled."""
+    _kinds: ClassVar[dict[str, JobKind]] = {}
+    """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
     _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
     """(kubeconfig, context, namespace) -> jobs.k8s.api.Cluster, shared by this process's
     instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
@@ -90,7 +104,9 @@ class KubernetesBackend:
         groups = tuple(
             NodeGroup(g.name, g.instance_type, int(g.max_size)) for g in cluster.node_groups
         )
-        settings = ClusterSettings(cluster.kubeconfig, cluster.context, cluster.namespace, groups)
+        settings = ClusterSettings(
+            cluster.kubeconfig, cluster.context, cluster.namespace, groups, cfg.job.api
+        )
         return cls(settings, preflight=bool(cfg.backend.preflight))
 
     @property
@@ -128,6 +144,7 @@ class KubernetesBackend:
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
             self._uids[job.run_id] = submission.job["metadata"]["uid"]
+        self._kinds[job.run_id] = kind_of(submission.job)
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -148,17 +165,63 @@ class KubernetesBackend:
             queue=job.cfg.job.queue,
             cpu_per_node=parse_quantity(resources.cpu) if resources else 0,
             memory_per_node=parse_quantity(resources.memory) if resources else 0,
+            kind=KINDS[spec.api],
+            runtime=spec.runtime,
         )
         for warning in preflight(self.cluster, request):
             print(f"{job.run_id}: preflight warning: {warning}", file=sys.stderr)
 
+    def find(self, run_id: str) -> dict | None:
+        """The run's job object, of whichever kind it is (the configured one first)."""
+        known = self._kinds.get(run_id)
+        kinds = self.settings.kinds
+        for kind in (known, *(k for k in kinds if k is not known)) if known else kinds:
+            job = self.cluster.get_job(run_id, kind)
+            if job is not None:
+                self._kinds[run_id] = kind
+                return job
+        return None
+
+    def kind(self, run_id: str) -> JobKind:
+        return self._kinds.get(run_id) or self.settings.kinds[0]
+
     def status(self, run_id: str) -> RunStatus:
-        job = self.cluster.get_job(run_id)
+        job = self.find(run_id)
         if job is None:
             raise BackendError(
                 f"no run {run_id!r} in namespace {self.settings.namespace} on the cluster"
             )
-        return self._status(job)
+        status = self._status(job)
+        restarts = self._jobset_restarts(job)
+        if restarts:
+            note = f"JobSet restarts: {restarts}"
+            status = replace(status, message=f"{status.message}; {note}".lstrip("; "))
+        return status
+
+    def _jobset_restarts(self, job: dict) -> int:
+        """How often a TrainJob's JobSet recreated its pods (its failure policy); 0 for a
+        PyTorchJob, or when the JobSet is gone or may not be read."""
+        from jobs.k8s.api import status_of
+
+        if kind_of(job).api != "trainjob":
+            return 0
+        name = job["metadata"]["name"]
+        try:
+            jobset = self.cluster.call_or_none(
+                f"get JobSet {self.settings.namespace}/{name}",
+                self.cluster.custom.get_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.settings.namespace,
+                JOBSETS,
+                name,
+                expect=(403,),
+            )
+        except Exception as exc:
+            if status_of(exc) == 403:
+                return 0
+            raise
+        return int(((jobset or {}).get("status") or {}).get("restarts") or 0)
 
     def _status(self, job: dict) -> RunStatus:
         """to_status, plus Kueue's reason for a queued job."""
@@ -177,28 +240,48 @@ class KubernetesBackend:
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
         runs = []
-        for job in self.cluster.list_jobs(selector):
-            if k8s_state.cancelled_and_expired(job, now):
-                delete_job(self.cluster, job["metadata"]["name"], wait=False)
-                continue
-            runs.append(self._status(job))
+        for kind in self.settings.kinds:
+            for job in self._list(kind, selector):
+                if k8s_state.cancelled_and_expired(job, now):
+                    delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind)
+                    continue
+                runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
+
+    def _list(self, kind: JobKind, selector: str) -> list[dict]:
+        """The jobs of `kind`; none when the cluster does not serve that kind (404: its
+        operator is not installed) — except the configured kind, whose absence is an error."""
+        from jobs.k8s.api import ClusterError, status_of
+
+        try:
+            return self.cluster.list_jobs(selector, kind)
+        except ClusterError as err:
+            if kind is not self.settings.kinds[0] and status_of(err.__cause__) == 404:
+                return []
+            raise
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
         (see the module docstring) and reports state changes as `[trainstack]` lines."""
-        from jobs.k8s.watch import pod_name, read_log
+        from jobs.k8s.watch import rank_pod, read_log
 
-        job = self.cluster.get_job(run_id)
+        job = self.find(run_id)
         if job is None:
             raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
+        kind = kind_of(job)
+        if not follow:
+            try:
+                pod = rank_pod(self.cluster, job, rank)
+            except ValueError as err:
+                raise BackendError(f"{run_id}: {err}") from None
+            if pod is None:
+                raise BackendError(f"{run_id}: rank {rank} has no pod (yet, or any more)")
+            yield from read_log(self.cluster, pod["metadata"]["name"], kind.container)
+            return
         try:
-            pod = pod_name(job, rank)
+            k8s_state.check_rank(job, rank)
         except ValueError as err:
             raise BackendError(f"{run_id}: {err}") from None
-        if not follow:
-            yield from read_log(self.cluster, pod)
-            return
         while True:
             outcome: list[RunStatus] = []
             yield from self._follow(run_id, rank, outcome)
@@ -218,9 +301,11 @@ class KubernetesBackend:
         lines: queue.Queue = queue.Queue()
         done = object()
 
+        kind = self.kind(run_id)
+
         def pump_log() -> None:
             try:
-                for line in follow_log(self.cluster, run_id, rank):
+                for line in follow_log(self.cluster, run_id, rank, kind=kind):
                     lines.put(line)
             except Exception as exc:
                 lines.put(exc)
@@ -235,8 +320,8 @@ class KubernetesBackend:
 
         def pump_states() -> None:
             try:
-                job = wait_for_end(self.cluster, run_id, on_state=report)
-                outcome.append(to_status(job) if job else _deleted(run_id))
+                job = wait_for_end(self.cluster, run_id, on_state=report, kind=kind)
+                outcome.append(to_status(job) if job else _deleted(run_id, kind))
             except Exception as exc:
                 lines.put(exc)
             lines.put(done)
@@ -259,14 +344,15 @@ class KubernetesBackend:
         """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
         marked, so that whoever follows it does not restart it. Unknown, succeeded and
         already cancelled runs are left as they are."""
-        job = self.cluster.get_job(run_id)
+        job = self.find(run_id)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
+        kind = kind_of(job)
         now = run_state.utc_now()
         patch: dict[str, Any] = {"metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}}}
         if not k8s_state.is_final(k8s_state.job_state(job)):
-            patch["spec"] = {"runPolicy": {"suspend": True}}
-        self.cluster.patch_job(run_id, patch)
+            patch |= kind.suspend_patch()
+        self.cluster.patch_job(run_id, patch, kind)
 
     # -- following and restarting --------------------------------------------------------------
     def wait(self, run_id: str, on_line=print) -> RunStatus:
@@ -274,13 +360,17 @@ class KubernetesBackend:
         state changes and restarts go to `on_line` as `[trainstack]` lines."""
         from jobs.k8s.watch import wait_for_end
 
+        if run_id not in self._kinds:
+            self.find(run_id)
+        kind = self.kind(run_id)
         while True:
             job = wait_for_end(
                 self.cluster,
                 run_id,
                 on_state=lambda state, _: on_line(f"[trainstack] {run_id}: {state}"),
+                kind=kind,
             )
-            final = to_status(job) if job else _deleted(run_id)
+            final = to_status(job) if job else _deleted(run_id, kind)
             if not self._restart_due(run_id, final):
                 return final
             if not _drain(self._restart(run_id, final.retries), on_line):
@@ -300,7 +390,7 @@ class KubernetesBackend:
         attempt = retries_so_far + 1
         yield f"[trainstack] {run_id}: Failed; restart {attempt}/{max_retries} in {delay:.0f}s"
         self.cluster.sleep(delay)
-        job = self.cluster.get_job(run_id)
+        job = self.cluster.get_job(run_id, self.kind(run_id))
         if job is not None and k8s_state.is_cancelled(job):
             yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
             return False
@@ -322,16 +412,15 @@ def _drain(lines: Generator[str, None, bool], on_line) -> bool:
             return done.value
 
 
-def _deleted(run_id: str) -> RunStatus:
-    return RunStatus(run_id, CANCELLED, "kubernetes", message="the PyTorchJob was deleted")
+def _deleted(run_id: str, kind: JobKind) -> RunStatus:
+    return RunStatus(run_id, CANCELLED, "kubernetes", message=f"the {kind.kind} was deleted")
 
 
 def to_status(job: dict) -> RunStatus:
-    """A RunStatus from the PyTorchJob object (and its run dir's metrics, when readable)."""
+    """A RunStatus from the job object (and its run dir's metrics, when readable)."""
     meta = job["metadata"]
     status = job.get("status") or {}
     state = _STATES[k8s_state.job_state(job)]
-    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
     step, loss = run_state.last_metrics(run_dir)
     message = k8s_state.failure_message(job) if state == FAILED else ""
@@ -340,7 +429,7 @@ def to_status(job: dict) -> RunStatus:
         state=state,
         backend="kubernetes",
         sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
-        nodes=sum(int(r.get("replicas", 0)) for r in replicas.values()),
+        nodes=k8s_state.nodes(job),
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
         finished_at=status.get("completionTime"),
         last_step=step,

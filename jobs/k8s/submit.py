@@ -1,4 +1,5 @@
-"""Idempotent submission of a run: ConfigMap(s) first, the PyTorchJob second, owner-linked.
+"""Idempotent submission of a run: ConfigMap(s) first, the job (a TrainJob or a PyTorchJob)
+second, owner-linked.
 
 The run id is the job's name, so submitting it again can never make a second job: an active
 job is reported and left alone; a finished one (Succeeded, Failed, Cancelled) is deleted and
@@ -14,7 +15,8 @@ import copy
 import time
 from dataclasses import dataclass
 
-from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
+from jobs.k8s.api import Cluster, ClusterError, describe, status_of
+from jobs.k8s.kinds import BY_KIND, PYTORCHJOB, JobKind
 from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
@@ -26,42 +28,47 @@ class Submission:
     outcome: str
     """created, already active (nothing was sent) or resumed (a finished job was replaced)."""
     job: dict
-    """The PyTorchJob as the API server returned it."""
+    """The job as the API server returned it."""
 
 
 def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Submission:
-    """Apply one run's manifests (one PyTorchJob plus ConfigMaps); see the module docstring."""
-    job = copy.deepcopy(next(m for m in manifests if m.get("kind") == "PyTorchJob"))
-    config_maps = [m for m in manifests if m.get("kind") == "ConfigMap"]
-    unsupported = sorted({m.get("kind") for m in manifests} - {"PyTorchJob", "ConfigMap"})
-    if unsupported:
+    """Apply one run's manifests (one TrainJob or PyTorchJob plus ConfigMaps); see the module
+    docstring."""
+    kinds = {m.get("kind") for m in manifests}
+    unsupported = sorted(kinds - {*BY_KIND, "ConfigMap"}, key=str)
+    jobs = [m for m in manifests if m.get("kind") in BY_KIND]
+    if unsupported or len(jobs) != 1:
         raise ClusterError(
-            f"cannot submit manifests of kind {unsupported}: only PyTorchJob and ConfigMap"
+            f"cannot submit manifests of kind {unsupported or sorted(kinds, key=str)}: one "
+            "TrainJob or PyTorchJob, and ConfigMaps"
         )
+    job = copy.deepcopy(jobs[0])
+    kind = BY_KIND[job["kind"]]
+    config_maps = [m for m in manifests if m.get("kind") == "ConfigMap"]
     name = job["metadata"]["name"]
     outcome = CREATED
-    existing = cluster.get_job(name)
+    existing = cluster.get_job(name, kind)
     if existing is not None:
         if not is_final(job_state(existing)):
             return Submission(name, ALREADY_ACTIVE, existing)
-        delete_job(cluster, name)
+        delete_job(cluster, name, kind=kind)
         outcome = RESUMED
     job["metadata"].setdefault("annotations", {})[RETRIES_ANNOTATION] = str(retries)
 
     created_maps = [_apply_config_map(cluster, cm) for cm in config_maps]
     try:
         created = cluster.call(
-            f"create PyTorchJob {cluster.namespace}/{name}",
+            f"create {kind.kind} {cluster.namespace}/{name}",
             cluster.custom.create_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            kind.group,
+            kind.version,
             cluster.namespace,
-            PLURAL,
+            kind.plural,
             job,
             expect=(409,),
         )
     except Exception as exc:
-        winner = cluster.get_job(name) if status_of(exc) == 409 else None
+        winner = cluster.get_job(name, kind) if status_of(exc) == 409 else None
         if winner is not None:
             # Another submitter created the same run id between our check and our create:
             # theirs is the run. The ConfigMaps hold the same run's config; give them its owner.
@@ -72,24 +79,30 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
         if isinstance(exc, ClusterError):
             raise
         raise ClusterError(
-            f"create PyTorchJob {cluster.namespace}/{name} failed: conflict"
+            f"create {kind.kind} {cluster.namespace}/{name} failed: conflict"
         ) from exc
     _own(cluster, created_maps, created)
     return Submission(name, outcome, created)
 
 
-def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool = True) -> None:
+def delete_job(
+    cluster: Cluster,
+    name: str,
+    timeout_s: float = 120.0,
+    wait: bool = True,
+    kind: JobKind = PYTORCHJOB,
+) -> None:
     """Delete the job and (`wait`) block, bounded, until it and its dependents are gone
     (Foreground: the job stays, with a deletionTimestamp, until its pods are deleted)."""
     from kubernetes.client import V1DeleteOptions
 
     cluster.call_or_none(
-        f"delete PyTorchJob {cluster.namespace}/{name}",
+        f"delete {kind.kind} {cluster.namespace}/{name}",
         cluster.custom.delete_namespaced_custom_object,
-        GROUP,
-        VERSION,
+        kind.group,
+        kind.version,
         cluster.namespace,
-        PLURAL,
+        kind.plural,
         name,
         body=V1DeleteOptions(propagation_policy="Foreground"),
     )
@@ -97,10 +110,10 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool
         return
     deadline = time.monotonic() + timeout_s
     delay = 0.1
-    while cluster.get_job(name) is not None:
+    while cluster.get_job(name, kind) is not None:
         if time.monotonic() > deadline:
             raise ClusterError(
-                f"PyTorchJob {cluster.namespace}/{name} still exists {timeout_s:.0f}s after delete"
+                f"{kind.kind} {cluster.namespace}/{name} still exists {timeout_s:.0f}s after delete"
             )
         cluster.sleep(delay)
         delay = min(delay * 2, 2.0)
@@ -159,9 +172,10 @@ def _replace_config_map(cluster: Cluster, name: str, body: dict, attempts: int =
 
 
 def _own(cluster: Cluster, config_maps: list[str], job: dict) -> None:
+    kind = BY_KIND[job.get("kind", PYTORCHJOB.kind)]
     owner = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PyTorchJob",
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
         "name": job["metadata"]["name"],
         "uid": job["metadata"]["uid"],
         "blockOwnerDeletion": True,

@@ -136,6 +136,7 @@ LAUNCH_ARGS = [
     "backend=kubernetes",
     f"compute={GPU_TYPE}",
     "job.image=registry.example.com/trainer:v1",
+    "job.api=pytorchjob",  # these suites drive the operator v1; TrainJob: test_k8s_trainjob.py
 ]
 
 
