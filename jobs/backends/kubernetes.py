@@ -207,7 +207,7 @@ class KubernetesBackend:
             return 0
         name = job["metadata"]["name"]
         try:
-            jobset = self.cluster.call_or_none(
+            jobset = self.cluster.call(
                 f"get JobSet {self.settings.namespace}/{name}",
                 self.cluster.custom.get_namespaced_custom_object,
                 JOBSET_GROUP,
@@ -215,10 +215,10 @@ class KubernetesBackend:
                 self.settings.namespace,
                 JOBSETS,
                 name,
-                expect=(403,),
+                expect=(403, 404),
             )
         except Exception as exc:
-            if status_of(exc) == 403:
+            if status_of(exc) in (403, 404):
                 return 0
             raise
         return int(((jobset or {}).get("status") or {}).get("restarts") or 0)

@@ -9,6 +9,7 @@ import pytest
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
 from tests.k8s.fake_operator import FakeOperator, JobPlan
+from tests.k8s.fake_trainer import FakeTrainer
 
 NAMESPACE = "training"
 GPU_TYPE = "p4d.24xlarge"
@@ -34,6 +35,31 @@ def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str =
     server.put("serviceaccounts", {"apiVersion": "v1", "metadata": {"name": "trainer"}}, NAMESPACE)
     for index in range(nodes):
         add_node(server, f"gpu-{index}", instance_type)
+
+
+def seed_trainer(server: FakeKubeApiServer, instance_type: str = GPU_TYPE) -> None:
+    """Kubeflow Trainer as `pulumi up` installs it: the TrainJob CRD and trainstack's runtime
+    of a node group of `instance_type` (named as a job without a stack expects)."""
+    from catalog import INSTANCE_TYPES
+    from jobs.runtimes import gpu_runtime
+    from jobs.spec import default_group_name
+
+    server.put(
+        "customresourcedefinitions",
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "metadata": {"name": "trainjobs.trainer.kubeflow.org"},
+            "spec": {
+                "group": "trainer.kubeflow.org",
+                "names": {"kind": "TrainJob", "plural": "trainjobs"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1alpha1", "served": True, "storage": True}],
+            },
+            "status": {"conditions": [{"type": "Established", "status": "True"}]},
+        },
+    )
+    group = default_group_name(instance_type)
+    server.put("clustertrainingruntimes", gpu_runtime(group, INSTANCE_TYPES[instance_type]))
 
 
 def add_node(
@@ -71,9 +97,12 @@ def add_node(
 def apiserver() -> Iterator[FakeKubeApiServer]:
     server = FakeKubeApiServer().start()
     FakeOperator(server, JobPlan())
+    FakeTrainer(server)
     seed_cluster(server)
+    seed_trainer(server)
     yield server
     server.operator.shutdown()
+    server.trainer.shutdown()
     server.stop()
 
 
