@@ -28,6 +28,8 @@ GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 RUNTIME_KIND = "ClusterTrainingRuntime"
 NODE = "node"
 """The torch runtime's replicated job and trainer container: Trainer injects PET_* there."""
+INSTANCE_TYPE_ANNOTATION = "trainstack.io/instance-type"
+"""Where a TrainJob's nodes run (its runtime's node selector), for cost and the API's views."""
 PATCH_MANAGER = "trainstack.io/launcher"
 """Who owns trainstack's `runtimePatches` entry (a domain-prefixed path, as the webhook wants)."""
 
@@ -63,7 +65,8 @@ def train_job(spec: JobSpec) -> dict:
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
         "metadata": {
-            "annotations": dict(spec.annotations),
+            "annotations": dict(spec.annotations)
+            | ({INSTANCE_TYPE_ANNOTATION: spec.instance_type} if spec.instance_type else {}),
             "labels": dict(spec.labels),
             "name": spec.name,
             "namespace": spec.namespace,

@@ -51,7 +51,7 @@ class Service:
     def _list_jobs(self) -> list[dict]:
         from jobs.backends.kubernetes import MANAGED_SELECTOR
 
-        return self.backend.cluster.list_jobs(MANAGED_SELECTOR)
+        return self.backend.job_objects(MANAGED_SELECTOR)
 
     # -- writes --------------------------------------------------------------------------------
     def submit_run(self, request: RunRequest, dryrun: bool = False) -> tuple[int, Submitted]:
@@ -115,7 +115,7 @@ class Service:
                     "to resume it (pick a new run_id, or resume=true)",
                 )
             backend.schedule(request)
-            self.snapshot.refresh_run(job.run_id, self.backend.cluster.get_job)
+            self.snapshot.refresh_run(job.run_id, self.backend.find)
         except BackendError as err:
             raise _backend_error(err) from err
         # Like `launch` without --wait, the service never auto-restarts what it scheduled (a log
@@ -131,7 +131,7 @@ class Service:
         view = self.view(run_id)
         try:
             self.backend.cancel(run_id)
-            self.snapshot.refresh_run(run_id, self.backend.cluster.get_job)
+            self.snapshot.refresh_run(run_id, self.backend.find)
         except BackendError as err:
             raise _backend_error(err) from err
         status = view.status

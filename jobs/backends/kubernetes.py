@@ -248,6 +248,10 @@ class KubernetesBackend:
                 runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
 
+    def job_objects(self, selector: str) -> list[dict]:
+        """Every job object of both kinds matching `selector` (the configured kind first)."""
+        return [job for kind in self.settings.kinds for job in self._list(kind, selector)]
+
     def _list(self, kind: JobKind, selector: str) -> list[dict]:
         """The jobs of `kind`; none when the cluster does not serve that kind (404: its
         operator is not installed) — except the configured kind, whose absence is an error."""

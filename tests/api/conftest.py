@@ -56,14 +56,23 @@ def token_dir(tmp_path: Path) -> Path:
     return directory
 
 
-def start_api(kubeconfig: Path, token_dir: Path | None, runs_root: Path, **service_args):
+def start_api(
+    kubeconfig: Path,
+    token_dir: Path | None,
+    runs_root: Path,
+    job_api: str = "pytorchjob",
+    **service_args,
+):
+    """The API in a thread. These suites were written against PyTorchJobs (the service's
+    stack says which kind; test_api_trainjob.py runs it on TrainJobs)."""
     import httpx
 
     from jobs.api.app import create_app
     from jobs.api.auth import TokenHashes
     from jobs.api.service import Service
 
-    service = Service(overrides=[f"cluster.kubeconfig={kubeconfig}"], **service_args)
+    overrides = [f"cluster.kubeconfig={kubeconfig}", f"job.api={job_api}"]
+    service = Service(overrides=overrides, **service_args)
     tokens = TokenHashes(token_dir) if token_dir else None
     server = ServerThread(create_app(service, tokens)).start()
     client = httpx.Client(

@@ -237,3 +237,18 @@ def test_the_fake_trainer_refuses_what_the_crd_refuses(apiserver, cluster):
     with pytest.raises(ClusterError, match=r"422 Unprocessable Entity: .*'numNode' was unexpected"):
         submit(cluster, [job])
     assert apiserver.get("trainjobs", "bad1", NAMESPACE) is None
+
+
+def test_a_sweep_of_trainjobs_through_the_launcher(apiserver, trainstack, capsys):
+    apiserver.trainer.plans["tsw-1"] = [TrainPlan(fail_at=1, exit_code=2)]
+    args = ["-m", "hydra/launcher=trainjob", "trainer.lr=1e-4,3e-4", "sweep_id=tsw"]
+    code = launch(trainstack, *args, "--wait", "job.max_retries=0")
+    out, err = capsys.readouterr()
+    assert code == 1  # one point failed on bad input; the other succeeded
+    assert "[trainstack] tsw-0: Succeeded" in out and "tsw-1: failed" in err
+    jobs = apiserver.list("trainjobs", NAMESPACE)
+    assert sorted(j["metadata"]["name"] for j in jobs) == ["tsw-0", "tsw-1"]
+    assert {j["metadata"]["labels"]["trainstack.io/sweep-id"] for j in jobs} == {"tsw"}
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+    assert trainstack("runs", "--backend", "kubernetes", "--sweep", "tsw") == 0
+    assert "sweep tsw: 2/2 finished" in capsys.readouterr().out
