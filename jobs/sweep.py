@@ -88,7 +88,7 @@ def check_one_per_point(
         return
     count = Counter(indices)
     # A point is named by what sets it apart: the overrides every point shares are left out.
-    shared = set.intersection(*(set(overrides) for _, overrides in numbered))
+    shared = set.intersection(*(set(overrides) for _, overrides in numbered)) if numbered else set()
     missing = [
         f"{index} ({_shown([o for o in overrides if o not in shared])})"
         for index, overrides in numbered
@@ -106,8 +106,9 @@ def check_one_per_point(
         problems.append(f"not of the batch: {', '.join(map(str, strangers))}")
     stage = "results" if ran else "prepared"
     after = "its results are incomplete" if ran else "nothing was written or run"
+    span = f"{expected[0]}..{expected[-1]}" if expected else "(none)"
     raise SweepPointsLost(
-        f"sweep points {expected[0]}..{expected[-1]}: {len(indices)} {stage} for "
+        f"sweep points {span}: {len(indices)} {stage} for "
         f"{len(expected)}, {'; '.join(problems or ['out of order'])}; {after}"
     )
 

@@ -211,6 +211,9 @@ def test_one_prepared_point_per_point_or_an_error_naming_the_lost():
         check_one_per_point(numbered[:3], [0, 1, 2, 7])
     with pytest.raises(SweepPointsLost, match=r"3 prepared for 3, out of order;"):
         check_one_per_point(numbered[:3], [0, 2, 1])
+    check_one_per_point([], [])
+    with pytest.raises(SweepPointsLost, match=r"points \(none\): 1 prepared for 0, not of"):
+        check_one_per_point([], [3])
 
 
 def dropping_the_last_of_each_run(run):
