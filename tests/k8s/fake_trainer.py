@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from tests import crd_schema
 from tests.k8s.fake_apiserver import FakeKubeApiServer
+from tests.k8s.fake_pods import PodLogs
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -57,16 +58,16 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class FakeTrainer:
+class FakeTrainer(PodLogs):
+    pod_label = JOBSET_LABEL
+
     def __init__(self, server: FakeKubeApiServer, default: TrainPlan | None = None) -> None:
-        self.server = server
+        super().__init__(server)
         self.default = default or TrainPlan()
         self.plans: dict[str, list[TrainPlan]] = {}
         self.created: dict[str, int] = {}
         self._runs: dict[str, _Run] = {}
         self._plans_in_use: dict[str, TrainPlan] = {}
-        self._logs: dict[str, list[str]] = {}
-        self._closed: set[str] = set()
         crd_schema.errors({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"})
         # (compiles the CRD's validator now, not inside a create with the client waiting)
         server.trainer = self
@@ -127,15 +128,6 @@ class FakeTrainer:
         self._stop(name)
         for pod in self.server.list("pods", selector={"labels": {JOBSET_LABEL: ("=", name)}}):
             self._closed.add(pod["metadata"]["uid"])
-
-    def has_log(self, pod_uid: str) -> bool:
-        return pod_uid in self._logs
-
-    def log_lines(self, pod_uid: str) -> list[str]:
-        return list(self._logs.get(pod_uid, []))
-
-    def log_closed(self, pod_uid: str) -> bool:
-        return pod_uid in self._closed
 
     def shutdown(self) -> None:
         for run in list(self._runs.values()):
@@ -265,22 +257,6 @@ class FakeTrainer:
         }
         self.server.put("pods", pod, meta["namespace"])
         return pod_name
-
-    def _delete_pods(self, name: str, namespace: str) -> None:
-        for pod in self.server.list("pods", namespace, {"labels": {JOBSET_LABEL: ("=", name)}}):
-            self._closed.add(pod["metadata"]["uid"])
-            self.server.remove("pods", pod["metadata"]["name"], namespace)
-
-    def _uid(self, pod_name: str, namespace: str) -> str:
-        pod = self.server.get("pods", pod_name, namespace)
-        return pod["metadata"]["uid"] if pod else ""
-
-    def _log(self, pod_name: str, namespace: str, line: str) -> None:
-        uid = self._uid(pod_name, namespace)
-        if uid:
-            self._logs.setdefault(uid, []).append(f"[{pod_name}] {line}")
-            with self.server.cond:
-                self.server.cond.notify_all()
 
     def _set_phase(self, pod_name: str, namespace: str, phase: str, code: int = 0) -> None:
         if phase == "Running":
