@@ -5,7 +5,9 @@ stack and the tests read one definition), and TrainJobs name them (jobs/trainjob
 A runtime carries what every job on its node group needs and no job should repeat: where the
 pods go (the group's node selector, the GPU taint's toleration), the node's EFA interfaces and
 2 MiB huge pages and its share of CPU and memory as default resources, a memory-backed
-/dev/shm, the `restricted` security contexts, NCCL/EFA environment, and the failure policy:
+/dev/shm, the `restricted` security contexts (the root filesystem stays writable: torchrun,
+torch's compile caches and tokenizer staging write under /tmp and $HOME — checkov CKV_K8S_22,
+accepted), NCCL/EFA environment, and the failure policy:
 
 - exit 1-127 (bad input, a bug) fails the node's Job through its pod failure policy, and the
   JobSet fails at once (no restart can fix it);
@@ -67,6 +69,9 @@ def _runtime(
         **container,
     }
     pod_spec = {
+        # The trainer never calls the Kubernetes API; S3 credentials come from Pod Identity's
+        # own projected token, not the service account token (checkov CKV_K8S_38).
+        "automountServiceAccountToken": False,
         "containers": [node],
         "restartPolicy": "Never",  # the Job's pod failure policy needs it; JobSet restarts
         "securityContext": pod_security,

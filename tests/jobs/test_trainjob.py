@@ -166,6 +166,7 @@ def test_runtimes_are_catalog_driven_and_valid(name: str):
         NODE_GROUP_LABEL: "group-a",
     }
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert pod["automountServiceAccountToken"] is False
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["medium"] == "Memory"
 
