@@ -435,7 +435,7 @@ def to_status(job: dict) -> RunStatus:
         sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
         nodes=k8s_state.nodes(job),
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
-        finished_at=status.get("completionTime"),
+        finished_at=k8s_state.finished_at(job),
         last_step=step,
         last_loss=loss,
         retries=k8s_state.retries(job),

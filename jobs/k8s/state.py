@@ -88,6 +88,16 @@ def _trainjob_state(job: dict, true_types: set[str]) -> str:
     return "Created" if (job.get("metadata") or {}).get("uid") else "Pending"
 
 
+def finished_at(job: dict) -> str | None:
+    """When the job ended: a PyTorchJob's completionTime; a TrainJob has none, so its Complete
+    or Failed condition's transition time."""
+    stamp = (job.get("status") or {}).get("completionTime")
+    if stamp or kind_of(job).api != "trainjob":
+        return stamp
+    ended = [c.since for c in conditions(job) if c.type in ("Complete", "Failed")]
+    return ended[-1] if ended and ended[-1] else None
+
+
 def is_suspended(job: dict) -> bool:
     spec = job.get("spec") or {}
     if kind_of(job).api == "trainjob":

@@ -82,6 +82,9 @@ def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trains
     assert all(p["metadata"]["labels"]["trainstack.io/run-id"] == "tj1" for p in pods)
     assert trainstack("status", "tj1") == 0
     assert "state      succeeded" in capsys.readouterr().out
+    from jobs.backends.kubernetes import to_status
+
+    assert to_status(job).finished_at  # from the Complete condition (a TrainJob has no time)
 
 
 def test_submitting_an_active_run_again_changes_nothing(apiserver, cluster, tmp_path):
