@@ -29,6 +29,9 @@ JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR"} | {
+    "PET_MASTER_PORT"
+}
 PERMANENT = range(1, 128)
 """trainstack's runtimes fail the Job on these exit codes (its pod failure policy)."""
 
@@ -81,6 +84,16 @@ class FakeTrainer(PodLogs):
         runtime = job["spec"]["runtimeRef"]["name"]
         if self.server.get("clustertrainingruntimes", runtime) is None:
             return f'spec.runtimeRef: ClusterTrainingRuntime "{runtime}" not found'
+        # The torch plugin's and the JobSet plugin's webhook rules (Trainer v2.3.0).
+        env = {e["name"] for e in (job["spec"].get("trainer") or {}).get("env") or []}
+        if env & RESERVED_ENV:
+            return f"spec.trainer.env: must not have reserved envs: {sorted(env & RESERVED_ENV)}"
+        for patch in job["spec"].get("runtimePatches") or []:
+            template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+            for rjob in (template.get("spec") or {}).get("replicatedJobs") or []:
+                pod = rjob.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
+                if any(c.get("env") for c in pod.get("containers") or []):
+                    return "spec.runtimePatches: must not have envs for the node container"
         return None
 
     def job_created(self, job: dict) -> None:

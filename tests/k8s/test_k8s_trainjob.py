@@ -186,6 +186,26 @@ def test_queued_trainjob_waits_for_kueue_and_runs_once_admitted(
     assert backend.wait("tj7", on_line=lambda line: None).state == SUCCEEDED
 
 
+def test_a_preempted_trainjob_is_queued_again_and_resumes_when_readmitted(
+    apiserver, kubeconfig, trainstack
+):
+    kueue = FakeKueue(apiserver)
+    apiserver.trainer.plans["tj7b"] = [TrainPlan(steps=40, step_seconds=0.05)]
+    assert launch(trainstack, "run_id=tj7b", "job.queue=team-a", "--skip-preflight") == 0
+    kueue.admit("tj7b")
+    backend = backend_for(kubeconfig)
+    deadline = time.monotonic() + 10
+    while backend.status("tj7b").state != "running" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kueue.preempt("tj7b")
+    status = backend.status("tj7b")
+    assert status.state == QUEUED and "after preempted" in status.message
+    assert apiserver.list("pods", NAMESPACE) == []  # Trainer deleted them on suspend
+    kueue.admit("tj7b")
+    assert backend.wait("tj7b", on_line=lambda line: None).state == SUCCEEDED
+    assert apiserver.trainer.created["tj7b"] == 1  # re-admitted, never resubmitted
+
+
 def test_runs_lists_trainjobs_and_pytorchjobs(apiserver, cluster, kubeconfig, trainstack):
     assert launch(trainstack, "--wait", "run_id=tj8") == 0
     labels = {"app.kubernetes.io/managed-by": "trainstack"}
@@ -240,6 +260,13 @@ def test_the_fake_trainer_refuses_what_the_crd_refuses(apiserver, cluster):
     with pytest.raises(ClusterError, match=r"422 Unprocessable Entity: .*'numNode' was unexpected"):
         submit(cluster, [job])
     assert apiserver.get("trainjobs", "bad1", NAMESPACE) is None
+    del job["spec"]["trainer"]["numNode"]
+    job["spec"]["trainer"]["env"] = [{"name": "PET_NODE_RANK", "value": "0"}]
+    with pytest.raises(ClusterError, match="must not have reserved envs"):
+        submit(cluster, [job])
+    job["spec"]["runtimeRef"]["name"] = "nope"
+    with pytest.raises(ClusterError, match='ClusterTrainingRuntime "nope" not found'):
+        submit(cluster, [job])
 
 
 def test_a_sweep_of_trainjobs_through_the_launcher(apiserver, trainstack, capsys):
