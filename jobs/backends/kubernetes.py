@@ -240,29 +240,31 @@ class KubernetesBackend:
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
         runs = []
-        for kind in self.settings.kinds:
-            for job in self._list(kind, selector):
-                if k8s_state.cancelled_and_expired(job, now):
-                    delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind)
-                    continue
-                runs.append(self._status(job))
+        for job in self.job_objects(selector):
+            if k8s_state.cancelled_and_expired(job, now):
+                delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind_of(job))
+                continue
+            runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
 
     def job_objects(self, selector: str) -> list[dict]:
-        """Every job object of both kinds matching `selector` (the configured kind first)."""
-        return [job for kind in self.settings.kinds for job in self._list(kind, selector)]
-
-    def _list(self, kind: JobKind, selector: str) -> list[dict]:
-        """The jobs of `kind`; none when the cluster does not serve that kind (404: its
-        operator is not installed) — except the configured kind, whose absence is an error."""
+        """Every job object of both kinds matching `selector` (the configured kind first). A
+        kind the cluster does not serve (404: its operator is not installed) has none; when
+        it serves neither, the configured kind's error is raised."""
         from jobs.k8s.api import ClusterError, status_of
 
-        try:
-            return self.cluster.list_jobs(selector, kind)
-        except ClusterError as err:
-            if kind is not self.settings.kinds[0] and status_of(err.__cause__) == 404:
-                return []
-            raise
+        jobs: list[dict] = []
+        unserved: list[ClusterError] = []
+        for kind in self.settings.kinds:
+            try:
+                jobs += self.cluster.list_jobs(selector, kind)
+            except ClusterError as err:
+                if status_of(err.__cause__) != 404:
+                    raise
+                unserved.append(err)
+        if len(unserved) == len(self.settings.kinds):
+            raise unserved[0]
+        return jobs
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
         """A rank's log. Following a run this backend scheduled also restarts it on failure

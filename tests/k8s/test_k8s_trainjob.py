@@ -214,6 +214,10 @@ def test_runs_lists_trainjobs_and_pytorchjobs(apiserver, cluster, kubeconfig, tr
     runs = {r.run_id: r for r in backend_for(kubeconfig).list_runs()}
     assert {"tj8", "pj8"} <= set(runs)
     assert runs["tj8"].state == runs["pj8"].state == SUCCEEDED
+    # A cluster without Trainer (the old operator only) still lists its runs by default.
+    apiserver.faults.read_errors = [404]  # the first LIST (TrainJobs): not served
+    runs = {r.run_id for r in backend_for(kubeconfig).list_runs()}
+    assert "pj8" in runs and "tj8" not in runs
 
 
 def test_preflight_checks_the_crd_and_the_named_runtime(apiserver, trainstack, capsys):
