@@ -14,10 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Scalar = str | int | float | bool | None
 
-SERVICE_KEYS = ("backend", "cluster", "stack", "hydra")
-"""Config groups the service sets itself (where jobs go, and with which credentials)."""
-
-
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -26,7 +22,10 @@ class RunRequest(Strict):
     overrides: list[str] = Field(
         default_factory=list,
         max_length=200,
-        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first.",
+        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first. "
+        "Only options of model, data, trainer, compute, experiment (plain names) and keys "
+        "under model., data., trainer., compute., job. (not job.image_repository), storage.root, "
+        "run_id, sweep_id, seed; no `${...}` interpolations.",
     )
     run_id: str | None = Field(None, description="run_id; the same id resumes that run")
     model: str | None = Field(None, description="model=<option>, e.g. llama3_8b")
@@ -81,18 +80,6 @@ def to_overrides(request: RunRequest) -> list[str]:
     values = [f"{key}={override_value(v)}" for key, v in pairs if v is not None]
     trainer = [f"trainer.{k}={override_value(v)}" for k, v in request.trainer.items()]
     return [*request.overrides, *groups, *values, *trainer]
-
-
-def refused_key(overrides: list[str]) -> str | None:
-    """The one-line refusal of an override the service sets itself, else None."""
-    for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
-        if key.replace("/", ".").split(".")[0] in SERVICE_KEYS:
-            return (
-                f"{key}: set by the service, not by a request; allowed: any key outside "
-                f"{', '.join(SERVICE_KEYS)}"
-            )
-    return None
 
 
 class Submitted(BaseModel):
