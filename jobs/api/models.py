@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Scalar = str | int | float | bool | None
 
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -111,6 +112,7 @@ class Run(BaseModel):
     cost_so_far_usd: float | None
     run_dir: str | None
     message: str
+    owner: str | None = Field(None, description="who launched it (the token's user name)")
 
 
 class RunList(BaseModel):
