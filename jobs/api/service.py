@@ -159,6 +159,7 @@ class Service:
         overrides = to_overrides(request)
         fields = request.model_dump(exclude={"overrides"})
         _refuse_bad(lambda: check_request(fields, overrides))
+        self._refuse_service_keys(overrides)
         try:
             with self._hydra:
                 job = prepare(self._composed(overrides, who))
@@ -181,6 +182,7 @@ class Service:
 
         fields = {"sweep_id": request.sweep_id}
         _refuse_bad(lambda: check_request(fields, request.overrides, sweep=True))
+        self._refuse_service_keys(request.overrides)
         now = utc_now()
         sweep_id = request.sweep_id or new_sweep_id(now)
         overrides = self._composed(
@@ -209,6 +211,11 @@ class Service:
             except ApiError as err:
                 raise ApiError(err.status, f"sweep point {index}: {err.detail}") from err
         return sweep_id, [self._submit(c)[1] for c in checked]
+
+    def _refuse_service_keys(self, overrides: list[str]) -> None:
+        for key in override_keys(overrides):
+            if key in self._service_keys or key in self._stack_values:
+                raise ApiError(422, f"{key}: set by the service, not by a request")
 
     def _check_service_wins(self, cfg) -> None:
         for section in SERVICE_SECTIONS:
