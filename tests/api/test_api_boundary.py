@@ -50,7 +50,8 @@ def refused(response) -> str:
 )
 def test_a_request_cannot_choose_where_or_how_things_run(api, apiserver, tmp_path, override):
     before = files_under(tmp_path)
-    response = api.client.post("/v1/runs", json=api.run_request("atk1", overrides=[override]))
+    # The default compute (local_cpu): what the old service then ran with torchrun on its host.
+    response = api.client.post("/v1/runs", json={"run_id": "atk1", "overrides": [override]})
     detail = refused(response)
     assert detail.split(":")[0] in override or detail.startswith("overrides[0]: not a Hydra")
     assert_nothing_happened(api, apiserver, before, tmp_path)
