@@ -71,8 +71,11 @@ def private_values(cfg) -> list[str]:
         if value.startswith("s3://"):
             found.add(value.removeprefix("s3://").split("/", 1)[0])  # the bucket
         found.update(re.findall(r"(?<!\d)\d{12}(?!\d)", value))  # AWS account ids
-        if "/" in value and not value.startswith(("s3://", "/", ".")):
-            found.add(value.split("/", 1)[0])  # the registry host
+    for key in ("job.image_repository", "job.image"):
+        image = OmegaConf.select(cfg, key, throw_on_missing=False)
+        host = image.split("/", 1)[0] if isinstance(image, str) and "/" in image else ""
+        if "." in host or ":" in host:
+            found.add(host)  # the registry
     return sorted(found, key=len, reverse=True)
 
 
@@ -118,14 +121,13 @@ class Service:
             self.cfg = compose(self.overrides)
             shipped = compose(["backend=kubernetes"])
         self._service_keys = override_keys(self.overrides) | {"job.owner"}
-        self._stack_values = {
-            key: OmegaConf.select(self.cfg, key, throw_on_missing=False)
-            for key in STACK_KEYS
-            if key in self._service_keys
-            or OmegaConf.select(self.cfg, key, throw_on_missing=False)
-            != OmegaConf.select(shipped, key, throw_on_missing=False)
-        }
+        self._stack_values = {}
         """The keys the service (its overrides or its stack) sets: a request cannot change them."""
+        for key in STACK_KEYS:
+            ours = OmegaConf.select(self.cfg, key, throw_on_missing=False)
+            default = OmegaConf.select(shipped, key, throw_on_missing=False)
+            if ours is not None and (key in self._service_keys or ours != default):
+                self._stack_values[key] = ours
         self.backend = KubernetesBackend.from_config(self.cfg)
         # Submissions run the preflight while checking (every point of a sweep before any is
         # submitted), so the submitting backend does not run it again.
