@@ -74,3 +74,11 @@ def test_launch_submits_the_pinned_image(ecr, apiserver, trainstack):
     job = apiserver.get("pytorchjobs", "e2", "training")
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert master["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
+
+
+def test_a_trainjob_is_submitted_with_the_pinned_image(ecr, apiserver, trainstack):
+    image = f"{REGISTRY}/trainstack/trainer:v1"
+    args = ["run_id=e3", f"job.image={image}", "job.api=trainjob"]
+    assert trainstack("launch", *args, launch=True) == 0
+    job = apiserver.get("trainjobs", "e3", "training")
+    assert job["spec"]["trainer"]["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
