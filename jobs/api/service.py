@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from jobs.api.follow import MAX_FOLLOWS_PER_CALLER, Follower, LogHub, TooManyFollowers
 from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, refused_key, to_overrides
 from jobs.api.snapshot import RunsSnapshot, RunView
 from jobs.backends.base import BackendError
@@ -36,6 +37,8 @@ class Service:
     overrides: list[str] = field(default_factory=list)
     """The server's own overrides (stack, cluster.*): where jobs go. Requests cannot set them."""
     snapshot_ttl_s: float = 1.0
+    max_follows_per_caller: int = MAX_FOLLOWS_PER_CALLER
+    """Log follows one token may hold open at a time (429 past it)."""
     _hydra: threading.Lock = field(default_factory=threading.Lock)
     """Hydra's compose state is process-global: one composition at a time."""
 
@@ -47,6 +50,7 @@ class Service:
 
             self.backend = backend_for(compose(self.overrides))
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
+        self.follows = LogHub(self._open_follow, self.max_follows_per_caller)
 
     def _list_jobs(self) -> list[dict]:
         from jobs.backends.kubernetes import MANAGED_SELECTOR
@@ -176,26 +180,33 @@ class Service:
             and (sweep is None or v.status.sweep_id == sweep)
         ]
 
-    def logs(self, run_id: str, rank: int, follow: bool) -> Iterator[str]:
-        """The rank's lines; the first is read here so errors become statuses, not streams."""
+    def logs(self, run_id: str, rank: int) -> list[str]:
+        """The rank's log so far."""
         self.view(run_id)
-        lines = self.backend.logs(run_id, rank=rank, follow=follow)
         try:
-            first = next(lines)
-        except StopIteration:
-            return iter(())
+            return list(self.backend.logs(run_id, rank=rank))
         except BackendError as err:
-            from jobs.k8s.api import ClusterError
+            raise log_error(err) from err
 
-            if isinstance(err, ClusterError):
-                raise _backend_error(err) from err
-            raise ApiError(400, str(err)) from err
+    def follow(self, run_id: str, rank: int, caller: str) -> Follower:
+        """A place among the followers of (run, rank) (call from the event loop); its first
+        item is the upstream's first line, END or the error (`log_error` makes it a status)."""
+        try:
+            return self.follows.join(run_id, rank, caller)
+        except TooManyFollowers as err:
+            raise ApiError(429, str(err)) from err
 
-        def chained() -> Iterator[str]:
-            yield first
-            yield from lines
+    def _open_follow(self, run_id: str, rank: int, cancel) -> Iterator[str]:
+        return self.backend.logs(run_id, rank=rank, follow=True, cancel=cancel)
 
-        return chained()
+
+def log_error(err: BaseException) -> ApiError:
+    """A log read's failure as a status: the cluster's is 503, a bad rank or pod 400."""
+    from jobs.k8s.api import ClusterError
+
+    if isinstance(err, ClusterError):
+        return _backend_error(err)
+    return ApiError(400, str(err) if isinstance(err, BackendError) else "log follow failed")
 
 
 def _status_or_none(backend, run_id: str):

@@ -33,13 +33,22 @@ def test_tokens_are_required_checked_and_never_logged(api, caplog, capfd):
         ok = httpx.get(f"{api.url}/v1/runs", headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200, ok.text
     assert httpx.get(f"{api.url}/healthz").json() == {"status": "ok"}
-    # A dashboard cookie authorizes reads, never writes.
-    cookies = {"trainstack_token": TOKEN}
+    # A dashboard session authorizes reads, never writes; the token itself is no cookie.
+    cookies = {"trainstack_session": sign_in(api.url)}
     assert httpx.get(f"{api.url}/v1/runs", cookies=cookies).status_code == 200
     assert httpx.post(f"{api.url}/v1/runs", json={}, cookies=cookies).status_code == 401
+    as_cookie = {"trainstack_session": TOKEN}
+    assert httpx.get(f"{api.url}/v1/runs", cookies=as_cookie).status_code == 401
     out, err = capfd.readouterr()
     for token in (TOKEN, OLD_TOKEN, "not-the-token"):
         assert token not in caplog.text + out + err
+
+
+def sign_in(url: str, token: str = TOKEN) -> str:
+    """The session id the sign-in form sets."""
+    response = httpx.post(f"{url}/login", data={"token": token, "next": "/"})
+    assert response.status_code == 303, response.text
+    return response.cookies["trainstack_session"]
 
 
 def test_the_secret_holds_hashes_only(tmp_path: Path):
