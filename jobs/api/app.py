@@ -37,12 +37,15 @@ from jobs.api.models import (
 from jobs.api.service import ApiError, Service, log_error, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
 from jobs.backends.base import STATES
+from jobs.plot.metrics import MetricsFiles
 
 MAX_BODY_BYTES = 64 * 1024
 """Requests are a few hundred bytes; anything near this is a mistake or an attack."""
 TITLE = "trainstack Training API"
 BEARER = HTTPBearer(auto_error=False, description="a token whose SHA-256 is in the Secret")
 ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 409, 413, 422, 429, 503)}
+METRICS_PAGE = 1000
+MAX_METRICS_PAGE = 10_000
 NO_AUTH_CALLER = "local"
 """Who `--no-auth` requests are, for the per-caller follow limit."""
 
@@ -138,6 +141,7 @@ def create_app(
         app.add_middleware(TrustedHosts, allowed_hosts=allowed_hosts)
     sessions = sessions or Sessions()
     login_limiter = login_limiter or LoginLimiter()
+    metrics_files = MetricsFiles()
 
     def caller_of(request: Request, bearer: str | None) -> str | None:
         """Who is asking: the matched token's hash (a session's for GET), or None."""
@@ -237,13 +241,22 @@ def create_app(
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
 
     @app.get("/v1/runs/{run_id}/metrics", response_model=Metrics, **common)
-    def get_metrics(run_id: str, since_step: int | None = None) -> Metrics:
-        """The run's metrics.jsonl lines that have a step (`since_step`: only later ones)."""
-        from jobs.plot.metrics import read_run
-
-        run = read_run(run_id, service.view(run_id).status.run_dir)
-        records = [r for r in run.records if since_step is None or r["step"] > since_step]
-        return Metrics(run_id=run_id, records=records)
+    def get_metrics(
+        run_id: str,
+        after_step: int | None = None,
+        since_step: Annotated[int | None, Query(deprecated=True)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_METRICS_PAGE)] = METRICS_PAGE,
+    ) -> Metrics:
+        """The run's metrics.jsonl lines that have a step, a page at a time: those with a
+        step after `after_step` (`since_step`: the same), at most `limit`; `next_after_step`
+        is set when more follow. A poll reads only what the file gained since the last."""
+        run_dir = service.view(run_id).status.run_dir
+        if not run_dir:
+            return Metrics(run_id=run_id, records=[])
+        start = after_step if after_step is not None else since_step
+        records, more = metrics_files.get(run_id, run_dir).page(start, limit)
+        following = int(records[-1]["step"]) if more and records else None
+        return Metrics(run_id=run_id, records=records, next_after_step=following)
 
     @app.get(
         "/v1/runs/{run_id}/logs",
@@ -290,7 +303,7 @@ def create_app(
 
     from jobs.api.dashboard import add_dashboard
 
-    add_dashboard(app, service, tokens, sessions, login_limiter)
+    add_dashboard(app, service, tokens, sessions, login_limiter, metrics_files)
     return app
 
 

@@ -14,18 +14,23 @@ from __future__ import annotations
 import html
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import parse_qs, quote
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from jobs.api.auth import TokenHashes
 from jobs.api.service import ApiError, Service, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
+from jobs.plot.metrics import MetricsFiles, RunMetrics
 
 STATIC = Path(__file__).resolve().parent / "static"
 POLL_MS = 5000
+FIGURE_WIDTH = 1200
+"""Pixels a figure is drawn at when the page does not say (charts.js sends its width)."""
+MAX_FIGURE_WIDTH = 4000
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"
 """Scripts only from /static (no inline script); inline styles for progress bars."""
 
@@ -105,6 +110,7 @@ def add_dashboard(
     tokens: TokenHashes | None,
     sessions: Sessions,
     login_limiter: LoginLimiter,
+    metrics_files: MetricsFiles,
 ) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -213,9 +219,15 @@ def add_dashboard(
         return _page(f"sweep {sweep_id}", runs_table(runs) + charts)
 
     @app.get("/ui/figure", include_in_schema=False)
-    def figure(request: Request, run: str | None = None, sweep: str | None = None):
+    def figure(
+        request: Request,
+        run: str | None = None,
+        sweep: str | None = None,
+        width: Annotated[int, Query(ge=100, le=MAX_FIGURE_WIDTH)] = FIGURE_WIDTH,
+    ):
+        """The figure with each series cut to about `width` pixels' worth of points; each
+        poll reads only what the runs' metrics files gained."""
         from jobs.plot.charts import figure as make_figure
-        from jobs.plot.metrics import read_run
 
         if not signed_in(request):
             return JSONResponse({"detail": "sign in at /login"}, status_code=401)
@@ -231,7 +243,12 @@ def add_dashboard(
         ]
         if not chosen:
             return JSONResponse({"detail": "no such run or sweep"}, status_code=404)
-        metrics = [read_run(v.status.run_id, v.status.run_dir) for v in chosen]
+        metrics = [
+            metrics_files.get(v.status.run_id, v.status.run_dir).downsampled(width)
+            if v.status.run_dir
+            else RunMetrics(v.status.run_id)
+            for v in chosen
+        ]
         result = make_figure(metrics, sweep=sweep is not None)
         result["live"] = any(not v.status.finished for v in chosen)
         return result

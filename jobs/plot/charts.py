@@ -178,7 +178,7 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                 "run_id": r.run_id,
                 "label": colors[r.run_id][1],
                 "color": colors[r.run_id][0],
-                "points": len(r.records),
+                "points": r.points,
             }
             for r in runs
         ],
