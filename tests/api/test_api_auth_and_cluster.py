@@ -160,6 +160,20 @@ def test_hash_token_prints_the_sha256_only(capsys, monkeypatch):
 
     from jobs.cli import main
 
-    monkeypatch.setattr("sys.stdin", io.StringIO("my-token\n"))
+    monkeypatch.setattr("sys.stdin", io.StringIO("my-token-0123456789abcdef0123456789\n"))
     assert main(["serve", "--hash-token"]) == 0
-    assert capsys.readouterr().out.strip() == hashlib.sha256(b"my-token").hexdigest()
+    assert (
+        capsys.readouterr().out.strip()
+        == hashlib.sha256(b"my-token-0123456789abcdef0123456789").hexdigest()
+    )
+
+
+def test_serve_without_the_stack_file_says_how_to_write_it(capsys, monkeypatch, tmp_path):
+    from jobs.cli import main
+
+    monkeypatch.setenv("TRAINSTACK_CONFIG_PATH", str(tmp_path / "conf"))
+    assert main(["serve", "--no-auth", "stack=dev"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "stack: no stack file 'dev'" in err
+    assert "`python -m infra.stack_defaults --stack dev` after `pulumi up`" in err
+    assert str(tmp_path / "conf" / "stack") in err

@@ -50,7 +50,8 @@
             width: 1.5,
             dash: s.dash ? [6, 4] : undefined,
             spanGaps: true,
-            points: { show: s.x.length < 60 },
+            // Evaluation: dashed, a marker on every point (see jobs/plot/charts.py).
+            points: { show: Boolean(s.markers) || s.x.length < 60, size: s.markers ? 7 : 5 },
           }))
         ),
       };
