@@ -17,7 +17,7 @@ from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
-from jobs.spec import elastic_of, procs_per_node
+from jobs.spec import elastic_of, pod_resources, procs_per_node
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -93,6 +93,21 @@ def check_compute(cfg: Any) -> None:
             f"{compute.instance_type} has {gpus} "
             f"GPUs; allowed: 1..{gpus}, got {compute.gpus_per_node}",
         )
+    check_efa_share(compute.instance_type, compute.gpus_per_node)
+
+
+def check_efa_share(instance_type: str, gpus_per_node: int) -> None:
+    """Pods on an EFA instance set FI_PROVIDER=efa (jobs.spec.EFA_ENV): each must also be
+    given an EFA device, or NCCL fails at start on every node, long after submission."""
+    instance = INSTANCE_TYPES[instance_type]
+    if not instance.has_efa or pod_resources(instance, gpus_per_node).efa >= 1:
+        return
+    with_efa = [g for g in range(1, instance.gpus + 1) if pod_resources(instance, g).efa >= 1]
+    raise JobConfigError(
+        "compute.gpus_per_node",
+        f"{gpus_per_node} of {instance_type}'s GPUs would get no EFA device while its pods set "
+        f"FI_PROVIDER=efa; allowed: {_allowed(with_efa) or 'none (an EFA share is missing)'}",
+    )
 
 
 def check_elastic(cfg: Any) -> None:
