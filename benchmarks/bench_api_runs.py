@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_api import TOKEN, _free_port, _percentile, _wait_healthy
+from benchmarks.bench_api import TOKEN, _free_port, _percentile, _wait_healthy, stop
 
 RUNS = int(os.environ.get("BENCH_API_RUNS_RUNS", "200"))
 FILE_MB = float(os.environ.get("BENCH_API_RUNS_MB", "50"))
@@ -158,15 +158,7 @@ def run() -> dict:
             elapsed = time.monotonic() - started
             lists = apiserver.count("GET", "/pytorchjobs?") - lists_before
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-            log.close()
-            apiserver.operator.shutdown()
-            apiserver.stop()
+            stop(server, log, apiserver)
     p99, floor_p99 = _percentile(latencies, 0.99), _percentile(floor, 0.99)
     figures = {
         "runs": RUNS,

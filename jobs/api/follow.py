@@ -99,6 +99,12 @@ class LogHub:
         with self._lock:
             return len(self._upstreams)
 
+    @property
+    def held(self) -> int:
+        """Follows open now, all callers together."""
+        with self._lock:
+            return sum(self._per_caller.values())
+
     def _leave(self, follower: Follower) -> None:
         with self._lock:
             if follower.closed:

@@ -112,7 +112,7 @@ def test_a_token_holds_a_few_follows_at_most(
         assert clients[2].get("/v1/runs/f2/logs").status_code == 200  # reading is not following
         first.close()
         clients[0].close()
-        wait_for(lambda: _follows_open(api) < 2)
+        wait_for(lambda: api.service.follows.held < 2)
         again, _, line = open_follow(clients[2], "f2")
         assert line
         again.close()
@@ -121,17 +121,3 @@ def test_a_token_holds_a_few_follows_at_most(
             client.close()
         api.client.close()
         server.stop()
-
-
-def _follows_open(api) -> int:
-    return sum(api.service.follows._per_caller.values())
-
-
-def test_a_follow_to_the_end_still_ends_with_the_final_state(api, apiserver):
-    apiserver.operator.plans["f3"] = [JobPlan(steps=4, step_seconds=0.1)]
-    assert api.client.post("/v1/runs", json=api.run_request("f3")).status_code == 201
-    wait_for(lambda: api.client.get("/v1/runs/f3").status_code == 200)
-    with api.client.stream("GET", "/v1/runs/f3/logs?follow=true") as stream:
-        lines = [line for line in stream.iter_lines() if line]
-    assert any("step 4" in line for line in lines) and lines[-1].endswith("f3: Succeeded")
-    wait_for(lambda: api.service.follows.active == 0 and apiserver.open_streams == 0)
