@@ -11,6 +11,7 @@ that it is a 429, not one more set of threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -44,7 +45,9 @@ class Follower:
     closed: bool = False
 
     def put(self, item) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        # A closed loop (the server shutting down) has nobody left to tell.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
     def close(self) -> None:
         self.hub._leave(self)

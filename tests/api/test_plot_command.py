@@ -115,3 +115,22 @@ def test_eval_loss_is_drawn_unlike_training_loss(tmp_path):
     assert lines["a eval loss"].get_marker() == "o"
     legend = [text.get_text() for text in axes.get_legend().get_texts()]
     assert legend == ["a train loss", "a eval loss"]
+
+
+def test_a_long_run_is_drawn_at_the_charts_width(tmp_path):
+    """300,000-point series would only weigh the HTML down: each is cut to about 4 points per
+    bucket, keeping its extremes and every evaluation."""
+    from jobs.commands.plot import PLOT_WIDTH
+
+    root = tmp_path / "runs"
+    steps = list(range(1, 20_001))
+    run_dir(root, "long", steps)
+    out = tmp_path / "long.html"
+    assert main(["plot", "long", "-o", str(out), f"storage.root={root}"]) == 0
+    page = out.read_text()
+    figure = json.loads(re.search(r'id="trainstack-figure">(.*?)</script>', page).group(1))
+    loss = next(c for c in figure["charts"] if c["id"] == "loss_step")
+    train = loss["series"][0]
+    assert PLOT_WIDTH < len(train["x"]) <= 4 * PLOT_WIDTH
+    assert min(train["y"]) == 4.0 - 20_000 / 100 and max(train["y"]) == 4.0 - 1 / 100
+    assert figure["runs"][0]["points"] == len(steps) + 1  # the legend counts every line
