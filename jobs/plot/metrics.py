@@ -106,6 +106,20 @@ def _record(line: bytes) -> dict[str, Any] | None:
     return None
 
 
+def read_appended(storage, consumed: int, tag: str | None):
+    """(what follows the first `consumed` bytes, whether the file was replaced). `consumed`
+    ends a line, so the read starts one byte early and that byte must be a newline; if not
+    (or the file is shorter now) the file is another one (a new run in the same dir)."""
+    from trainer.storage.base import RangeRead
+
+    read = storage.read_range(METRICS_FILE, max(0, consumed - 1), tag=tag)
+    if read.data is None or consumed == 0:
+        return read, False
+    if read.begin != consumed - 1 or read.data[:1] != b"\n":
+        return read, True
+    return RangeRead(read.data[1:], consumed, read.size, read.tag), False
+
+
 @dataclass
 class _Tail:
     consumed: int = 0
@@ -134,11 +148,11 @@ class LastMetrics:
             tail = self._tails.pop(run_dir, None) or _Tail()
         storage = open_run_storage(run_dir)
         fresh = tail.consumed == 0
-        start = -TAIL_BYTES if fresh else tail.consumed
-        read = storage.read_range(METRICS_FILE, start, tag=tail.tag)
-        if read.data is not None and read.size is not None and read.size < tail.consumed:
-            tail = _Tail()  # rewritten shorter (a new run in the same dir): start over
-            fresh = True
+        replaced = False
+        if not fresh:
+            read, replaced = read_appended(storage, tail.consumed, tail.tag)
+        if fresh or replaced:
+            tail, fresh = _Tail(), True
             read = storage.read_range(METRICS_FILE, -TAIL_BYTES)
         if read.data is not None:
             data = read.data
@@ -189,13 +203,19 @@ class MetricsFile:
 
     def __init__(self, run_id: str, run_dir: str):
         import threading
-        from array import array
 
         from trainer.storage import open_run_storage
 
         self.run_id = run_id
         self.run_dir = run_dir
         self.storage = open_run_storage(run_dir)
+        self.bytes_read = 0
+        self.lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        from array import array
+
         self.consumed = 0
         self.tag: str | None = None
         self.count = 0
@@ -203,20 +223,18 @@ class MetricsFile:
         """[byte offset of the block's first record, largest step in it]."""
         self.columns = {key: array("d") for key in SERIES_KEYS}
         self.config: dict[str, Any] = {}
-        self.bytes_read = 0
-        self.lock = threading.Lock()
 
     def refresh(self) -> MetricsFile:
         with self.lock:
             try:
-                read = self.storage.read_range(METRICS_FILE, self.consumed, tag=self.tag)
+                read, replaced = read_appended(self.storage, self.consumed, self.tag)
+                if replaced:  # another file now: start over
+                    self._reset()
+                    read = self.storage.read_range(METRICS_FILE, 0)
             except Exception:  # absent (not started yet) or unreadable from here
                 return self
             if read.data is None:
                 return self
-            if read.size is not None and read.size < self.consumed:
-                self.__init__(self.run_id, self.run_dir)  # rewritten shorter: start over
-                read = self.storage.read_range(METRICS_FILE, 0)
             self.bytes_read += len(read.data)
             complete = _complete_lines(read.data)
             offset = read.begin

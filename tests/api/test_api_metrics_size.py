@@ -73,7 +73,8 @@ def test_a_large_metrics_file_costs_bounded_bytes_per_poll(api, apiserver, fault
     mark = len(fault_proxy.transfers)
     api.service.snapshot.invalidate()
     assert api.client.get("/v1/runs/big").json()["last_step"] == LINES + 10
-    assert metrics_bytes_read(fault_proxy, mark) == len(more.encode())
+    # (and the newline before them: a file replaced by another is noticed, not misread)
+    assert metrics_bytes_read(fault_proxy, mark) == len(more.encode()) + 1
 
     # /metrics comes a page at a time, and a page is read by the index, not the file.
     first = api.client.get("/v1/runs/big/metrics")
@@ -111,3 +112,24 @@ def fault_proxy_client():
     from trainer.storage.s3 import make_s3_client
 
     return make_s3_client()
+
+
+def test_the_last_step_follows_appends_partial_lines_and_a_replaced_file(tmp_path):
+    from jobs.plot.metrics import LastMetrics, MetricsFile
+
+    metrics = tmp_path / "logs" / "metrics.jsonl"
+    metrics.parent.mkdir()
+    metrics.write_text(line(1) + line(2))
+    last, run = LastMetrics(), MetricsFile("r", str(tmp_path))
+    assert last.get(str(tmp_path))[0] == 2 and run.refresh().count == 2
+    with metrics.open("a") as fh:
+        fh.write('{"step": 3, "lo')  # being written
+    assert last.get(str(tmp_path))[0] == 2 and run.refresh().count == 2
+    with metrics.open("a") as fh:
+        fh.write('ss": 1.5}\n')
+    assert last.get(str(tmp_path)) == (3, 1.5) and run.refresh().count == 3
+    # A new run in the same dir: another, longer file (not a continuation of the old one).
+    metrics.unlink()
+    metrics.write_text("".join(line(s) for s in range(100, 140)))
+    assert last.get(str(tmp_path))[0] == 139
+    assert run.refresh().count == 41  # 40 training lines and the eval line at step 100
