@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
-from jobs.references import DNS1123_SUBDOMAIN
+from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
 from jobs.spec import elastic_of, pod_resources, procs_per_node
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
+    check_image_approved,
     check_image_reference,
     check_output_root,
+    check_secrets_approved,
 )
 from trainer.model.args import ARCH_FIELDS
 
@@ -288,6 +290,12 @@ def check_job_policy(cfg: Any) -> None:
             raise JobConfigError(
                 f"job.{key}", f"{value!r} is not allowed; allowed: a DNS-1123 name"
             )
+    if job.owner is not None and not LABEL_VALUE.match(job.owner):
+        raise JobConfigError(
+            "job.owner",
+            f"{job.owner!r} is not allowed; allowed: a label value (letters, digits, . _ -; "
+            "at most 63; set $TRAINSTACK_USER)",
+        )
     if job.priority is not None and job.queue is None:
         raise JobConfigError("job.priority", "needs job.queue (priorities are Kueue's)")
     _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
@@ -365,6 +373,8 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
     check_image_reference(cfg)
+    check_image_approved(cfg, git_sha)
+    check_secrets_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
     check_storage(cfg)

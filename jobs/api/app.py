@@ -1,9 +1,11 @@
 """The HTTP face of the Training API (FastAPI): routes, auth, limits and one-line errors.
 
 `create_app(service, tokens)`; `trainstack serve` runs it under uvicorn. Every error body is
-`{"detail": "<one line>"}`: 401 no or wrong token, 404 unknown run, 413 body over the limit,
-400 malformed JSON, 422 bad input (the CLI's message), 409 conflict, 429 too many log follows
-or sign-ins, 503 cluster unreachable. Everything but `/healthz`, the sign-in form and static
+`{"detail": "<one line>"}`: 401 no or wrong token, 403 another user's run, 404 unknown run,
+413 body over the limit, 400 malformed JSON, 422 bad input (the CLI's message), 409 conflict
+(an object trainstack does not own, or an existing run), 429 too many log follows or
+sign-ins, 503 cluster unreachable. Error lines never carry the service's own settings (bucket,
+registry, account id). Everything but `/healthz`, the sign-in form and static
 assets needs a token (`/docs` and `/openapi.json` too); a dashboard session cookie is enough
 for GET requests only. Requests whose Host is not an allowed host are 400 (DNS rebinding).
 """
@@ -21,7 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from jobs.api.auth import TokenHashes
+from jobs.api.auth import Identity, TokenHashes
 from jobs.api.follow import END, Follower
 from jobs.api.models import (
     Cancelled,
@@ -43,11 +45,9 @@ MAX_BODY_BYTES = 64 * 1024
 """Requests are a few hundred bytes; anything near this is a mistake or an attack."""
 TITLE = "trainstack Training API"
 BEARER = HTTPBearer(auto_error=False, description="a token whose SHA-256 is in the Secret")
-ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 409, 413, 422, 429, 503)}
+ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
 METRICS_PAGE = 1000
 MAX_METRICS_PAGE = 10_000
-NO_AUTH_CALLER = "local"
-"""Who `--no-auth` requests are, for the per-caller follow limit."""
 
 
 class BodyLimit:
@@ -102,6 +102,27 @@ def validation_line(exc: RequestValidationError, request: Request) -> tuple[int,
     return 422, f"{where}: {error.get('msg', 'invalid')}"
 
 
+async def authorized(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> Identity:
+    """The token's user (the app's `tokens`; None: `--no-auth`, the service's own user); for
+    GET requests also a dashboard session's, while its token is in the Secret."""
+    state = request.app.state
+    if state.tokens is None:
+        return state.service.anonymous
+    who = state.tokens.identify(credentials.credentials) if credentials is not None else None
+    if who is None and request.method == "GET":
+        session = state.sessions.token_hash(request.cookies.get(SESSION_COOKIE))
+        who = state.tokens.identify_hash(session)
+    if who is not None:
+        return who
+    raise ApiError(401, "missing or wrong bearer token")
+
+
+Who = Annotated[Identity, Depends(authorized)]
+
+
 class TrustedHosts:
     """Starlette's TrustedHostMiddleware for everything but `/healthz` (the kubelet's probes
     name the pod's IP)."""
@@ -142,30 +163,13 @@ def create_app(
     sessions = sessions or Sessions()
     login_limiter = login_limiter or LoginLimiter()
     metrics_files = MetricsFiles()
-
-    def caller_of(request: Request, bearer: str | None) -> str | None:
-        """Who is asking: the matched token's hash (a session's for GET), or None."""
-        if tokens is None:
-            return NO_AUTH_CALLER
-        matched = tokens.match(bearer)
-        if matched is None and request.method == "GET":
-            from_session = sessions.token_hash(request.cookies.get(SESSION_COOKIE))
-            matched = from_session if tokens.holds(from_session) else None
-        return matched
-
-    async def authorized(
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
-    ) -> str:
-        caller = caller_of(request, credentials.credentials if credentials else None)
-        if caller is None:
-            raise ApiError(401, "missing or wrong bearer token")
-        return caller
+    app.state.service, app.state.tokens, app.state.sessions = service, tokens, sessions
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+        detail = service.redact(exc.detail)
+        return JSONResponse({"detail": detail}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -181,10 +185,13 @@ def create_app(
         return {"status": "ok"}
 
     @app.post("/v1/runs", response_model=Submitted, status_code=201, **common)
-    def submit_run(body: RunRequest, response: Response, dryrun: bool = False) -> Submitted:
-        """Compose, validate and submit one run (the CLI's `launch`). The same run_id again:
-        200 `already active` while it runs, 201 `resumed` once it finished."""
-        status, submitted = service.submit_run(body, dryrun=dryrun)
+    def submit_run(
+        body: RunRequest, response: Response, who: Who, dryrun: bool = False
+    ) -> Submitted:
+        """Compose, validate and submit one run (the CLI's `launch`), owned by the token's
+        user. The same run_id again: 200 `already active` while it runs, 201 `resumed` once
+        it finished (403 when it is another user's and the token is not an admin's)."""
+        status, submitted = service.submit_run(body, who, dryrun=dryrun)
         response.status_code = status
         return submitted
 
@@ -195,21 +202,24 @@ def create_app(
         responses=ERRORS,
         dependencies=auth,
     )
-    def submit_sweep(body: SweepRequest) -> SweepSubmitted:
+    def submit_sweep(body: SweepRequest, who: Who) -> SweepSubmitted:
         """Every point of a `launch -m` sweep; one bad point and nothing is submitted."""
-        sweep_id, runs = service.submit_sweep(body)
+        sweep_id, runs = service.submit_sweep(body, who)
         return SweepSubmitted(sweep_id=sweep_id, runs=runs)
 
     @app.get("/v1/runs", response_model=RunList, **common)
     async def list_runs(
+        who: Who,
         state: Annotated[str | None, Query(description=f"one of {', '.join(STATES)}")] = None,
         sweep: str | None = None,
+        owner: Annotated[str | None, Query(description="a user name, or `me`")] = None,
     ) -> RunList:
         """Runs of the cluster from the shared snapshot (about one LIST per second in all)."""
         if state is not None and state not in STATES:
             raise ApiError(422, f"state: {state!r} is not a state; allowed: {', '.join(STATES)}")
+        owner = who.name if owner == "me" else owner
         views = await service.views_async()
-        return RunList(runs=service.runs(state=state, sweep=sweep, views=views))
+        return RunList(runs=service.runs(state=state, sweep=sweep, views=views, owner=owner))
 
     @app.get("/v1/runs/{run_id}", response_model=Run, **common)
     async def get_run(run_id: str) -> Run:
@@ -267,18 +277,18 @@ def create_app(
     async def get_logs(
         request: Request,
         run_id: str,
+        who: Who,
         follow: bool = False,
         rank: Annotated[int, Query(ge=0)] = 0,
-        caller: str = Depends(authorized),  # a local function: Annotated would not resolve it
     ) -> Response:
         """A rank's log (0: the master); `follow=true` streams until the run ends. Followers
-        of one rank share one stream from the cluster; a token may hold a few follows at a
+        of one rank share one stream from the cluster; a user may hold a few follows at a
         time (429 past that)."""
         if not follow:
             lines = await run_in_threadpool(service.logs, run_id, rank)
             return PlainTextResponse("".join(f"{line}\n" for line in lines))
         service.view(run_id, await service.views_async())
-        follower = service.follow(run_id, rank, caller)
+        follower = service.follow(run_id, rank, who.name)
         try:
             first = await follower.queue.get()
         except BaseException:
@@ -296,9 +306,10 @@ def create_app(
         responses=ERRORS,
         dependencies=auth,
     )
-    def cancel_run(run_id: str) -> Cancelled:
-        """Cancel (idempotent): the trainer checkpoints on SIGTERM; never auto-restarted."""
-        state, outcome = service.cancel(run_id)
+    def cancel_run(run_id: str, who: Who) -> Cancelled:
+        """Cancel (idempotent): the trainer checkpoints on SIGTERM; never auto-restarted. Only
+        the run's owner or an admin (403 otherwise)."""
+        state, outcome = service.cancel(run_id, who)
         return Cancelled(run_id=run_id, state=state, outcome=outcome)
 
     from jobs.api.dashboard import add_dashboard

@@ -21,7 +21,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from jobs.api.auth import TokenHashes
+from jobs.api.auth import TokenHashes, token_hash
 from jobs.api.service import ApiError, Service, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
 from jobs.plot.metrics import MetricsFiles, RunMetrics
@@ -117,7 +117,8 @@ def add_dashboard(
     def signed_in(request: Request) -> bool:
         if tokens is None:
             return True
-        return tokens.holds(sessions.token_hash(request.cookies.get(SESSION_COOKIE)))
+        session = sessions.token_hash(request.cookies.get(SESSION_COOKIE))
+        return tokens.identify_hash(session) is not None
 
     def sign_in_page(request: Request) -> HTMLResponse:
         """401 with the sign-in form, which brings the browser back here."""
@@ -143,8 +144,8 @@ def add_dashboard(
         target = (form.get("next") or ["/"])[0]
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
-        matched = tokens.match(token) if tokens is not None else "local"
-        if matched is None:
+        known = tokens is None or tokens.identify(token) is not None
+        if not known:
             return _page(
                 "sign in",
                 '<p id="error">wrong token</p><p><a href="/login">again</a></p>',
@@ -153,7 +154,7 @@ def add_dashboard(
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
-            sessions.create(matched),
+            sessions.create(token_hash(token)),
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https" or app.state.secure_cookies,

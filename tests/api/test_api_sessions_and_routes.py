@@ -93,13 +93,13 @@ def test_a_revoked_token_ends_its_sessions(tmp_path: Path):
     from jobs.api.auth import TokenHashes, token_hash
     from jobs.api.sessions import Sessions
 
-    (tmp_path / "a").write_text(token_hash(TOKEN))
+    (tmp_path / "alice").write_text(token_hash(TOKEN))
     tokens = TokenHashes(tmp_path, reload_s=0.0)
     sessions = Sessions()
-    session = sessions.create(tokens.match(TOKEN))
-    assert tokens.holds(sessions.token_hash(session))
-    (tmp_path / "a").unlink()
-    assert not tokens.holds(sessions.token_hash(session))
+    session = sessions.create(token_hash(TOKEN))
+    assert tokens.identify_hash(sessions.token_hash(session)).name == "alice"
+    (tmp_path / "alice").unlink()
+    assert tokens.identify_hash(sessions.token_hash(session)) is None
 
 
 def test_sign_ins_are_rate_limited_per_client(api):
