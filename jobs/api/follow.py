@@ -4,8 +4,8 @@ One upstream per (run, rank) runs in a thread (the backend's follow: the pod's l
 job's watch) and hands each line to every follower's asyncio queue; a follower who joins late
 first gets the last BACKLOG_LINES lines. When the last follower of an upstream leaves, its
 `Cancellation` shuts the upstream's streams down at once, so nothing of a follower outlives it
-by more than a moment. Each caller (a token's user) may hold `max_per_caller` follows at a time: past
-that it is a 429, not one more set of threads.
+by more than a moment. Each caller (a token's user) may hold `max_per_caller` follows at a
+time: past that it is a 429, not one more set of threads.
 """
 
 from __future__ import annotations
