@@ -266,9 +266,10 @@ class KubernetesBackend:
             raise unserved[0]
         return jobs
 
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False, cancel=None) -> Iterator[str]:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
-        (see the module docstring) and reports state changes as `[trainstack]` lines."""
+        (see the module docstring) and reports state changes as `[trainstack]` lines.
+        `cancel` (jobs.k8s.watch.Cancellation) set from another thread ends a follow."""
         from jobs.k8s.watch import rank_pod, read_log
 
         job = self.find(run_id)
@@ -290,7 +291,7 @@ class KubernetesBackend:
             raise BackendError(f"{run_id}: {err}") from None
         while True:
             outcome: list[RunStatus] = []
-            yield from self._follow(run_id, rank, outcome)
+            yield from self._follow(run_id, rank, outcome, cancel)
             final = outcome[0]
             if final.message:
                 yield f"[trainstack] {run_id}: {final.message}"
@@ -299,10 +300,14 @@ class KubernetesBackend:
             if not (yield from self._restart(run_id, final.retries)):
                 return
 
-    def _follow(self, run_id: str, rank: int, outcome: list[RunStatus]) -> Iterator[str]:
+    def _follow(self, run_id: str, rank: int, outcome: list[RunStatus], cancel) -> Iterator[str]:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job
-        ends; its final status is appended to `outcome`."""
-        from jobs.k8s.watch import follow_log, wait_for_end
+        ends; its final status is appended to `outcome`. Its two pumps stop when `cancel` is
+        set or when the reader closes this generator."""
+        from jobs.k8s.watch import Cancellation, follow_log, wait_for_end
+
+        own = cancel is None
+        cancel = cancel or Cancellation()
 
         lines: queue.Queue = queue.Queue()
         done = object()
@@ -311,7 +316,7 @@ class KubernetesBackend:
 
         def pump_log() -> None:
             try:
-                for line in follow_log(self.cluster, run_id, rank, kind=kind):
+                for line in follow_log(self.cluster, run_id, rank, kind=kind, cancel=cancel):
                     lines.put(line)
             except Exception as exc:
                 lines.put(exc)
@@ -326,7 +331,9 @@ class KubernetesBackend:
 
         def pump_states() -> None:
             try:
-                job = wait_for_end(self.cluster, run_id, on_state=report, kind=kind)
+                job = wait_for_end(
+                    self.cluster, run_id, on_state=report, kind=kind, cancel=cancel
+                )
                 outcome.append(to_status(job) if job else _deleted(run_id, kind))
             except Exception as exc:
                 lines.put(exc)
@@ -336,14 +343,18 @@ class KubernetesBackend:
         for thread in threads:
             thread.start()
         finished = 0
-        while finished < len(threads):
-            item = lines.get()
-            if item is done:
-                finished += 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
+        try:
+            while finished < len(threads):
+                item = lines.get()
+                if item is done:
+                    finished += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            if own or finished < len(threads):
+                cancel.set()  # failed or abandoned by its reader: neither pump goes on
         yield from final_line
 
     def cancel(self, run_id: str) -> None:
