@@ -331,9 +331,7 @@ class KubernetesBackend:
 
         def pump_states() -> None:
             try:
-                job = wait_for_end(
-                    self.cluster, run_id, on_state=report, kind=kind, cancel=cancel
-                )
+                job = wait_for_end(self.cluster, run_id, on_state=report, kind=kind, cancel=cancel)
                 outcome.append(to_status(job) if job else _deleted(run_id, kind))
             except Exception as exc:
                 lines.put(exc)
