@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from catalog import InstanceType
+from infra.bucket_layout import Grant
 
 
 @dataclass(frozen=True)
@@ -190,3 +191,6 @@ class StackConfig:
     """None: `trainstack:kueue.enabled` is false (no Kueue, jobs go straight to the nodes)."""
     training_api: TrainingApiConfig | None = None
     """None: no Training API in this stack (`trainstack:trainingApi` unset)."""
+    data_prepare_service_account: str = "data-prepare"
+    data_access: tuple[Grant, ...] = ()
+    """`trainstack:dataAccess`: buckets or prefixes beyond the layout, for both pod roles."""

@@ -61,10 +61,28 @@ class BackendConfig:
 
 
 @dataclass
+class GrantConfig:
+    url: str = MISSING
+    """`s3://bucket/prefix/` the pods' role may use."""
+    access: str = "read"
+    """read or readwrite."""
+
+
+@dataclass
+class GrantsConfig:
+    """The stack's `s3_grants` (set by a stack file): what each pod role may reach on S3. Empty:
+    unknown, nothing checked at launch (jobs/grants.py)."""
+
+    training: list[GrantConfig] = field(default_factory=list)
+    data_prepare: list[GrantConfig] = field(default_factory=list)
+
+
+@dataclass
 class StorageConfig:
     root: str = MISSING
     """A local directory or `s3://bucket/prefix`; the run dir is `<root>/<run_id>`. Set by the
     storage group (`local`: runs) or a stack; `storage=s3` alone leaves it to you."""
+    grants: GrantsConfig = field(default_factory=GrantsConfig)
 
 
 @dataclass
@@ -145,6 +163,8 @@ class ClusterConfig:
     context: str | None = None
     namespace: str = "training"
     service_account: str = "trainer"
+    data_prepare_service_account: str = "data-prepare"
+    """The service account `data prepare` Jobs run as (its role writes datasets/)."""
     kubernetes_version: str = KUBERNETES_VERSION
     """Pod templates are validated against this version's schemas; a stack's outputs set its
     cluster's version (the stack file), the default is what new clusters run."""

@@ -243,6 +243,19 @@ def check_pod_paths(cfg: Any) -> None:
         )
 
 
+def check_grants(cfg: Any) -> None:
+    """render/kubernetes: every s3:// URL the pods read, and the run dirs they write, must be
+    inside the stack's grants for training pods (jobs/grants.py)."""
+    if cfg.backend.name == "local":
+        return
+    from jobs.grants import check_urls
+    from jobs.schema import plain
+
+    urls = [(key, value, False) for key, value, _ in input_paths(cfg)]
+    urls.append(("storage.root", f"{cfg.storage.root.rstrip('/')}/", True))
+    check_urls(plain(cfg.storage.grants)["training"], "training", urls)
+
+
 def check_local_files(cfg: Any) -> None:
     """local: the inputs must be here already; the trainer would find out only after torchrun
     started."""
@@ -353,6 +366,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
     check_storage(cfg)
+    check_grants(cfg)
     check_local_files(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)
