@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from jobs.manifest_checks import check_manifests
+from jobs.network_policy import job_network_policy
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
 
 CONTAINER_NAME = "pytorch"
@@ -200,8 +201,15 @@ def config_map(spec: JobSpec) -> dict:
 
 
 def to_manifests(spec: JobSpec) -> list[dict]:
-    """[ConfigMap, PyTorchJob] as plain dicts, validated (raises `ManifestError`)."""
-    manifests = [drop_none(config_map(spec)), drop_none(pytorch_job(spec))]
+    """[ConfigMap, PyTorchJob, NetworkPolicy] as plain dicts, validated (raises
+    `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in. The
+    submitter creates it before the job; applied in file order it lands after the job, which
+    the namespace's default deny keeps closed meanwhile."""
+    manifests = [
+        drop_none(config_map(spec)),
+        drop_none(pytorch_job(spec)),
+        job_network_policy(spec),
+    ]
     check_manifests(manifests, spec.kubernetes_version)
     return manifests
 
