@@ -26,6 +26,23 @@ IMAGE_UID = 10001
 """The trainer image's user (images/trainer/Dockerfile: `USER 10001:10001`)."""
 
 
+SCRATCH_DIR = "/tmp"
+SCRATCH_ENV = {"HOME": f"{SCRATCH_DIR}/home", "TMPDIR": SCRATCH_DIR}
+"""The root filesystem is read-only: temporary files, the tokenizer staging dir, torch.compile's
+and Triton's caches and everything a library keeps under HOME (Hugging Face, CUDA JIT, config)
+go to the scratch emptyDir. `python -m trainer.smoke` checks each of them is writable."""
+SCRATCH_SIZE = "50Gi"
+"""The scratch emptyDir's sizeLimit (node-local ephemeral storage; inductor caches are GBs)."""
+
+
+def scratch_volume() -> tuple[dict, dict, list[dict]]:
+    """(volume, mount, env) giving a read-only-root pod the writable paths it needs."""
+    volume = {"emptyDir": {"sizeLimit": SCRATCH_SIZE}, "name": "scratch"}
+    mount = {"mountPath": SCRATCH_DIR, "name": "scratch"}
+    env = [{"name": k, "value": v} for k, v in SCRATCH_ENV.items()]
+    return volume, mount, env
+
+
 def config_map_name(run_id: str) -> str:
     return f"{run_id}-config"
 
@@ -85,6 +102,7 @@ def security_contexts() -> tuple[dict, dict]:
     container = {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
         "runAsNonRoot": True,
         "runAsUser": IMAGE_UID,
         "seccompProfile": dict(seccomp),
@@ -96,9 +114,10 @@ def pod_template(spec: JobSpec) -> dict:
     """The pod template of every replica, as the plain dict the API takes (no client models:
     importing the Kubernetes client costs half a second that rendering does not need)."""
     pod_security, container_security = security_contexts()
+    scratch, scratch_mount, scratch_env = scratch_volume()
     container = {
         "command": list(spec.command),
-        "env": _env(spec),
+        "env": _env(spec) + scratch_env,
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "name": CONTAINER_NAME,
@@ -107,6 +126,7 @@ def pod_template(spec: JobSpec) -> dict:
         "volumeMounts": [
             {"mountPath": CONFIG_MOUNT_DIR, "name": "trainer-config", "readOnly": True},
             {"mountPath": "/dev/shm", "name": "dshm"},
+            scratch_mount,
         ],
     }
     volumes = [
@@ -122,8 +142,11 @@ def pod_template(spec: JobSpec) -> dict:
             "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size},
             "name": "dshm",
         },
+        scratch,
     ]
     pod = {
+        # The trainer never calls the Kubernetes API; AWS comes through Pod Identity's own token.
+        "automountServiceAccountToken": False,
         "containers": [container],
         "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type},
         "securityContext": pod_security,

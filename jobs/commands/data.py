@@ -119,6 +119,11 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
             "job.image: the pods need the trainer image; set job.image or select a stack "
             "(job.image_repository)"
         )
+    if cfg.backend.name == "kubernetes" and not args.dryrun:
+        from jobs.k8s.ecr import resolve_digest
+
+        # Pinned as a training job's pods are: every index and retry runs the same bits.
+        image = resolve_digest(image)
     slices = args.slices or DEFAULT_SLICES
     spec = PrepareJobSpec(
         name=job_name(data, args.to, slices),

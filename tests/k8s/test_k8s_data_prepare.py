@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.data.prepared import load, read_s3, texts, write_jsonl
-from tests.k8s.conftest import NAMESPACE
+from tests.k8s.conftest import NAMESPACE, REGISTRY
 from tests.k8s.fake_batch import FakeBatchController
 from tests.s3_server import FaultProxy, Link, s3_env
 
@@ -125,6 +125,18 @@ def test_a_stack_with_grants_refuses_an_ungranted_url(
     assert err.startswith(f"trainstack data prepare: {refused}"), err
     assert "trainstack:dataAccess" in err
     assert not rendered.exists()
+
+
+def test_submit_pins_an_ecr_image_to_its_digest(trainstack, apiserver, ecr, capsys):
+    image = f"{REGISTRY}/trainstack/trainer:v1"
+    code = trainstack(*prepare_args("s3://b/in/", "b"), f"job.image={image}")
+    assert code == 0, capsys.readouterr().err
+    (job,) = apiserver.list("jobs", NAMESPACE, None)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
+    # The pods never mount an API token and write only to their scratch emptyDir.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_a_local_output_is_refused_for_the_cluster(trainstack, capsys):
