@@ -52,6 +52,8 @@ HERE = Path(__file__).parent
 OUTPUT = HERE / "constraints.txt"
 BUILD_TOOLS_OUTPUT = HERE / "build-tools.txt"
 DOCKERFILE = HERE / "Dockerfile"
+API_DOCKERFILE = HERE.parent / "api" / "Dockerfile"
+"""Runs on this image's base: its pins move with these."""
 HEADER = """\
 # Exact versions and hashes the trainer image installs (`pip install --require-hashes` in
 # images/trainer/Dockerfile), resolved for linux x86_64 and CPython {python} against PyPI: the
@@ -245,8 +247,9 @@ def main(argv: list[str] | None = None) -> None:
         BUILD_TOOLS_OUTPUT.write_text(render(tools))
         written += [OUTPUT, BUILD_TOOLS_OUTPUT]
     if args.only != "python":
-        DOCKERFILE.write_text(repin_base_images(DOCKERFILE.read_text(), docker_hub_digest))
-        written.append(DOCKERFILE)
+        for dockerfile in (DOCKERFILE, API_DOCKERFILE):
+            dockerfile.write_text(repin_base_images(dockerfile.read_text(), docker_hub_digest))
+            written.append(dockerfile)
     for path in written:
         print(f"wrote {path.relative_to(REPO)}")
 
