@@ -28,7 +28,7 @@ config = load_stack_config()  # raises ConfigError before any resource exists
 name = config.cluster.name
 
 network = Network(name, config.network, config.region)
-registry = Registry(name, config.repository_name, config.untagged_image_days)
+registry = Registry(name, config.repository_name, config.untagged_image_days, config.protection)
 storage = RunStorage(name, config.protection, config.runs_kms_key_arn)
 cluster = Cluster(
     name,
@@ -75,6 +75,10 @@ image_build = (
         config.ci,
         config.region,
         config.cluster.partition,
+        account_id=config.cluster.account_id,
+        preview_secret_arns=(
+            (config.training_api.token_hashes_secret_arn,) if config.training_api else ()
+        ),
         repository_arn=registry.repository_arn,
         repository_url=registry.repository_url,
         repository_name=registry.repository_name,

@@ -132,6 +132,7 @@ CI_KEYS = (
     "pullRequestActorIds",
     "githubOidcProviderArn",
     "deployPolicyArns",
+    "releaseEnvironment",
 )
 
 
@@ -309,7 +310,16 @@ def _parse_ci(reader: SettingsReader) -> CiConfig | None:
         actors,
         provider,
         deploy_policy_arns=policy_arns(ci, "deployPolicyArns"),
+        release_environment=_github_environment(ci, "releaseEnvironment", "release"),
     )
+
+
+def _github_environment(reader: SettingsReader, key: str, default: str) -> str:
+    name = reader.get_str(key, default)
+    # An OIDC `sub` claim is matched with StringLike: no wildcard may widen it.
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,255}", name):
+        raise fail(reader.key(key), f"{name!r}: a GitHub environment name (letters, digits, . _ -)")
+    return name
 
 
 def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | None:

@@ -38,14 +38,24 @@ def _document(statements: list[dict]) -> str:
 
 
 def assume_role_policy(
-    service: str, *, tag_session: bool = False, source_account: str | None = None
+    service: str,
+    *,
+    tag_session: bool = False,
+    source_account: str | None = None,
+    source_arn: str | None = None,
 ) -> str:
-    """Trust policy letting one AWS service principal assume the role; with `source_account`,
-    only on behalf of that account (the confused-deputy guard AWS asks for on Pod Identity)."""
+    """Trust policy letting one AWS service principal assume the role; with `source_account`
+    (and `source_arn`, wildcards allowed), only on behalf of that account (and resource): the
+    confused-deputy guard AWS asks for on every service role."""
     actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
     statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+    condition: dict = {}
     if source_account:
-        statement["Condition"] = {"StringEquals": {"aws:SourceAccount": source_account}}
+        condition["StringEquals"] = {"aws:SourceAccount": source_account}
+    if source_arn:
+        condition["ArnLike"] = {"aws:SourceArn": source_arn}
+    if condition:
+        statement["Condition"] = condition
     return _document([statement])
 
 

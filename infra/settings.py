@@ -101,6 +101,9 @@ class CiConfig:
     deploy_policy_arns: tuple[str, ...] = ()
     """IAM policies for the AWS side of `pulumi up` when the deploy workflow's runner deploys
     this stack (no `deploy` section: public endpoint); empty: no runner deploy role."""
+    release_environment: str = "release"
+    """The protected GitHub environment whose jobs alone may start the release build (its OIDC
+    `sub` is repo:OWNER/REPO:environment:NAME): branch and tag rules live on the environment."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """A small IAM policy evaluator for the documents the stacks record: explicit Deny beats Allow,
 Allow needs a matching statement; `Action`/`NotAction` and `Resource`/`NotResource` with `*` and
-`?` wildcards; the condition operators these stacks use (String*, Bool, ArnLike/ArnEquals, their
-`IfExists` and `ForAnyValue:` forms). Enough to ask "may this role do X on Y?" of identity
-policies; it knows nothing of SCPs, boundaries or resource policies."""
+`?` wildcards; the condition operators these stacks use (String*, Bool, Null, ArnLike and
+ArnEquals, their `IfExists` and `ForAnyValue:` forms). Enough to ask "may this role do X on
+Y?" of identity policies; it knows nothing of SCPs, boundaries or resource policies."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def _condition_holds(operator: str, tests: dict, context: dict[str, Any]) -> boo
     any_value = base.startswith("ForAnyValue:")
     base = base.split(":", 1)[-1]
     for key, expected in tests.items():
+        if base == "Null":  # "true": the key is absent; "false": it is present
+            if (key not in context) != (str(expected).lower() == "true"):
+                return False
+            continue
         if key not in context:
             if if_exists:
                 continue
