@@ -83,6 +83,8 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
     grants = outputs.get("s3_grants")
     if grants is not None:
         storage["grants"] = _grants(grants)
+    # Always written (null when the stack has none): `storage.fsx=true` is refused without it.
+    storage["fsx_claim"] = outputs.get("fsx_claim")
     cluster_extra = {}
     if outputs.get("data_prepare_service_account"):
         cluster_extra["data_prepare_service_account"] = outputs["data_prepare_service_account"]

@@ -21,6 +21,8 @@ CONTAINER_NAME = "pytorch"
 RESTART_POLICY = "ExitCode"
 """Retry exit codes 128-255 (SIGTERM preemption: the trainer resumes), fail on 1-127."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
+"""Set by EKS on managed node groups' nodes: ON_DEMAND or SPOT."""
 GPU_TAINT = "nvidia.com/gpu"
 IMAGE_UID = 10001
 """The trainer image's user (images/trainer/Dockerfile: `USER 10001:10001`)."""
@@ -144,11 +146,18 @@ def pod_template(spec: JobSpec) -> dict:
         },
         scratch,
     ]
+    if spec.fsx:
+        claim, mount_path = spec.fsx
+        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})
+        container["volumeMounts"].append({"mountPath": mount_path, "name": "fsx"})
+    selector = {INSTANCE_TYPE_LABEL: spec.instance_type}
+    if spec.capacity_type:
+        selector[CAPACITY_TYPE_LABEL] = spec.capacity_type
     pod = {
         # The trainer never calls the Kubernetes API; AWS comes through Pod Identity's own token.
         "automountServiceAccountToken": False,
         "containers": [container],
-        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type},
+        "nodeSelector": selector,
         "securityContext": pod_security,
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,

@@ -45,7 +45,7 @@ def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_run
     defaults = yaml.safe_load(text)
     assert set(defaults) == {"cluster", "job", "storage"}
     assert set(defaults["job"]) == {"image_repository", "queue"}
-    assert set(defaults["storage"]) == {"root", "grants"}
+    assert set(defaults["storage"]) == {"root", "grants", "fsx_claim"}
     outputs = stack_runs["dev"].outputs
     assert defaults["storage"]["grants"] == outputs["s3_grants"]
     assert defaults["cluster"]["data_prepare_service_account"] == "data-prepare"
@@ -184,3 +184,28 @@ def test_launch_refuses_a_url_the_pods_cannot_reach(
     assert line.split(": ", 2)[1] == key or f"{key}: " in line, line
     assert url.format(bucket=bucket) in line and "trainstack:dataAccess" in line, line
     assert sorted(work.rglob("manifests.yaml")) == rendered  # nothing new written
+
+
+def test_fsx_claim_comes_from_the_stack_and_a_stack_without_fsx_refuses_it(
+    tmp_path, dev_outputs, stack_runs, monkeypatch, capsys, exec_in_process
+):
+    prod = tmp_path / "prod.json"
+    prod.write_text(json.dumps(stack_runs["prod"].outputs))
+    assert run(tmp_path, prod, stack="prod") == 0
+    claim = yaml.safe_load((tmp_path / "conf" / "prod.yaml").read_text())["storage"]["fsx_claim"]
+    assert claim == stack_runs["prod"].outputs["fsx_claim"] and claim
+    conf = ["--conf-dir", str(tmp_path / "conf-root" / "stack"), "--kube-dir", str(tmp_path / "k")]
+    assert main(["--stack", "dev", "--outputs", str(dev_outputs), *conf]) == 0
+    bucket = stack_runs["dev"].outputs["bucket"]
+    code, err, work = launch(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
+        f"data.path=s3://{bucket}/raw/train.jsonl",
+        f"data.tokenizer=s3://{bucket}/tokenizers/llama3",
+        "storage.fsx=true",
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("trainstack launch: storage.fsx: the stack has no FSx"), err
+    assert not list(work.rglob("manifests.yaml"))
