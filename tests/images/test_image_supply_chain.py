@@ -196,7 +196,7 @@ def test_trainer_code_is_a_small_last_layer_apart_from_the_dependencies():
     wheel_install = next(i for i, line in enumerate(runtime) if "from=trainer-wheel" in line)
     assert venv < wheel_install
     later = [line.split()[0] for line in runtime[wheel_install + 1 :] if line and line[0] != "#"]
-    assert set(later) <= {"ENV", "WORKDIR", "USER", "ENTRYPOINT", "CMD"}, later
+    assert set(later) <= {"ENV", "WORKDIR", "USER", "HEALTHCHECK", "ENTRYPOINT", "CMD"}, later
 
 
 def test_nightly_rebuilds_pick_up_apt_fixes_of_the_base_packages():
@@ -247,3 +247,18 @@ def test_api_image_base_is_the_trainers_pinned_base_and_its_locks_are_hashed():
         assert " -r " not in command or "--require-hashes" in command, command
     (project,) = [i for i in installs if " -r " not in i]
     assert project.rstrip().endswith("-e .")
+
+
+def test_the_trainer_image_carries_wandb_at_the_developer_pin():
+    """`trainer.metrics.wandb_project` on a cluster run logs instead of warning that wandb is
+    missing: the image's lock has it, at the version developer machines run."""
+    image = {
+        lock.normalize(n): v
+        for n, v in lock.parse_pins((IMAGE_DIR / "constraints.txt").read_text()).items()
+    }
+    dev = {
+        lock.normalize(n): v
+        for n, v in lock.parse_pins((REPO / "constraints.txt").read_text()).items()
+    }
+    assert image["wandb"] == dev["wandb"]
+    assert "wandb" in lock.IMAGE_EXTRAS
