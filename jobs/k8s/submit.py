@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
+from jobs.k8s.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
+COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")
+"""Objects created before the job and owned by it once it exists."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
     name = job["metadata"]["name"]
     outcome = CREATED
     existing = cluster.get_job(name)
+    ensure_ours("PyTorchJob", cluster.namespace, name, existing)
+    for companion in companions:  # all checked before anything is written
+        kind, cm_name = companion["kind"], companion["metadata"]["name"]
+        ensure_ours(kind, cluster.namespace, cm_name, _read_companion(cluster, kind, cm_name))
     if existing is not None:
         if not is_final(job_state(existing)):
             return Submission(name, ALREADY_ACTIVE, existing)
@@ -52,7 +59,7 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
         outcome = RESUMED
     job["metadata"].setdefault("annotations", {})[RETRIES_ANNOTATION] = str(retries)
 
-    created_companions = [_apply_companion(cluster, cm) for cm in companions]
+    created_maps = [_apply_companion(cluster, cm) for cm in companions]
     try:
         created = cluster.call(
             f"create PyTorchJob {cluster.namespace}/{name}",
@@ -66,19 +73,23 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
         )
     except Exception as exc:
         winner = cluster.get_job(name) if status_of(exc) == 409 else None
+        if winner is not None and labels_of(winner).get(MANAGED_BY) != MANAGER:
+            for companion in created_maps:
+                _delete_companion(cluster, companion)
+            ensure_ours("PyTorchJob", cluster.namespace, name, winner)
         if winner is not None:
             # Another submitter created the same run id between our check and our create:
             # theirs is the run. The ConfigMaps hold the same run's config; give them its owner.
-            _own(cluster, created_companions, winner)
+            _own(cluster, created_maps, winner)
             return Submission(name, ALREADY_ACTIVE, winner)
-        for companion in created_companions:
+        for companion in created_maps:
             _delete_companion(cluster, companion)
         if isinstance(exc, ClusterError):
             raise
         raise ClusterError(
             f"create PyTorchJob {cluster.namespace}/{name} failed: conflict"
         ) from exc
-    _own(cluster, created_companions, created)
+    _own(cluster, created_maps, created)
     return Submission(name, outcome, created)
 
 
@@ -110,10 +121,6 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool
         delay = min(delay * 2, 2.0)
 
 
-COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")
-"""Objects created before the job and owned by it once it exists."""
-
-
 def _verbs(cluster: Cluster, kind: str) -> dict[str, Callable[..., Any]]:
     """The client methods for a companion kind: create, read, replace, patch, delete."""
     if kind == "ConfigMap":
@@ -126,20 +133,16 @@ def _verbs(cluster: Cluster, kind: str) -> dict[str, Callable[..., Any]]:
     }
 
 
-def _apply_companion(cluster: Cluster, config_map: dict) -> tuple[str, str]:
+def _apply_companion(cluster: Cluster, companion: dict) -> tuple[str, str]:
     """Create the ConfigMap (or NetworkPolicy); replace a leftover of an earlier submission of
     the same run. Returns (kind, name)."""
-    kind, name = config_map["kind"], config_map["metadata"]["name"]
-    body = copy.deepcopy(config_map)
+    kind, name = companion["kind"], companion["metadata"]["name"]
+    body = copy.deepcopy(companion)
     body["metadata"].pop("ownerReferences", None)
     action = f"create {kind} {cluster.namespace}/{name}"
     try:
         cluster.call(
-            action,
-            _verbs(cluster, kind)["create"],
-            cluster.namespace,
-            body,
-            expect=(409,),
+            action, _verbs(cluster, kind)["create"], cluster.namespace, body, expect=(409,)
         )
     except Exception as exc:
         if status_of(exc) != 409:
@@ -150,25 +153,31 @@ def _apply_companion(cluster: Cluster, config_map: dict) -> tuple[str, str]:
     return kind, name
 
 
+def _read_companion(cluster: Cluster, kind: str, name: str):
+    return cluster.call_or_none(
+        f"get {kind} {cluster.namespace}/{name}",
+        _verbs(cluster, kind)["read"],
+        name,
+        cluster.namespace,
+    )
+
+
 def _replace_companion(
     cluster: Cluster, kind: str, name: str, body: dict, attempts: int = 3
 ) -> None:
     """An update must name the resourceVersion it replaces; a concurrent change (409
-    Conflict) means read it again and retry."""
+    Conflict) means read it again and retry. Only ever one of ours (managed-by)."""
     action = f"replace {kind} {cluster.namespace}/{name}"
-    verbs = _verbs(cluster, kind)
     for attempt in range(1, attempts + 1):
-        current = cluster.call(
-            f"get {kind} {cluster.namespace}/{name}",
-            verbs["read"],
-            name,
-            cluster.namespace,
-        )
+        current = _read_companion(cluster, kind, name)
+        if current is None:
+            raise ClusterError(f"{action} failed: it was deleted meanwhile; submit again")
+        ensure_ours(kind, cluster.namespace, name, current)
         body["metadata"]["resourceVersion"] = current.metadata.resource_version
         try:
             cluster.call(
                 action,
-                verbs["replace"],
+                _verbs(cluster, kind)["replace"],
                 name,
                 cluster.namespace,
                 body,
