@@ -211,6 +211,13 @@ def test_lock_files_are_in_the_build_context(name):
 # ---- the Training API image ------------------------------------------------------------------
 
 API_DIR = REPO / "images/api"
+
+
+def pins_of(path: Path) -> dict[str, str]:
+    """Normalized name -> version of a requirements file's pins."""
+    return {lock.normalize(n): v for n, v in lock.parse_pins(path.read_text()).items()}
+
+
 API_DOCKERFILE = (API_DIR / "Dockerfile").read_text()
 
 
@@ -227,14 +234,7 @@ def test_api_image_base_is_the_trainers_pinned_base_and_its_locks_are_hashed():
         assert all(len(h) == 1 for h in hashes.values()), name
         assert "torch" not in {lock.normalize(n) for n in pins}
     # Same libraries as developer machines (constraints.txt) wherever both pin them.
-    dev = {
-        lock.normalize(n): v
-        for n, v in lock.parse_pins((REPO / "constraints.txt").read_text()).items()
-    }
-    api = {
-        lock.normalize(n): v
-        for n, v in lock.parse_pins((API_DIR / "constraints.txt").read_text()).items()
-    }
+    dev, api = pins_of(REPO / "constraints.txt"), pins_of(API_DIR / "constraints.txt")
     assert {n: v for n, v in api.items() if n in dev and dev[n] != v} == {}
     installs = re.findall(r"pip install[^&]*", re.sub(r"\\\n\s*", " ", API_DOCKERFILE))
     locked = [i for i in installs if " -r " in i]
@@ -252,13 +252,6 @@ def test_api_image_base_is_the_trainers_pinned_base_and_its_locks_are_hashed():
 def test_the_trainer_image_carries_wandb_at_the_developer_pin():
     """`trainer.metrics.wandb_project` on a cluster run logs instead of warning that wandb is
     missing: the image's lock has it, at the version developer machines run."""
-    image = {
-        lock.normalize(n): v
-        for n, v in lock.parse_pins((IMAGE_DIR / "constraints.txt").read_text()).items()
-    }
-    dev = {
-        lock.normalize(n): v
-        for n, v in lock.parse_pins((REPO / "constraints.txt").read_text()).items()
-    }
+    image, dev = pins_of(IMAGE_DIR / "constraints.txt"), pins_of(REPO / "constraints.txt")
     assert image["wandb"] == dev["wandb"]
     assert "wandb" in lock.IMAGE_EXTRAS
