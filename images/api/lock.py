@@ -34,6 +34,7 @@ API_REQUIREMENTS = (
     "fastapi",
     "uvicorn",
     "matplotlib",
+    "swagger-ui-bundle",
 )
 """What `jobs.api`, `jobs.plot` and the Kubernetes backend import (the image's self-test)."""
 SDIST_ONLY = ("antlr4-python3-runtime",)
