@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from jobs.manifest_checks import check_manifests
+from jobs.runner import SCRATCH_DIR, TRAINSTACK
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
 
 CONTAINER_NAME = "pytorch"
@@ -122,6 +123,10 @@ def pod_template(spec: JobSpec) -> dict:
             "name": "dshm",
         },
     ]
+    if spec.runner != TRAINSTACK:
+        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        container["volumeMounts"].append({"mountPath": SCRATCH_DIR, "name": "scratch"})
+        volumes.append({"emptyDir": {}, "name": "scratch"})
     pod = {
         "containers": [container],
         "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type},

@@ -24,6 +24,7 @@ LOCAL_CPU = "local_cpu"
 
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
 BACKENDS = ("local", "render", "kubernetes")
+RUNNERS = ("trainstack", "command", "hf")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 
 
@@ -94,6 +95,48 @@ class SecretsConfig:
 
 
 @dataclass
+class PeftConfig:
+    """runner=hf: LoRA adapters through peft; off while `r` is 0."""
+
+    r: int = 0
+    """LoRA rank; 0 trains every weight."""
+    alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names (suffixes) that get adapters."""
+
+
+@dataclass
+class RunnerConfig:
+    """What runs in every process of the job (the `runner` group). Which keys belong to which
+    runner is `jobs.runner.RUNNER_KEYS`; a key set for another runner is refused."""
+
+    name: str = "trainstack"
+    """trainstack (the built-in trainer), command (your program), hf (transformers.Trainer)."""
+    command: list[str] | None = None
+    """command: the program and its arguments, e.g. [python, -u, train.py]."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """command: appended as `--key=value` in key order (`+runner.args.lr=1e-4` sweeps them)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """command, hf: extra environment of every process (not TRAINSTACK_*/PET_*)."""
+    torchrun: bool = True
+    """command: start one process per GPU (CPU slot) through torchrun with the job's nodes and
+    rendezvous; false runs the command once per node as is (accelerate launch, NeMo)."""
+    workdir: str | None = None
+    """command: a local directory shipped with the job (packed, hashed, unpacked in the pod);
+    the program starts in its copy."""
+    workdir_max_mb: int = 100
+    """command: refuse a packed workdir larger than this many MiB (compressed)."""
+    code: str | None = None
+    """Set by the launcher, never by hand: sha256 of the packed workdir (the run record)."""
+    peft: PeftConfig = field(default_factory=PeftConfig)
+    """hf: optional LoRA."""
+
+
+@dataclass
 class JobConfig:
     image: str | None = None
     """Full image reference; null builds `<image_repository>:<git sha>`."""
@@ -125,6 +168,9 @@ class JobConfig:
     termination_grace_period_seconds: int = 300
     """Seconds between SIGTERM and SIGKILL for a pod: the trainer checkpoints in this window."""
     secrets: SecretsConfig = field(default_factory=SecretsConfig)
+    allowed_images: list[str] = field(default_factory=list)
+    """Repositories (REGISTRY/PATH prefixes) a job.image may come from, set by the stack;
+    empty allows any."""
 
 
 @dataclass
@@ -171,6 +217,7 @@ class JobsConfig:
     from you: `data=jsonl` and cluster experiments leave them mandatory, so a job never
     trains on the bundled sample by accident."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

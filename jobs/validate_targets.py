@@ -35,6 +35,25 @@ def check_image_reference(cfg: Any) -> None:
             )
 
 
+def check_allowed_image(cfg: Any) -> None:
+    """A stack may list the repositories its nodes may pull from (job.allowed_images): a job
+    naming any other image (a user's own, with runner=command) is refused here, not by the
+    cluster's admission policy after the ConfigMap was written."""
+    allowed, image = list(cfg.job.allowed_images), cfg.job.image
+    if not allowed or image is None:
+        return
+    repository = image.split("@", 1)[0]
+    last = repository.rsplit("/", 1)[-1]
+    if ":" in last:
+        repository = repository[: -(len(last) - last.index(":"))]
+    if repository not in allowed:
+        raise JobConfigError(
+            "job.image",
+            f"{image!r} is not from a repository this stack allows; allowed: "
+            f"{', '.join(allowed)} (job.allowed_images)",
+        )
+
+
 def check_cluster_names(cfg: Any) -> None:
     """The API server would refuse these only at submit time, after the ConfigMap."""
     cluster = cfg.cluster
