@@ -1,0 +1,5 @@
+import sys
+
+from trainer.runners.hf.train import main
+
+sys.exit(main())
