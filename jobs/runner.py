@@ -35,6 +35,11 @@ CODE_DIR = f"{SCRATCH_DIR}/code"
 """Where the workdir is unpacked in the pod; the program starts there."""
 POD_METRICS = f"{SCRATCH_DIR}/logs/metrics.jsonl"
 """TRAINSTACK_METRICS when the run dir is s3://: runner_exec copies it there as it grows."""
+FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+"""torchrun's documented opt-out of sharing its rendezvous store with the workers: each round
+(every restart) gets a new store on worker rank 0, so a restarted program never reads the
+process-group keys of the round before (a dead peer's address: it would hang connecting).
+The built-in trainer prefixes its keys per round instead (trainer.distributed)."""
 CHECKPOINTS = "checkpoints"
 METRICS = "logs/metrics.jsonl"
 CODE_PREFIX = "code"
@@ -128,6 +133,8 @@ def runner_program(
         wrapper += ["--code", code.uri, "--sha256", code.sha256, "--into", CODE_DIR]
     wrapper.append("--")
     env = {**contract_env(run_dir), **dict(runner.env or {})}
+    if runner.name == HF or runner.torchrun:
+        env.update(FRESH_STORE_ENV)
     if runner.name == HF:
         program = ("-m", "trainer.runners.hf", "--config", config_path)
         return RunnerProgram((*wrapper, *torchrun), program, env)

@@ -17,6 +17,7 @@ RESERVED_ENV_PREFIXES = ("TRAINSTACK_", "PET_")
 """Set by trainstack and the operator: the contract and the rendezvous."""
 RESERVED_ENV = frozenset(
     {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED"}
+    | {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
 )
 
 
