@@ -142,3 +142,34 @@ def test_training_arguments_follow_the_built_in_keys(tmp_path):
     cpu = training_arguments(cfg, output_dir=str(tmp_path), world=2, cuda=False)
     assert (cpu["bf16"], cpu["use_cpu"], cpu["ddp_backend"]) == (False, True, "gloo")
     assert "fsdp" not in cpu and cpu["gradient_accumulation_steps"] == 8
+
+
+@pytest.mark.slow
+def test_hf_runner_with_an_s3_run_dir_keeps_checkpoints_there_and_resumes_from_them(
+    workdir, s3_direct, s3_bucket
+):
+    import shutil
+
+    from trainer.runners.hf.train import staging
+
+    source = build_qwen3(workdir / "qwen3")
+    backend = LocalBackend(f"s3://{s3_bucket}/runs")
+    root = f"storage.root=s3://{s3_bucket}/runs"
+    first = hf_job(workdir, source, "remote", root, "trainer.max_steps=4")
+    backend.schedule(backend.dryrun(first))
+    wait_until(lambda: backend.status("remote").finished, "the first run")
+    output = (workdir / "runs" / "remote" / run_state.OUTPUT_LOG).read_text()
+    assert backend.status("remote").state == SUCCEEDED, output[-4000:]
+    keys = {o["Key"] for o in s3_direct.client().list_objects_v2(Bucket=s3_bucket)["Contents"]}
+    assert "runs/remote/checkpoints/checkpoint-4/trainstack-complete" in keys
+    assert "runs/remote/export/model.safetensors" in keys
+    assert "runs/remote/logs/metrics.jsonl" in keys  # copied by runner_exec
+    assert "runs/remote/config.yaml" in keys  # the run record
+
+    shutil.rmtree(staging(first.spec.run_dir))  # a new pod: nothing on local disk
+    second = hf_job(workdir, source, "remote", root, "trainer.max_steps=6")
+    backend.schedule(backend.dryrun(second))
+    wait_until(lambda: backend.status("remote").finished, "the relaunch")
+    output = (workdir / "runs" / "remote" / run_state.OUTPUT_LOG).read_text()
+    assert backend.status("remote").state == SUCCEEDED, output[-4000:]
+    assert "[runner=hf] resumed from checkpoint-4" in output

@@ -29,8 +29,15 @@ from trainer.runners.hf.checkpoints import COMPLETE, newest_complete
 from trainer.runners.hf.settings import PeftSettings, check_supported, training_arguments
 
 EXPORT = "export"
-STAGING = "/tmp/trainstack-hf"
-"""Local copies of s3:// checkpoints and run dirs (the pod's disk)."""
+
+
+def staging(run_dir: str) -> Path:
+    """Local copies of an s3:// run's checkpoints and export (the pod's disk)."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "trainstack-hf" / digest
 
 
 def _say(message: str) -> None:
@@ -80,7 +87,9 @@ def _local_dir(source: str, kind: str) -> str:
     return str(local)
 
 
-def _callbacks(metrics: Path, tokens_per_step: int, stop: StopFlag) -> list[Any]:
+def _callbacks(
+    metrics: Path, tokens_per_step: int, stop: StopFlag, cfg: TrainerJobConfig
+) -> list[Any]:
     import torch.distributed as dist
     from transformers import TrainerCallback
 
@@ -133,12 +142,21 @@ def _callbacks(metrics: Path, tokens_per_step: int, stop: StopFlag) -> list[Any]
             return control
 
         def on_save(self, args, state, control, **kwargs):
-            if dist.is_available() and dist.is_initialized():
+            from trainer.runners.hf import remote
+
+            distributed = dist.is_available() and dist.is_initialized()
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if distributed:
                 dist.barrier()  # every rank's files (optimizer shards, RNG states) are written
-            if state.is_world_process_zero:
-                done = Path(args.output_dir) / f"checkpoint-{state.global_step}" / COMPLETE
-                if done.parent.is_dir():
-                    done.write_text(f"{state.global_step}\n")
+            if "://" in cfg.run_dir:
+                if remote.local_rank_zero() and checkpoint.is_dir():
+                    remote.upload(cfg.run_dir, checkpoint)
+                if distributed:
+                    dist.barrier()
+                if state.is_world_process_zero:
+                    remote.commit(cfg.run_dir, checkpoint, cfg.trainer.checkpoint.keep)
+            if state.is_world_process_zero and checkpoint.is_dir():
+                (checkpoint / COMPLETE).write_text(f"{state.global_step}\n")
 
     return [Contract()]
 
@@ -151,7 +169,7 @@ def _export(trainer: Any, peft: PeftSettings, cfg: TrainerJobConfig, tokenizer_d
 
     run_dir = cfg.run_dir
     remote = "://" in run_dir
-    final = Path(STAGING) / "export" if remote else Path(run_dir) / EXPORT
+    final = staging(run_dir) / EXPORT if remote else Path(run_dir) / EXPORT
     work = final.with_name(f"{final.name}.tmp")
     dtype = torch.bfloat16 if cfg.trainer.export_dtype == "bf16" else torch.float32
     if trainer.is_fsdp_enabled:
@@ -206,7 +224,7 @@ def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
     evaluate = cfg.trainer.eval_interval > 0 and data.eval.count > 0
     remote = "://" in cfg.run_dir
     checkpoints = os.environ.get("TRAINSTACK_CHECKPOINT_DIR") or f"{cfg.run_dir}/checkpoints"
-    output_dir = Path(STAGING) / "checkpoints" if remote else Path(checkpoints)
+    output_dir = staging(cfg.run_dir) / "checkpoints" if remote else Path(checkpoints)
     metrics = Path(os.environ.get("TRAINSTACK_METRICS") or f"{cfg.run_dir}/logs/metrics.jsonl")
     settings = training_arguments(cfg, output_dir=str(output_dir), world=world, cuda=cuda)
     args = TrainingArguments(**settings)
@@ -232,8 +250,14 @@ def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
         train_dataset=train,
         eval_dataset=WindowDataset(data.eval) if evaluate else None,
         data_collator=default_data_collator,
-        callbacks=_callbacks(metrics, tokens_per_step, stop),
+        callbacks=_callbacks(metrics, tokens_per_step, stop, cfg),
     )
+    if remote:  # a new pod: the newest complete checkpoint back from the run dir
+        from trainer.runners.hf.remote import fetch_newest, local_rank_zero
+
+        if local_rank_zero():
+            fetch_newest(cfg.run_dir, output_dir)
+        trainer.accelerator.wait_for_everyone()
     resume = newest_complete(output_dir)
     if resume is not None and trainer.is_world_process_zero():
         print(f"[runner=hf] resumed from {resume.name}", flush=True)
