@@ -15,6 +15,7 @@ from typing import Any
 from catalog import InstanceType, get_instance_type
 from jobs.runner import (
     COMMAND,
+    HF,
     RUNNER_KEYS,
     TRAINSTACK,
     CodeArchive,
@@ -171,7 +172,10 @@ def image_for(cfg: Any, git_sha: str | None) -> str | None:
     if cfg.job.image:
         return cfg.job.image
     if cfg.job.image_repository and git_sha:
-        return f"{cfg.job.image_repository}:{git_sha}"
+        # runner=hf needs transformers, accelerate and peft: the image's `hf` variant
+        # (images/build.sh IMAGE_KIND=trainer-hf), built from the same commit.
+        variant = "hf-" if cfg.runner.name == HF else ""
+        return f"{cfg.job.image_repository}:{variant}{git_sha}"
     return None
 
 

@@ -2,4 +2,5 @@ import sys
 
 from trainer.runners.hf.train import main
 
-sys.exit(main())
+if __name__ == "__main__":  # the image's self-test imports every trainer module
+    sys.exit(main())
