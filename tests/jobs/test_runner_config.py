@@ -231,3 +231,24 @@ def test_runner_exec_unpacks_a_verified_archive_and_refuses_a_changed_one(tmp_pa
     archive.unlink()
     gone = _runner_exec(tmp_path, archive, sha)
     assert gone.returncode == EXIT_BAD_INPUT and "is missing" in gone.stderr
+
+
+def test_the_api_request_takes_a_runner_command_and_args_as_data():
+    from pydantic import ValidationError
+
+    from jobs.api.models import RunRequest, to_overrides
+    from jobs.compose import compose
+
+    request = RunRequest(
+        runner="command",
+        command=["python", "-u", "train.py", "it's; rm -rf /"],
+        args={"lr": 0.001, "name": "a,b"},
+    )
+    overrides = to_overrides(request)
+    cfg = compose(overrides)
+    assert list(cfg.runner.command) == ["python", "-u", "train.py", "it's; rm -rf /"]
+    assert dict(cfg.runner.args) == {"lr": 0.001, "name": "a,b"}
+    with pytest.raises(ValidationError):
+        RunRequest(runner="command", args={"x=1 +job.image": 1})  # never part of a key
+    with pytest.raises(ValidationError):
+        RunRequest(runner="spark")
