@@ -130,7 +130,7 @@ def archive(root: Path, names: list[str]) -> bytes:
     """The reproducible .tar.gz of `names` under `root`."""
     buffer = io.BytesIO()
     with (
-        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=6) as gz,
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=1) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for name in names:
