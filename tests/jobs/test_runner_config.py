@@ -252,3 +252,14 @@ def test_the_api_request_takes_a_runner_command_and_args_as_data():
         RunRequest(runner="command", args={"x=1 +job.image": 1})  # never part of a key
     with pytest.raises(ValidationError):
         RunRequest(runner="spark")
+
+
+def test_the_api_policy_admits_runner_keys_but_never_a_workdir_on_the_service():
+    from jobs.api.models import RunRequest, to_overrides
+    from jobs.api.request_policy import Refused, check_request
+
+    request = RunRequest(runner="command", command=["python", "train.py"], args={"lr": 0.1})
+    check_request(request.model_dump(exclude={"overrides"}), to_overrides(request))
+    for override in ("runner.workdir=/etc", "runner.code=abc", "runner.workdir_max_mb=1"):
+        with pytest.raises(Refused, match="not settable by a request"):
+            check_request({}, [override])
