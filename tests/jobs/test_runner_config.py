@@ -74,10 +74,10 @@ def refused(cli, workdir: Path, *overrides: str) -> str:
                 *SCRIPT,
                 *P5,
                 *CLUSTER,
-                "job.allowed_images=[123456789012.dkr.ecr.us-east-1.amazonaws.com/ours]",
+                "cluster.approved_images=[123456789012.dkr.ecr.us-east-1.amazonaws.com/ours]",
             ],
             "job.image",
-            "allowed: 123456789012.dkr.ecr.us-east-1.amazonaws.com/ours",
+            "not from an approved registry",
         ),
     ],
 )
