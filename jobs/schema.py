@@ -18,6 +18,7 @@ from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from trainer.config import DataConfig, ModelConfig, TrainerConfig
 from trainer.model.args import ARCH_FIELDS
+from trainer.runners.hf.settings import PeftSettings
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
@@ -95,21 +96,6 @@ class SecretsConfig:
 
 
 @dataclass
-class PeftConfig:
-    """runner=hf: LoRA adapters through peft; off while `r` is 0."""
-
-    r: int = 0
-    """LoRA rank; 0 trains every weight."""
-    alpha: int = 16
-    """LoRA scaling numerator (scale = alpha / r)."""
-    dropout: float = 0.0
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
-    """Module names (suffixes) that get adapters."""
-
-
-@dataclass
 class RunnerConfig:
     """What runs in every process of the job (the `runner` group). Which keys belong to which
     runner is `jobs.runner.RUNNER_KEYS`; a key set for another runner is refused."""
@@ -132,7 +118,7 @@ class RunnerConfig:
     """command: refuse a packed workdir larger than this many MiB (compressed)."""
     code: str | None = None
     """Set by the launcher, never by hand: sha256 of the packed workdir (the run record)."""
-    peft: PeftConfig = field(default_factory=PeftConfig)
+    peft: PeftSettings = field(default_factory=PeftSettings)
     """hf: optional LoRA."""
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
+from tests.jobs.test_local_recovery import finished, wait_until
 from tests.procs import processes
 
 DDP_SCRIPT = textwrap.dedent(
@@ -103,18 +103,6 @@ def command_job(workdir: Path, project: Path, run_id: str, *extra: str):
         *extra,
     ]
     return materialize(compose(overrides), now=datetime.now(UTC), git_sha=None)
-
-
-def wait_until(condition, what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def finished(backend: LocalBackend, run_id: str):
-    wait_until(lambda: backend.status(run_id).finished, f"{run_id} to finish")
-    return backend.status(run_id)
 
 
 def output_of(run_dir: Path) -> str:

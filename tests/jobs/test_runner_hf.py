@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
 from tests.hf.models import build_llama, build_qwen3
 from tests.hf.test_hf_finetune_export import word_corpus
+from tests.jobs.test_local_recovery import wait_until
 from tests.procs import processes
 from trainer.faults import STEP_DELAY_ENV
 from trainer.runners.hf.settings import training_arguments
@@ -48,13 +48,6 @@ def hf_job(workdir: Path, source: Path, run_id: str, *extra: str):
         *extra,
     ]
     return materialize(compose(overrides), now=datetime.now(UTC), git_sha=None)
-
-
-def wait_until(condition, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def hf_ranks(run_id: str) -> dict[int, int]:

@@ -12,14 +12,17 @@ from trainer.errors import ConfigError
 
 @dataclass
 class PeftSettings:
-    """`runner.peft` (jobs/schema.py PeftConfig): LoRA while r > 0."""
+    """`runner.peft` (the job schema uses this class): LoRA adapters through peft, while r > 0."""
 
     r: int = 0
+    """LoRA rank; 0 trains every weight."""
     alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
     dropout: float = 0.0
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
     )
+    """Module names (suffixes) that get adapters."""
 
 
 def grad_accum_steps(cfg: TrainerJobConfig, world: int) -> int:
