@@ -38,6 +38,7 @@ from jobs.spec import POD_CONFIG_PATH
 
 REQUEST_FILE = "job/request.json"
 CONFIG_FILE = "job/config.yaml"
+LAUNCH_FILE = "job/launch.yaml"
 LOCAL_STATE_ROOT = "runs"
 """Where state lives when the run dir itself is remote (storage.root=s3://...)."""
 
@@ -51,6 +52,13 @@ class LocalRequest:
     state_dir: str
     """Local directory holding job/ (the run dir, or runs/<run_id> for a remote run dir)."""
     config_text: str
+
+
+def launch_record(job: MaterializedJob) -> str:
+    """The whole composed job, as a relaunch of the run reads it back (jobs/relaunch.py)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(job.cfg, resolve=True)
 
 
 def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
@@ -101,8 +109,10 @@ class LocalBackend:
                 f"run_id: {job.run_id} is already running (pid {previous.get('pid')}); "
                 "cancel it or choose another run_id"
             )
-        (state_dir / "job").mkdir(parents=True, exist_ok=True)
-        (state_dir / CONFIG_FILE).write_text(request.config_text)
+        # The run's record (jobs/relaunch.py): written only now that the job validated, and
+        # atomically, so a launch that fails leaves the previous one whole.
+        run_state.write_atomic(state_dir / CONFIG_FILE, request.config_text)
+        run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
         (state_dir / REQUEST_FILE).write_text(
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
