@@ -11,7 +11,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from jobs.backends.base import STATES, BackendError, RunStatus
+from jobs.backends.base import RENDERED, STATES, BackendError, RunStatus
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail
 
 
@@ -78,5 +78,7 @@ def run(args: argparse.Namespace) -> int:
     Console(width=160).print(table(runs, datetime.now(UTC)))
     if args.sweep:
         done = sum(r.finished for r in runs)
-        print(f"sweep {args.sweep}: {done}/{len(runs)} finished")
+        rendered = sum(r.state == RENDERED for r in runs)
+        also = f", {rendered} rendered (written, not run)" if rendered else ""
+        print(f"sweep {args.sweep}: {done}/{len(runs)} finished{also}")
     return 1 if failed and not runs else 0

@@ -1,0 +1,37 @@
+"""Render runs: the launch says where the manifests went, `runs`/`status` list them as
+rendered, and the same config renders byte-identical files."""
+
+from __future__ import annotations
+
+from tests.jobs.conftest import CLUSTER
+
+P5X2 = ["compute=p5.48xlarge", "compute.nodes=2", *CLUSTER]
+
+
+def test_a_render_says_where_and_is_listed_as_rendered(cli, workdir):
+    result = cli("launch", *P5X2, "run_id=p5x2")
+    assert result.code == 0, result.err
+    assert "rendered to runs/p5x2/manifests.yaml" in result.out
+    assert "scheduled" not in result.out
+    assert (workdir / "runs" / "p5x2" / "manifests.yaml").is_file()
+
+    status = cli("status", "p5x2")
+    assert status.code == 0, status.err
+    assert "state      rendered" in status.out and "backend    render" in status.out
+
+    runs = cli("runs")
+    assert runs.code == 0, runs.err
+    row = next(line for line in runs.out.splitlines() if line.split()[:1] == ["p5x2"])
+    assert row.split()[2:4] == ["render", "rendered"]
+    assert cli("runs", "--state", "rendered").out.count("p5x2") == 1
+
+    cancel = cli("cancel", "p5x2")
+    assert cancel.code == 0 and "nothing to cancel" in cancel.out
+
+
+def test_runs_sweep_counts_rendered_points(cli, workdir):
+    result = cli("launch", "-m", "trainer.lr=1e-4,3e-4", *P5X2, "sweep_id=lrsweep")
+    assert result.code == 0, result.err
+    runs = cli("runs", "--sweep", "lrsweep")
+    assert runs.code == 0, runs.err
+    assert "sweep lrsweep: 0/2 finished, 2 rendered (written, not run)" in runs.out
