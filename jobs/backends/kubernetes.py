@@ -61,6 +61,19 @@ class ClusterSettings:
     """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
 
 
+CREATED_AT = f"{LABEL_PREFIX}/created-at"
+
+
+def stamped(manifests: list[dict], now: datetime) -> list[dict]:
+    """`manifests` with the submit time on the PyTorchJob (renders carry none: the same
+    config renders the same bytes)."""
+    for manifest in manifests:
+        if manifest.get("kind") == "PyTorchJob":
+            annotations = manifest["metadata"].setdefault("annotations", {})
+            annotations[CREATED_AT] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return manifests
+
+
 class KubernetesBackend:
     name = "kubernetes"
     restart_backoff_s = 30.0
@@ -123,7 +136,7 @@ class KubernetesBackend:
         job: MaterializedJob = dryrun.job
         if self.run_preflight:
             self.preflight(job)
-        manifests = pin_images(dryrun.request)
+        manifests = stamped(pin_images(dryrun.request), datetime.now(UTC))
         submission = submit(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))

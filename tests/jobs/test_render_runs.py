@@ -35,3 +35,26 @@ def test_runs_sweep_counts_rendered_points(cli, workdir):
     runs = cli("runs", "--sweep", "lrsweep")
     assert runs.code == 0, runs.err
     assert "sweep lrsweep: 0/2 finished, 2 rendered (written, not run)" in runs.out
+
+
+def test_the_same_config_renders_byte_identical_files(cli, workdir, monkeypatch):
+    """No clock in a render; an ECR tag that cannot be resolved from here (no credentials in
+    the suite) is kept, and the render says so in one line."""
+    from jobs.backends import render
+
+    monkeypatch.setattr(render, "_PINNED", {})
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    path = workdir / "runs" / "same" / "manifests.yaml"
+    first = cli("launch", *P5X2, "run_id=same")
+    assert first.code == 0, first.err
+    assert first.err.count("kept as its tag, not pinned to a digest") == 1, first.err
+    rendered = path.read_bytes()
+    assert b"created-at" not in rendered and b"trainer:v1" in rendered
+    monkeypatch.setattr(render, "_PINNED", {})
+    again = cli("launch", *P5X2, "run_id=same")
+    assert again.code == 0, again.err
+    assert path.read_bytes() == rendered
