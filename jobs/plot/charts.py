@@ -25,6 +25,8 @@ class Chart:
     y_label: str
     ys: tuple[tuple[str, str], ...]
     """(record key, series name); evaluation series are drawn dashed."""
+    optional: bool = False
+    """Left out when no run has a point (MFU: null without a known device peak, as on CPU)."""
 
 
 CHARTS = (
@@ -45,7 +47,7 @@ CHARTS = (
         "tokens/s",
         (("throughput/tokens_per_s", "tokens/s"),),
     ),
-    Chart("mfu", "MFU", "step", "step", "MFU (%)", (("mfu/percent", "MFU"),)),
+    Chart("mfu", "MFU", "step", "step", "MFU (%)", (("mfu/percent", "MFU"),), optional=True),
     Chart(
         "memory",
         "peak memory",
@@ -137,7 +139,8 @@ def run_colors(runs: list[RunMetrics], sweep: bool) -> dict[str, tuple[str, str]
 
 def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
     """{"runs": [{run_id, label, color, points}], "charts": [{id, title, x_label, y_label,
-    series: [{run_id, label, color, dash, x, y}]}]}; series with no point are left out."""
+    series: [{run_id, label, color, dash, x, y}]}]}; series with no point are left out, and
+    optional charts without any series."""
     colors = run_colors(runs, sweep)
     charts = []
     for chart in CHARTS:
@@ -163,6 +166,8 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                             "y": [p[1] for p in points],
                         }
                     )
+        if chart.optional and not series:
+            continue
         charts.append(
             {
                 "id": chart.id,
