@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobs.backends import run_state
@@ -126,6 +126,7 @@ class LocalBackend:
                 "backend": self.name,
                 "state": PENDING,
                 "nodes": 1,
+                "ranks": job.spec.nproc_per_node,
                 "run_dir": job.spec.run_dir,
                 "command": request.argv,
                 "attempt": attempt,
@@ -207,7 +208,19 @@ class LocalBackend:
 def _status(state_dir: Path, state: dict) -> RunStatus:
     if state.get("state") in (PENDING, RUNNING) and not _alive(state):
         state = {**state, "state": FAILED, "message": "launcher process vanished"}
-    return run_state.to_status(state_dir, state)
+    return replace(run_state.to_status(state_dir, state), log_ranks=_ranks(state_dir, state))
+
+
+def _ranks(state_dir: Path, state: dict) -> int | None:
+    """The run's processes: state.json's `ranks`, or (runs started before it was recorded)
+    the request's PET_NPROC_PER_NODE; None when neither says."""
+    if "ranks" in state:
+        return int(state["ranks"])
+    try:
+        request = json.loads((state_dir / REQUEST_FILE).read_text())
+        return int(request["env"]["PET_NPROC_PER_NODE"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_from(path: Path, offset: int) -> bytes:

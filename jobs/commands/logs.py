@@ -18,7 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        backend, _ = find_run(backends_for(args), args.run_id)
+        backend, status = find_run(backends_for(args), args.run_id)
+        ranks = status.nodes if status.log_ranks is None else status.log_ranks
+        if not 0 <= args.rank < ranks:
+            return fail("logs", f"--rank {args.rank}: run {args.run_id} has ranks 0-{ranks - 1}", 2)
         for line in backend.logs(args.run_id, rank=args.rank, follow=args.follow):
             print(line, flush=True)
     except BackendError as err:
