@@ -68,3 +68,32 @@ def test_every_missing_model_key_is_named_in_one_message():
         "needs them set; a model option states every architecture key"
     )
     assert "\n" not in message and raised.value.key == "model.dim"
+
+
+def test_the_plan_names_a_resized_preset_as_modified():
+    from tests.jobs.conftest import build
+
+    assert build(["model.dim=384", "model.n_layers=2"]).plan.model == (
+        "tiny (modified: dim, n_layers)"
+    )
+    assert "model    tiny (modified: dim)," in str(build(["model.dim=384"]).plan)
+    # Every shipped preset option states its preset's numbers: named plainly.
+    for option in ("tiny", "llama3_1b"):
+        assert build([f"model={option}"]).plan.model == option
+    # The run id and the manifests keep the plain name.
+    assert build(["model.dim=384"], run_id=None).run_id.startswith("tiny-")
+
+
+def test_the_default_job_on_two_p5_nodes_warns_about_the_sample_corpus_and_byte_tokenizer():
+    from tests.jobs.conftest import CLUSTER, OWN_DATA, build
+
+    p5x2 = ["compute=p5.48xlarge", "compute.nodes=2", *CLUSTER]
+    (warning,) = [w for w in build(p5x2).plan.warnings if "bundled sample" in w]
+    assert warning.startswith(
+        "data.path=data/sample/train.jsonl is the bundled sample corpus (a few MB) and the "
+        "tokenizer is the byte tokenizer (data.tokenizer=byte or null): on 2 x p5.48xlarge"
+    )
+    assert f"warning  {warning}" in str(build(p5x2).plan)
+    own = build([*p5x2, *OWN_DATA]).plan.warnings
+    assert not [w for w in own if "demo" in w]
+    assert not [w for w in build([]).plan.warnings if "demo" in w]  # the CPU demo itself
