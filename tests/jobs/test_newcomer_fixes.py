@@ -97,3 +97,15 @@ def test_the_default_job_on_two_p5_nodes_warns_about_the_sample_corpus_and_byte_
     own = build([*p5x2, *OWN_DATA]).plan.warnings
     assert not [w for w in own if "demo" in w]
     assert not [w for w in build([]).plan.warnings if "demo" in w]  # the CPU demo itself
+
+
+def test_own_jsonl_without_a_tokenizer_names_the_choices(cli, workdir):
+    (workdir / "my.jsonl").write_text('{"text": "hello"}\n')
+    result = cli("launch", "data=jsonl", "data.path=my.jsonl")
+    assert result.code == 2 and result.err.count("\n") == 1
+    assert result.err.startswith("trainstack launch: data.tokenizer: Missing mandatory value")
+    for choice in ("data.tokenizer=byte", "tokenizer directory", "model.init_from"):
+        assert choice in result.err, choice
+    assert sorted(p.name for p in workdir.iterdir()) == ["my.jsonl"]  # nothing written
+    ran = cli("launch", "--dryrun", "data=jsonl", "data.path=my.jsonl", "data.tokenizer=byte")
+    assert ran.code == 0, ran.err
