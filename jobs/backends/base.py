@@ -77,6 +77,8 @@ class RunStatus:
     log_ranks: int | None = None
     """How many ranks `logs --rank` can show (0..log_ranks-1); None: one per node (the
     cluster's pods)."""
+    owner: str | None = None
+    """Who launched it (`job.owner`, the `trainstack.io/owner` label); None: not recorded."""
 
     @property
     def finished(self) -> bool:
