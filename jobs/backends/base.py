@@ -75,8 +75,8 @@ class RunStatus:
     run_dir: str | None = None
     """Where the run's checkpoints and logs/metrics.jsonl live (path or s3:// URI)."""
     log_ranks: int | None = None
-    """How many ranks `logs --rank` can show (0..log_ranks-1); None: one per node (the
-    cluster's pods)."""
+    """How many ranks `logs --rank` can show (0..log_ranks-1): a local run's processes, a
+    cluster run's pods; None: not known (a run recorded before it was)."""
     owner: str | None = None
     """Who launched it (`job.owner`, the `trainstack.io/owner` label); None: not recorded."""
 

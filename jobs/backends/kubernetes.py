@@ -351,12 +351,14 @@ def to_status(job: dict) -> RunStatus:
     run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
     step, loss = run_state.last_metrics(run_dir)
     message = k8s_state.failure_message(job) if state == FAILED else ""
+    nodes = sum(int(r.get("replicas", 0)) for r in replicas.values())
     return RunStatus(
         run_id=meta["name"],
         state=state,
         backend="kubernetes",
         sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
-        nodes=sum(int(r.get("replicas", 0)) for r in replicas.values()),
+        nodes=nodes,
+        log_ranks=nodes,  # `logs --rank N`: node rank N's pod
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
         finished_at=status.get("completionTime"),
         last_step=step,
