@@ -7,7 +7,6 @@ is read: the same config renders byte-identical files (GitOps diffs)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def digest_or_tag(image: str) -> str:
         print(
             f"render: job.image {image}: kept as its tag, not pinned to a digest ({reason}); "
             "backend=kubernetes pins it at submit",
-            file=sys.stderr,
+            flush=True,  # stdout, with the plan's warnings: a note, not an error
         )
         _PINNED[image] = image
     return _PINNED[image]

@@ -51,7 +51,8 @@ def test_the_same_config_renders_byte_identical_files(cli, workdir, monkeypatch)
     path = workdir / "runs" / "same" / "manifests.yaml"
     first = cli("launch", *P5X2, "run_id=same")
     assert first.code == 0, first.err
-    assert first.err.count("kept as its tag, not pinned to a digest") == 1, first.err
+    assert first.out.count("kept as its tag, not pinned to a digest") == 1, first.out
+    assert first.err == ""
     rendered = path.read_bytes()
     assert b"created-at" not in rendered and b"trainer:v1" in rendered
     monkeypatch.setattr(render, "_PINNED", {})
