@@ -107,18 +107,28 @@ def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def typed_keys(overrides: list[str]) -> list[str]:
-    """The config keys the command line set; a group (`model=tiny`) is its section, a group of
-    the global package (`experiment=...`, `stack=...`) the whole config ("")."""
+def typed_scopes(overrides: list[str], composed: dict[str, Any]) -> list[str]:
+    """The config keys the command line set (`composed`: the composed config's leaves): a
+    key, or a section for a group (`model=tiny`); for a group of the global package
+    (`experiment=...`, `stack=...`) the keys its option sets, found by composing without it.
+    Hydra's own (`hydra/...`) set nothing of the job."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
 
-    keys = []
-    for override in OverridesParser.create().parse_overrides(overrides):
+    from jobs.compose import compose
+
+    scopes: list[str] = []
+    for index, override in enumerate(OverridesParser.create().parse_overrides(overrides)):
         key = override.key_or_group
-        if override.package not in (None, ""):
-            key = f"{override.package}.{key}" if override.package != "_global_" else ""
-        keys.append(key)
-    return keys
+        if key in IGNORED_KEYS or key.split("/")[0].split(".")[0] == "hydra":
+            continue
+        if any(leaf == key or leaf.startswith(f"{key}.") for leaf in composed):
+            scopes.append(key)
+            continue
+        others = overrides[:index] + overrides[index + 1 :]
+        without = leaves(OmegaConf.to_container(compose(others), resolve=False))
+        scopes += [k for k, v in composed.items() if without.get(k, ABSENT) != v]
+    return scopes
 
 
 def leaves(value: Any, key: str = "") -> dict[str, Any]:
@@ -144,13 +154,13 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     if found is None:
         return cfg, None
     where, record = found
-    composed = OmegaConf.to_container(cfg, resolve=False)
-    scopes = [k for k in typed_keys(overrides) if k not in IGNORED_KEYS]
+    composed = leaves(OmegaConf.to_container(cfg, resolve=False))
+    scopes = typed_scopes(overrides, composed)
     merged = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
-    for key, value in leaves(composed).items():
+    for key, value in composed.items():
         if key in IGNORED_KEYS or key.split(".")[0] not in record:
             continue
-        if not any(s == "" or key == s or key.startswith(f"{s}.") for s in scopes):
+        if not any(key == s or key.startswith(f"{s}.") for s in scopes):
             continue
         before = lookup(record, key)
         if before is ABSENT or before == value:

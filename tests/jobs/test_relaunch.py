@@ -11,6 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from jobs.compose import compose
+from jobs.errors import JobConfigError
 from jobs.relaunch import MUTABLE_KEYS, mutable, relaunch_config
 from tests.jobs.conftest import SAMPLE_DATA
 from tests.jobs.test_launch_local import logged_steps
@@ -94,3 +95,19 @@ def test_mutable_keys_are_steps_intervals_and_loggers_never_model_data_or_layout
     for key in ("model.dim", "data.path", "trainer.lr", "compute.nodes", "storage.root", "seed"):
         assert not mutable(key), key
     assert len(set(MUTABLE_KEYS)) == len(MUTABLE_KEYS)
+
+
+def test_a_global_group_on_a_relaunch_changes_only_the_keys_its_option_sets(workdir):
+    """`experiment=smoke` again on a smoke run keeps the run's own model; on another run it
+    is refused at the first key it would change that a relaunch may not."""
+    for run_id, launched in (("r1", []), ("r3", ["experiment=smoke"])):
+        record = compose([*launched, "model.dim=128", f"run_id={run_id}"])
+        state = workdir / "runs" / run_id / "job"
+        state.mkdir(parents=True)
+        (state / "launch.yaml").write_text(OmegaConf.to_yaml(record))
+    typed = ["run_id=r3", "experiment=smoke", "trainer.max_steps=30"]
+    cfg, _ = relaunch_config(compose(typed), typed)
+    assert (cfg.model.dim, cfg.trainer.max_steps, cfg.trainer.warmup_steps) == (128, 30, 4)
+    typed = ["run_id=r1", "experiment=smoke"]
+    with pytest.raises(JobConfigError, match=r"^trainer\.warmup_steps: run r1 was launched"):
+        relaunch_config(compose(typed), typed)
