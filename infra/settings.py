@@ -115,6 +115,11 @@ class TrainingApiConfig:
     replicas: int = 2
     internal_load_balancer: bool = False
     """An internal NLB in front of the service (else ClusterIP only)."""
+    certificate_arn: str | None = None
+    """ACM certificate the internal NLB serves TLS with (the pod speaks HTTP behind it)."""
+    tls_secret_name: str | None = None
+    """A kubernetes.io/tls Secret in the namespace (e.g. cert-manager's): mounted, and the pod
+    serves HTTPS itself (end to end, also inside the cluster). One of the two is required."""
     cpu: str = "500m"
     memory: str = "1Gi"
 
