@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer.config import CHOICES, TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import resolve_init_from_args
-from trainer.model.args import MODEL_PRESETS, ModelArgs, model_args_from_config
+from trainer.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config
 
 
 def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:
@@ -279,10 +279,14 @@ def check_data_sources(data: Any) -> None:
 
 
 def _check_model(args: ModelArgs) -> None:
-    if args.dim % args.n_heads or args.head_dim % 2:
+    problem = family_problem(args)
+    if problem:
+        raise ConfigError(problem)
+    floored = args.dim % args.n_heads and args.head_dim == args.dim // args.n_heads
+    if args.head_dim % 2 or floored:  # type: ignore[operator]
         raise ConfigError(
             f"model.dim: {args.dim} must be a multiple of model.n_heads ({args.n_heads}) "
-            "with an even head dimension (RoPE rotates pairs)"
+            "with an even head dimension (RoPE rotates pairs), or model.head_dim set even"
         )
     if args.n_heads % args.n_kv_heads:
         raise ConfigError(

@@ -57,6 +57,57 @@ def build_llama(
     return out
 
 
+def build_family(
+    out: Path,
+    family: str,
+    *,
+    tied: bool,
+    seed: int = 0,
+    max_shard_size: str = "60KB",
+    **extra,
+) -> Path:
+    """A random checkpoint of `family` (qwen2, qwen3, mistral; llama: `build_llama`) with GQA
+    (4 heads over 2 KV heads), saved sharded with a tokenizer. qwen3's head_dim (24) is not
+    hidden / heads (16); `extra` goes to the config (e.g. mistral's sliding_window)."""
+    import transformers
+
+    config_class, model_class = {
+        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+        "mistral": ("MistralConfig", "MistralForCausalLM"),
+    }[family]
+    sizes = {"head_dim": 24} if family == "qwen3" else {}
+    if family == "mistral":
+        extra.setdefault("sliding_window", None)
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=97,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rope_theta=50_000.0,
+        tie_word_embeddings=tied,
+        rms_norm_eps=1e-6,
+        bos_token_id=1,
+        eos_token_id=2,
+        **sizes,
+        **extra,
+    )
+    model = getattr(transformers, model_class)(config)
+    with torch.no_grad():  # distinct norms and nonzero biases, so a swapped one shows
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(1 + 0.1 * torch.randn_like(param))
+            elif name.endswith(".bias"):
+                param.copy_(0.1 * torch.randn_like(param))
+    model.save_pretrained(out, max_shard_size=max_shard_size)
+    write_tokenizer(out, VOCAB - 40)
+    return out
+
+
 def write_tokenizer(out: Path, size: int) -> None:
     """A word-level tokenizer.json of `size` entries, with its tokenizer_config.json."""
     from tokenizers import Tokenizer, models, pre_tokenizers

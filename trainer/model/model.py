@@ -1,4 +1,6 @@
-"""Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention.
+"""Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention, with
+the traits other families switch on in `ModelArgs` (q/k/v biases, per-head q/k RMSNorm, a
+sliding attention window); each family's names and sizes are in `trainer.model.families`.
 
 Built on the meta device (no memory) and materialized after sharding: `parallelize` shards it,
 `to_empty` allocates the local shards, then `init_weights(seed)` fills them. Each parameter's
@@ -81,6 +83,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def attention_mask(
+    seq: int, documents: torch.Tensor | None, window: int | None, device: torch.device
+) -> torch.Tensor | None:
+    """The SDPA mask for causal attention within documents and a sliding window, or None
+    when plain causal attention (SDPA's `is_causal`) is exactly it."""
+    windowed = window is not None and seq > window
+    if documents is None and not windowed:
+        return None
+    if documents is not None:
+        mask = document_causal_mask(documents)
+    else:
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()[None, None]
+    if windowed:
+        # Query i sees keys i-window+1..i, as transformers' sliding-window mask does.
+        band = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(-(window - 1))
+        mask = mask & band
+    return mask
+
+
 def document_causal_mask(documents: torch.Tensor) -> torch.Tensor:
     """(batch, 1, seq, seq) bool for SDPA: query i sees key j <= i of the same document.
 
@@ -98,10 +119,14 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
-        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
-        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
-        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
-        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        self.wq = nn.Linear(args.dim, args.q_dim, bias=args.qkv_bias)
+        self.wk = nn.Linear(args.dim, args.kv_dim, bias=args.qkv_bias)
+        self.wv = nn.Linear(args.dim, args.kv_dim, bias=args.qkv_bias)
+        self.wo = nn.Linear(args.q_dim, args.dim, bias=False)
+        if args.qk_norm:
+            self.q_norm = RMSNorm(args.head_dim, args.norm_eps)
+            self.k_norm = RMSNorm(args.head_dim, args.norm_eps)
+        self.qk_norm = args.qk_norm
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None
@@ -110,6 +135,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(bsz, seq, self.n_heads, self.head_dim)
         k = self.wk(x).view(bsz, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(bsz, seq, self.n_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2),
@@ -175,7 +202,7 @@ class Transformer(nn.Module):
         cos, sin = self.rope_cos, self.rope_sin
         if positions is not None:
             cos, sin = cos[positions], sin[positions]
-        mask = None if documents is None else document_causal_mask(documents)
+        mask = attention_mask(tokens.shape[1], documents, self.args.sliding_window, tokens.device)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h, cos, sin, mask)
@@ -212,6 +239,8 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         if name.endswith("norm.weight"):
             return torch.ones(shape, device=device)
+        if name.endswith(".bias"):
+            return torch.zeros(shape, device=device)
         std = INIT_STD
         if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
             # Residual-branch outputs: scaled so the residual stream's variance stays flat.
