@@ -26,6 +26,21 @@ class MaterializedJob:
         return self.spec.name
 
 
+def default_tokenizer_to_checkpoint(cfg: Any) -> None:
+    """With model.init_from set, a data option leaving data.tokenizer mandatory (`data=jsonl`)
+    takes the checkpoint's own tokenizer (null: the trainer reads init_from's files), as every
+    other data option does."""
+    from omegaconf import OmegaConf
+
+    from jobs.schema import REQUIRED
+
+    model, data = cfg.model, cfg.data
+    init_from = None if OmegaConf.is_missing(model, "init_from") else model._get_node("init_from")
+    given = init_from is not None and init_from._value() not in (None, REQUIRED)
+    if given and OmegaConf.is_missing(data, "tokenizer"):
+        data.tokenizer = None
+
+
 def materialize(
     cfg: Any,
     *,
@@ -47,6 +62,7 @@ def materialize(
     with open_dict(cfg):
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
+    default_tokenizer_to_checkpoint(cfg)
     trainer_plan = validate_job(cfg, git_sha=git_sha)
     if run_id is None:  # named after validation: the name reads the model's keys
         run_id = new_run_id(model_label(cfg), now)
