@@ -105,7 +105,8 @@ def test_what_no_family_reproduces_is_one_line_naming_runner_hf(case: str):
 
 def test_family_traits_come_from_config_json():
     qwen3 = model_args_from_hf({**BASE, "model_type": "qwen3", "head_dim": 24}, "/q3")
-    assert (qwen3.family, qwen3.head_dim, qwen3.qk_norm, qwen3.qkv_bias) == ("qwen3", 24, True, False)
+    traits = (qwen3.family, qwen3.head_dim, qwen3.qk_norm, qwen3.qkv_bias)
+    assert traits == ("qwen3", 24, True, False)
     qwen2 = model_args_from_hf({**BASE, "model_type": "qwen2", "sliding_window": 4096}, "/q2")
     assert (qwen2.qkv_bias, qwen2.sliding_window, qwen2.head_dim) == (True, None, 16)
     mistral = model_args_from_hf({**BASE, "model_type": "mistral", "sliding_window": 4096}, "/m")

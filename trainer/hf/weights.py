@@ -1,4 +1,5 @@
-"""Hugging Face tensors (each family's names: `trainer.model.families`) <-> the trainer's parameters, and loading them into FSDP2 shards.
+"""Hugging Face tensors <-> the trainer's parameters, and loading them into FSDP2 shards.
+Each family's tensor names are in `trainer.model.families`.
 
 Names: `hf_name` is the one mapping both ways (load and export use it). No q/k permutation is
 needed anywhere: `trainer.model.model.apply_rope` rotates the two halves of each head, which

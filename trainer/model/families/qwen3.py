@@ -45,9 +45,8 @@ PRESETS = {
     ),
     # Qwen/Qwen3-8B: 8.19B parameters.
     "qwen3_8b": _qwen3(
-        dim=4096, n_layers=36, n_heads=32, n_kv_heads=8, ffn_hidden_dim=12_288,
-        tie_embeddings=False,
-    ),  # fmt: skip
+        dim=4096, n_layers=36, n_heads=32, n_kv_heads=8, ffn_hidden_dim=12_288, tie_embeddings=False
+    ),
 }
 
 FAMILY = Family(
