@@ -49,6 +49,22 @@ class RopeScalingConfig:
 
 
 @dataclass
+class LoraConfig:
+    """Low-rank adapters over a frozen `model.init_from` (peft's LoRA): only they train, and
+    the checkpoints hold only them and their optimizer state."""
+
+    rank: int = 0
+    """Rank of each adapter; 0: off (a full fine-tune)."""
+    alpha: float = 16.0
+    """The adapters' output is scaled by alpha / rank (peft's `lora_alpha`)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input during training, in [0, 1)."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Hugging Face module names adapted in every block: q_proj, k_proj, v_proj, o_proj,
+    gate_proj, up_proj, down_proj (peft's `target_modules`)."""
+
+
+@dataclass
 class ModelConfig:
     """The architecture. Each `jobs/conf/model/<option>.yaml` states every field, so a run's
     config.yaml describes its model without the code; a field left null takes the value of
@@ -99,6 +115,8 @@ class ModelConfig:
     """RMSNorm over each query and key head before RoPE (Qwen3)."""
     sliding_window: int | None = None
     """A query attends to at most this many keys, itself included (Mistral v0.1); null: all."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA fine-tuning (off unless `lora.rank` > 0)."""
 
 
 @dataclass

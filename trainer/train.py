@@ -34,6 +34,7 @@ from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
 from trainer.mfu import device_peak_flops, mfu_percent
+from trainer.model.lora import add_lora
 from trainer.model.model import Transformer
 from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
 from trainer.parallelize import parallelize
@@ -67,6 +68,9 @@ def run(cfg: TrainerJobConfig) -> int:
         torch.manual_seed(cfg.seed)
         with torch.device("meta"):
             model = Transformer(plan.model)
+        lora = cfg.model.lora
+        if lora.rank:
+            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
         parallelize(
             model,
             env.mesh,
@@ -116,13 +120,16 @@ def _initialize(
     checkpointer: Checkpointer,
 ) -> str | None:
     """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
-    yet (a resumed run loads its own checkpoint later), else seeded random ones."""
-    source = cfg.model.init_from
-    if source is None or checkpointer.has_committed():
+    yet (a resumed run loads its own checkpoint later), else seeded random ones. A LoRA run's
+    checkpoints hold only its adapters: its frozen base is always init_from's."""
+    source, lora = cfg.model.init_from, bool(cfg.model.lora.rank)
+    if source is None or (checkpointer.has_committed() and not lora):
         model.init_weights(cfg.seed)
         return None
     started = time.perf_counter()
     read = load_init_from(model, source, plan.model, env)
+    if lora:
+        model.init_weights(cfg.seed, adapters_only=True)
     model.init_rope()
     took = time.perf_counter() - started
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"

@@ -82,7 +82,7 @@ CASES = {
             s, model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=True
         ),
         [],
-        "use_sliding_window=True",
+        "use_sliding_window=true",
     ),
     "truncated header": (truncate_header, [], "not a readable safetensors file"),
     "corrupt header": (corrupt_header, [], "not a readable safetensors file"),

@@ -205,6 +205,8 @@ def _by_file(
 ) -> dict[str, list[tuple[str, nn.Parameter]]]:
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {}
     for name, param in model.named_parameters():
+        if ".lora_" in name:
+            continue  # LoRA adapters: not in the base checkpoint
         groups.setdefault(available[hf_name(name)], []).append((name, param))
     return groups
 

@@ -20,6 +20,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from trainer.model.args import ModelArgs, RopeScaling
+from trainer.model.lora import adapter_initial_value, is_adapter
 
 INIT_STD = 0.02
 # Wrappers that parallelize() may insert into parameter names; init keys on the plain name.
@@ -209,13 +210,16 @@ class Transformer(nn.Module):
         return self.output(self.norm(h))
 
     @torch.no_grad()
-    def init_weights(self, seed: int) -> None:
-        """Fill every parameter (and the RoPE tables) deterministically from `seed`."""
+    def init_weights(self, seed: int, *, adapters_only: bool = False) -> None:
+        """Fill every parameter (and the RoPE tables) deterministically from `seed`;
+        `adapters_only`: just the LoRA adapters (over a base loaded from a checkpoint)."""
         if self.args.tie_embeddings and self.output.weight is not self.tok_embeddings.weight:
             # A plain `to_empty()` (no FSDP) gives each module its own new tensor: re-tie.
             self.output.weight = self.tok_embeddings.weight
         for name, param in self.named_parameters():
             name = plain_name(name)
+            if adapters_only and not is_adapter(name):
+                continue
             full = self._initial_value(name, tuple(param.shape), param.device, seed)
             if isinstance(param, DTensor):
                 # Every rank draws the same full tensor, so no communication is needed.
@@ -241,10 +245,12 @@ class Transformer(nn.Module):
             return torch.ones(shape, device=device)
         if name.endswith(".bias"):
             return torch.zeros(shape, device=device)
+        generator = torch.Generator(device=device)
+        generator.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+        if is_adapter(name):
+            return adapter_initial_value(name, shape, generator, device)
         std = INIT_STD
         if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
             # Residual-branch outputs: scaled so the residual stream's variance stays flat.
             std = INIT_STD / math.sqrt(2 * self.args.n_layers)
-        generator = torch.Generator(device=device)
-        generator.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
         return torch.randn(shape, generator=generator, device=device) * std

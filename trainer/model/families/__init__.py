@@ -14,5 +14,20 @@ LAYER_TENSORS: dict[str, str] = {
     k: v for f in FAMILIES.values() for k, v in f.layer_tensors.items()
 }
 """Every family's per-block names (they agree where they overlap): trainer suffix -> HF."""
+PROJECTIONS: dict[str, str] = {
+    hf.rsplit(".", 2)[-2]: ours.removesuffix(".weight")
+    for ours, hf in LAYER_TENSORS.items()
+    if hf.endswith("_proj.weight")
+}
+"""Hugging Face projection name (q_proj) -> the trainer's module in a block (attention.wq):
+what `model.lora.targets` names."""
 
-__all__ = ["BY_MODEL_TYPE", "FAMILIES", "LAYER_TENSORS", "PRESETS", "TOP_TENSORS", "Family"]
+__all__ = [
+    "BY_MODEL_TYPE",
+    "FAMILIES",
+    "LAYER_TENSORS",
+    "PRESETS",
+    "PROJECTIONS",
+    "TOP_TENSORS",
+    "Family",
+]

@@ -3,6 +3,7 @@ its tensor names and its named sizes. Pure Python: `jobs` plans runs with it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,5 +61,5 @@ def flag_set(config: dict[str, Any], *keys: str) -> str | None:
     """The first of `keys` set truthy in `config`, as `key=value`, or None."""
     for key in keys:
         if config.get(key):
-            return f"{key}={config[key]}"
+            return f"{key}={json.dumps(config[key])}"
     return None
