@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer
+from trainer.model.model import plain_name
 
 
 @dataclass
@@ -47,6 +48,13 @@ def _options(model: nn.Module) -> StateDictOptions | None:
     return StateDictOptions(ignore_frozen_params=True, strict=False)
 
 
+def trained_only(model: nn.Module, model_sd: dict[str, Any]) -> dict[str, Any]:
+    """`model_sd` without frozen entries: ignore_frozen_params keeps the tied alias of a
+    frozen table (output.weight), which would put the whole embedding in every checkpoint."""
+    trained = {plain_name(n) for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in model_sd.items() if k in trained}
+
+
 def checkpoint_state(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -56,7 +64,10 @@ def checkpoint_state(
     rank: int,
     device: torch.device,
 ) -> dict[str, Any]:
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(model))
+    options = _options(model)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+    if options is not None:
+        model_sd = trained_only(model, model_sd)
     train = {"progress": asdict(progress), "scheduler": scheduler.state_dict()}
     return {
         "model": model_sd,
