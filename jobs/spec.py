@@ -113,6 +113,9 @@ class JobSpec:
     """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
     config_hash: str
     kubernetes_version: str
+    model_cache: tuple[str, str] | None = None
+    """(hf://org/name[@rev], its run storage cache) when a model initializer fills the cache
+    before the trainer starts; the trainer config's init_from is then the cache."""
 
 
 def elastic_of(cfg: Any) -> Elastic | None:
@@ -214,6 +217,14 @@ def torchrun_command(
     )
 
 
+def hub_cache_uri(storage_root: str, source: str) -> str:
+    """Where a cluster run keeps a Hub model: one copy per repo and revision under the storage
+    root, shared by every run that names them."""
+    from trainer.hf.hub import parse_hub
+
+    return f"{storage_root.rstrip('/')}/models/{parse_hub(source).cache_key}"
+
+
 def to_job_spec(
     cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None, now: datetime
 ) -> JobSpec:
@@ -223,6 +234,11 @@ def to_job_spec(
     instance = None if local else get_instance_type(compute.instance_type)
     run_dir = run_dir_for(cfg.storage.root, run_id)
     trainer_cfg = trainer_config(cfg, run_dir)
+    model_cache = None
+    source = cfg.model.init_from
+    if not local and source is not None and source.startswith("hf://"):
+        model_cache = (source, hub_cache_uri(cfg.storage.root, source))
+        trainer_cfg["model"]["init_from"] = model_cache[1]
     digest = config_hash(trainer_cfg)
     grace = cfg.job.termination_grace_period_seconds
     elastic = elastic_of(cfg)
@@ -279,4 +295,5 @@ def to_job_spec(
         trainer_config=trainer_cfg,
         config_hash=digest,
         kubernetes_version=str(cfg.cluster.kubernetes_version),
+        model_cache=model_cache,
     )

@@ -28,6 +28,7 @@ from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
 from trainer.hf.config import read_hf_config
 from trainer.hf.export import export_run
+from trainer.hf.hub import download, is_hub
 from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
 from trainer.job_config import Plan, make_plan, tokenizer_source
 from trainer.loss import loss_sum, step_targets
@@ -49,6 +50,9 @@ from trainer.train_state import Progress, checkpoint_state, restore
 def run(cfg: TrainerJobConfig) -> int:
     # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
     stop = StopSignal()
+    hub_id = cfg.model.init_from if is_hub(cfg.model.init_from) else None
+    if hub_id:  # fetched once into the Hugging Face cache, then read like any directory
+        cfg.model.init_from = download(hub_id)
     init_from = cfg.model.init_from
     hf_config = read_hf_config(init_from) if init_from else None
     plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")), hf_config=hf_config)
@@ -83,6 +87,8 @@ def run(cfg: TrainerJobConfig) -> int:
         # The record states the architecture built, also where the config left it to a
         # preset or to init_from's config.json: the run dir describes its model alone.
         resolved["model"].update(asdict(plan.model))  # type: ignore[index, union-attr]
+        if hub_id:
+            resolved["model"]["init_from"] = hub_id  # type: ignore[index]
         metrics = MetricsLogger(
             storage,
             cfg.trainer.metrics,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import ConfigError
+from trainer.hf.hub import is_hub, read_config_bytes
 from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling, stated_args
 from trainer.model.families import BY_MODEL_TYPE, FAMILIES
 from trainer.storage import StorageError, read_uri_bytes
@@ -47,6 +48,8 @@ def join_uri(base: str, name: str) -> str:
 
 def read_hf_config(source: str) -> dict[str, Any]:
     """The parsed config.json of a Hugging Face directory (local path or s3:// prefix)."""
+    if is_hub(source):
+        return _parse_config(read_config_bytes(source), source)
     uri = join_uri(source, CONFIG_FILE)
     if "://" not in source and not Path(uri).is_file():
         where = "no such directory" if not Path(source).is_dir() else f"no {CONFIG_FILE} in it"
@@ -58,6 +61,10 @@ def read_hf_config(source: str) -> dict[str, Any]:
         raw = read_uri_bytes(uri)
     except StorageError as exc:
         raise ConfigError(f"model.init_from: cannot read {CONFIG_FILE}: {exc}") from None
+    return _parse_config(raw, uri)
+
+
+def _parse_config(raw: bytes, uri: str) -> dict[str, Any]:
     try:
         config = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from trainer.checkpoint import METADATA
 from trainer.errors import ConfigError
 from trainer.hf.dcp_read import CheckpointTensors
+from trainer.hf.hub import download, is_hub
 from trainer.hf.weights import INDEX_FILE, hf_name, weight_map
 from trainer.storage import RunStorage, StorageNotFoundError, open_run_storage
 
@@ -137,6 +138,8 @@ def write_merged(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path,
 
 
 def _local_base(init_from: str, work: Path) -> Path:
+    if is_hub(init_from):
+        return Path(download(init_from))
     if "://" not in init_from:
         if not Path(init_from).is_dir():
             raise ConfigError(f"--merge: the run's base model.init_from {init_from!r} is gone")
