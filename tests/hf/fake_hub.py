@@ -59,7 +59,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if repo is None:
                 self._error(404, "RepoNotFound")
                 return None
-            sha = repo.revisions.get(revision, revision if revision in repo.revisions.values() else None)
+            commits = set(repo.revisions.values())
+            sha = repo.revisions.get(revision, revision if revision in commits else None)
             if sha is None:
                 self._error(404, "RevisionNotFound")
                 return None

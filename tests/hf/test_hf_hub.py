@@ -19,7 +19,8 @@ from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
 from tests.jobs.conftest import CLUSTER, build
 from trainer.errors import ConfigError
 from trainer.hf.hub import parse_hub
-from trainer.hf.hub_cache import MARKER, main as hub_cache
+from trainer.hf.hub_cache import MARKER
+from trainer.hf.hub_cache import main as hub_cache
 
 V1 = "1" * 40
 
