@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobs.cli import main
 from tests.hf.models import assert_close, build_family, build_llama, fixed_batch, hf_logits
 from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
 from tests.hf.test_hf_load import trainer_logits
@@ -84,7 +85,9 @@ def test_lora_run_exports_a_peft_adapter_and_merged_weights(tmp_path, run_traine
     assert_close(adapted, trained)
     assert (hf_logits(source, batch) - adapted).abs().max() > 1e-3  # the adapters trained
 
-    export_run(str(run_dir), str(tmp_path / "merged"), dtype="fp32", merge=True)
+    code = main(["export", str(run_dir), "--to", str(tmp_path / "merged"), "--dtype", "fp32",
+                 "--merge"])  # fmt: skip
+    assert code == 0
     assert_close(hf_logits(tmp_path / "merged", batch), adapted)
 
 
@@ -109,3 +112,26 @@ def test_lora_resume_is_bit_exact(tmp_path, run_trainer):
     a = trainer_logits(tmp_path, 1, "lora", str(source), straight.run_dir, "4")
     b = trainer_logits(tmp_path, 1, "lora", str(source), resumed.run_dir, "4")
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.lora.rank=4"], r"^model\.lora\.rank: LoRA adapts a pretrained model"),
+        (["model.lora.rank=-1"], r"^model\.lora\.rank: -1 is out of range"),
+        (["INIT", "model.lora.rank=4", "model.lora.targets=[qkv]"],
+         r"^model\.lora\.targets: \['qkv'\] is not allowed; allowed: a non-empty list of q_proj"),
+        (["INIT", "model.lora.rank=4", "model.lora.alpha=0"], r"^model\.lora\.alpha: 0"),
+        (["INIT", "model.lora.rank=4", "model.lora.dropout=1"], r"^model\.lora\.dropout: 1"),
+    ],
+)  # fmt: skip
+def test_bad_lora_settings_are_one_line_at_launch(tmp_path, overrides, message):
+    from jobs.validate import JobConfigError
+    from tests.jobs.conftest import build
+
+    source = build_llama(tmp_path / "hf", tied=True)
+    init = ["model=hf", f"model.init_from={source}", "data.tokenizer=byte"]
+    args = [a for o in overrides for a in (init if o == "INIT" else [o])]
+    with pytest.raises(JobConfigError, match=message) as raised:
+        build(args)
+    assert "\n" not in str(raised.value)
