@@ -29,8 +29,8 @@ BIN = Path(sys.executable).parent
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 TINY = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=8,
             num_key_value_heads=4, vocab_size=2048, max_position_embeddings=512)  # fmt: skip
-BATCH, SEQ = 8, 256
-WARMUP, STEPS, ROUNDS = 3, 8, 5
+BATCH, SEQ = 4, 128
+WARMUP, STEPS, ROUNDS = 2, 5, 3
 LORA_MODEL = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                   num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
                   max_position_embeddings=1024)  # fmt: skip
