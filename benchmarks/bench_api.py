@@ -170,6 +170,7 @@ def run() -> dict:
             "--token-hashes",
             str(hashes),
             f"cluster.kubeconfig={kubeconfig}",
+            "cluster.approved_images=[registry.example.com]",  # the benchmark's images
         ]
         log = (tmp_path / "serve.log").open("w")
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)

@@ -5,7 +5,8 @@
 
 Writes `stack/<stack>.yaml` in the user's config dir (jobs/config_path.py: the first entry of
 $TRAINSTACK_CONFIG_PATH, else ~/.config/trainstack; never inside the installed package;
-`# @package _global_`, setting only `cluster.*`,
+`# @package _global_`, setting only `cluster.*` (with `approved_images`/`approved_secrets`
+when the stack exports them: `launch` then checks images and Secrets as the Training API does),
 `job.image_repository`, `job.image` (the deployed digest, when the stack has one) and
 `storage.root`; select it with `trainstack launch stack=<stack>`),
 and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
@@ -42,6 +43,8 @@ REQUIRED_OUTPUTS = (
     "service_account",
     "gpu_node_groups",
 )
+APPROVAL_OUTPUTS = ("approved_images", "approved_secrets")
+"""Optional outputs: `cluster.approved_images`/`approved_secrets`, which `launch` then checks."""
 NODE_GROUP_KEYS = ("name", "instance_type", "min_size", "desired_size", "max_size")
 _STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -78,6 +81,14 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
         if absent:
             raise StackOutputError(f"stack output 'gpu_node_groups[{index}]' lacks {absent[0]!r}")
         node_groups.append({key: group[key] for key in NODE_GROUP_KEYS})
+    approved = {}
+    for key in APPROVAL_OUTPUTS:  # optional: the stack's approved registries and job Secrets
+        value = outputs.get(key)
+        if value is None:
+            continue
+        if not (isinstance(value, list) and all(isinstance(v, str) and v for v in value)):
+            raise StackOutputError(f"stack output {key!r} must be a list of names")
+        approved[key] = list(value)
     return {
         "cluster": {
             "name": outputs["cluster_name"],
@@ -87,6 +98,7 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
             "service_account": outputs["service_account"],
             "kubernetes_version": str(outputs["kubernetes_version"]),
             "node_groups": node_groups,
+            **approved,
         },
         "job": job_image(outputs)
         | ({"queue": outputs["local_queue"]} if outputs.get("local_queue") else {}),

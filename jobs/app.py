@@ -194,7 +194,7 @@ def launch(flags: LaunchFlags, hydra_args: Sequence[str]) -> int:
     from jobs.compose import CONFIG_NAME, HYDRA_VERSION_BASE
     from jobs.errors import one_line
     from jobs.schema import register
-    from jobs.sweep import PREPARED, PointFailed, SweepPointError, SweepSummary
+    from jobs.sweep import PREPARED, PointFailed, SweepPointError, SweepPointsLost, SweepSummary
 
     global FLAGS
     FLAGS = flags
@@ -217,7 +217,7 @@ def launch(flags: LaunchFlags, hydra_args: Sequence[str]) -> int:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except SweepPointError as err:
         return fail(str(err))
-    except PointFailed as err:  # a point failed after the sweep ran (Hydra re-raises it)
+    except (PointFailed, SweepPointsLost) as err:  # a point failed, or was lost: not input
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
     except (HydraException, OmegaConfBaseException) as err:

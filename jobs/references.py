@@ -18,6 +18,8 @@ IMAGE_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 IMAGE_ALLOWED = "REPOSITORY[:TAG][@sha256:<64 lower-case hex digits>], no whitespace"
 
+LABEL_VALUE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+"""A Kubernetes label value (non-empty here)."""
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -58,3 +60,20 @@ def dns1123_subdomain_problem(value: str) -> str | None:
             "both ends, at most 253 characters"
         )
     return None
+
+
+def image_repository(image: str) -> str:
+    """`host/path` of `host/path[:tag][@digest]`."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def image_approved(image: str, repository: str | None, approved: list[str]) -> bool:
+    """Whether `image` is from the stack's `repository` (exactly) or under an `approved`
+    registry or repository path (by whole components, so `host` never approves `host:5000`
+    nor `host/team` `host/team-b`)."""
+    repo = image_repository(image)
+    if repository and repo == repository.rstrip("/"):
+        return True
+    return any(repo.startswith(entry.rstrip("/") + "/") or repo == entry for entry in approved)

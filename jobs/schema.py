@@ -125,6 +125,10 @@ class JobConfig:
     termination_grace_period_seconds: int = 300
     """Seconds between SIGTERM and SIGKILL for a pod: the trainer checkpoints in this window."""
     secrets: SecretsConfig = field(default_factory=SecretsConfig)
+    owner: str | None = "${oc.env:TRAINSTACK_USER,${oc.env:USER,null}}"
+    """Who launched the run: the `trainstack.io/owner` label (`trainstack runs --mine`). The
+    CLI uses $TRAINSTACK_USER, else the login name ($USER); the Training API sets the name of
+    the request's token (a request cannot set it)."""
 
 
 @dataclass
@@ -149,6 +153,15 @@ class ClusterConfig:
     """Pod templates are validated against this version's schemas; a stack's outputs set its
     cluster's version (the stack file), the default is what new clusters run."""
     node_groups: list[NodeGroupConfig] = field(default_factory=list)
+    approved_images: list[str] | None = None
+    """Where else jobs may pull images from, besides `job.image_repository`: registries
+    (`registry.example.com`) or repository paths (`host/team`: it and everything under it,
+    by whole path components); null: no image check on `launch` (the Training API always
+    checks: null means only the stack's repository there)."""
+    approved_secrets: list[str] | None = None
+    """Names of the Secrets jobs may mount (`job.secrets.*.name`); null: no check on `launch`
+    (the Training API always checks: null means none there). A list, not a label read from
+    the cluster, so the service needs no right to read Secrets."""
 
 
 @dataclass

@@ -20,6 +20,8 @@ CONFIG_MOUNT_DIR = "/etc/trainstack"
 CONFIG_FILE = "config.yaml"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
 LABEL_PREFIX = "trainstack.io"
+OWNER_LABEL = f"{LABEL_PREFIX}/owner"
+"""Who launched the run (`job.owner`): `runs --mine`, `GET /v1/runs?owner=me`."""
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 HUGEPAGES_2MI = "5120Mi"
@@ -251,6 +253,8 @@ def to_job_spec(
     }
     if sweep_id:
         labels[f"{LABEL_PREFIX}/sweep-id"] = sweep_id
+    if cfg.job.owner:
+        labels[OWNER_LABEL] = cfg.job.owner
     if cfg.job.queue:
         labels[QUEUE_LABEL] = cfg.job.queue
     if cfg.job.priority:

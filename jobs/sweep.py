@@ -17,6 +17,7 @@ import gc
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -62,9 +63,67 @@ class SweepPointError(CompactHydraException, ValueError):
     """A point that cannot run; raised before any point of its batch is written or run."""
 
     def __init__(self, index: int, overrides: Sequence[str], message: str):
-        shown = " ".join(o for o in overrides if not o.startswith("sweep_id="))
-        super().__init__(f"sweep point {index} ({shown}): {message}")
+        super().__init__(f"sweep point {index} ({_shown(overrides)}): {message}")
         self.reason = message
+
+
+class SweepPointsLost(CompactHydraException, RuntimeError):
+    """A batch's preparation, or its run, gave back other than one point per point asked for:
+    a fault in trainstack, not in the sweep. The sweep exits 1 naming the points, never 0
+    without some of them."""
+
+
+def _shown(overrides: Sequence[str]) -> str:
+    return " ".join(o for o in overrides if not o.startswith("sweep_id="))
+
+
+def check_one_per_point(
+    numbered: Sequence[tuple[int, Sequence[str]]], indices: list[int], *, ran: bool = False
+) -> None:
+    """`indices` (of the points prepared, or of the results of those that ran, in the order
+    they came) are exactly those of `numbered` ((Hydra job number, overrides) of the batch),
+    in order; else SweepPointsLost naming the points missing, repeated or not of the batch."""
+    expected = [index for index, _ in numbered]
+    if indices == expected:
+        return
+    count = Counter(indices)
+    # A point is named by what sets it apart: the overrides every point shares are left out.
+    shared = set.intersection(*(set(overrides) for _, overrides in numbered)) if numbered else set()
+    missing = [
+        f"{index} ({_shown([o for o in overrides if o not in shared])})"
+        for index, overrides in numbered
+        if not count[index]
+    ]
+    problems = []
+    if missing:
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        problems.append(f"missing {len(missing)}: " + ", ".join(missing[:10]) + more)
+    repeated = sorted(index for index, times in count.items() if times > 1)
+    if repeated:
+        problems.append(f"repeated: {', '.join(map(str, repeated))}")
+    strangers = sorted(set(count) - set(expected))
+    if strangers:
+        problems.append(f"not of the batch: {', '.join(map(str, strangers))}")
+    stage = "results" if ran else "prepared"
+    after = "its results are incomplete" if ran else "nothing was written or run"
+    span = f"{expected[0]}..{expected[-1]}" if expected else "(none)"
+    raise SweepPointsLost(
+        f"sweep points {span}: {len(indices)} {stage} for "
+        f"{len(expected)}, {'; '.join(problems or ['out of order'])}; {after}"
+    )
+
+
+def indices_of_returns(points: Sequence[Any], returns: Sequence[Any]) -> list[int]:
+    """The point each JobReturn is for, found by the task overrides it records (Hydra's
+    `run_job` copies them from the point's config); -1 for one of no point."""
+    by_overrides: dict[tuple[str, ...], list[int]] = {}
+    for point in points:
+        by_overrides.setdefault(tuple(point.cfg.hydra.overrides.task), []).append(point.index)
+    indices = []
+    for ret in returns:
+        candidates = by_overrides.get(tuple(ret.overrides or ()), [])
+        indices.append(candidates.pop(0) if candidates else -1)
+    return indices
 
 
 class PointFailed(CompactHydraException):
@@ -159,7 +218,8 @@ def prepare_points(
 ) -> list[PreparedPoint]:
     """Compose (Hydra's `load_sweep_config`, as every launcher does) and materialize every
     point of a batch, calling `keep()` after each; in `workers` processes when more than one
-    (jobs.sweep_workers). Raises SweepPointError on the first bad one; nothing is written."""
+    (jobs.sweep_workers). Raises SweepPointError on the first bad one, SweepPointsLost unless
+    every point came back once, in order; nothing is written."""
     from jobs.submission import git_sha
     from jobs.sweep_workers import prepared_in_workers
 
@@ -173,6 +233,7 @@ def prepare_points(
     for point in prepared:
         points.append(point)
         keep()
+    check_one_per_point(numbered, [p.index for p in points])
     run_ids = [p.job.run_id for p in points]
     if len(set(run_ids)) != len(run_ids):
         raise SweepPointError(
@@ -237,7 +298,7 @@ def prepare_or_discard(
         return prepare_points(
             hydra_context, config, job_overrides, initial_job_idx, sweep_id, keep, workers
         )
-    except SweepPointError:
+    except (SweepPointError, SweepPointsLost):
         if initial_job_idx == 0:
             discard_sweep_dir(Path(str(config.hydra.sweep.dir)))
         raise

@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
-from jobs.references import DNS1123_SUBDOMAIN
+from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
-from jobs.spec import elastic_of, procs_per_node
+from jobs.spec import elastic_of, pod_resources, procs_per_node
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
+    check_image_approved,
     check_image_reference,
     check_output_root,
+    check_secrets_approved,
 )
 from trainer.model.args import ARCH_FIELDS
 
@@ -93,6 +95,21 @@ def check_compute(cfg: Any) -> None:
             f"{compute.instance_type} has {gpus} "
             f"GPUs; allowed: 1..{gpus}, got {compute.gpus_per_node}",
         )
+    check_efa_share(compute.instance_type, compute.gpus_per_node)
+
+
+def check_efa_share(instance_type: str, gpus_per_node: int) -> None:
+    """Pods on an EFA instance set FI_PROVIDER=efa (jobs.spec.EFA_ENV): each must also be
+    given an EFA device, or NCCL fails at start on every node, long after submission."""
+    instance = INSTANCE_TYPES[instance_type]
+    if not instance.has_efa or pod_resources(instance, gpus_per_node).efa >= 1:
+        return
+    with_efa = [g for g in range(1, instance.gpus + 1) if pod_resources(instance, g).efa >= 1]
+    raise JobConfigError(
+        "compute.gpus_per_node",
+        f"{gpus_per_node} of {instance_type}'s GPUs would get no EFA device while its pods set "
+        f"FI_PROVIDER=efa; allowed: {_allowed(with_efa) or 'none (an EFA share is missing)'}",
+    )
 
 
 def check_elastic(cfg: Any) -> None:
@@ -288,6 +305,12 @@ def check_job_policy(cfg: Any) -> None:
             raise JobConfigError(
                 f"job.{key}", f"{value!r} is not allowed; allowed: a DNS-1123 name"
             )
+    if job.owner is not None and not LABEL_VALUE.match(job.owner):
+        raise JobConfigError(
+            "job.owner",
+            f"{job.owner!r} is not allowed; allowed: a label value (letters, digits, . _ -; "
+            "at most 63; set $TRAINSTACK_USER)",
+        )
     if job.priority is not None and job.queue is None:
         raise JobConfigError("job.priority", "needs job.queue (priorities are Kueue's)")
     _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
@@ -365,6 +388,8 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
     check_image_reference(cfg)
+    check_image_approved(cfg, git_sha)
+    check_secrets_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
     check_storage(cfg)

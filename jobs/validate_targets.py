@@ -14,6 +14,7 @@ from jobs.references import (
     IMAGE_ALLOWED,
     dns1123_label_problem,
     dns1123_subdomain_problem,
+    image_approved,
     image_reference_problem,
 )
 
@@ -32,6 +33,39 @@ def check_image_reference(cfg: Any) -> None:
             raise JobConfigError(
                 "job.image_repository",
                 f"{repository!r}: {problem}; allowed: REGISTRY/PATH (no tag, no whitespace)",
+            )
+
+
+def check_image_approved(cfg: Any, git_sha: str | None) -> None:
+    """With `cluster.approved_images` set (the Training API always sets it), a job runs only
+    the stack's repository or an approved registry: a token or a typo must not pull anyone's
+    image into a pod with the trainer's IAM role."""
+    from jobs.spec import image_for
+
+    approved = cfg.cluster.approved_images
+    image = image_for(cfg, git_sha)
+    if approved is None or image is None:
+        return
+    if not image_approved(image, cfg.job.image_repository, list(approved)):
+        raise JobConfigError(
+            "job.image",
+            f"{image!r} is not from an approved registry; allowed: the stack's repository "
+            "(job.image_repository) or cluster.approved_images",
+        )
+
+
+def check_secrets_approved(cfg: Any) -> None:
+    """With `cluster.approved_secrets` set, a job mounts only those Secrets: any other one in
+    the namespace (the API's token hashes, another team's keys) stays out of its pods."""
+    approved = cfg.cluster.approved_secrets
+    if approved is None:
+        return
+    for key, ref in cfg.job.secrets.items():
+        if ref.name is not None and ref.name not in approved:
+            raise JobConfigError(
+                f"job.secrets.{key}.name",
+                f"Secret {ref.name!r} is not approved for jobs; allowed: the Secrets listed in "
+                "cluster.approved_secrets",
             )
 
 

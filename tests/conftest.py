@@ -29,6 +29,9 @@ from tests.trainer.harness import TrainerProcess, TrainerResult, launch_trainer
 
 # Every process this session starts inherits the marker: the check below finds its leftovers.
 os.environ.setdefault(SESSION_MARKER, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+# Runs are labelled with their owner (job.owner: $TRAINSTACK_USER, else $USER): one fixed name,
+# so rendered manifests do not depend on who runs the suite.
+os.environ["TRAINSTACK_USER"] = "tester"
 LEFTOVER_GRACE_S = 20.0
 """How long trainer processes of this session may take to exit after the last test (a
 SIGTERMed rank checkpoints first)."""

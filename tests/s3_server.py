@@ -6,13 +6,15 @@ them, so botocore's real retry path runs. It reads botocore's `amz-sdk-request: 
 header, which lets a rule fail only first attempts (transient) or every attempt (persistent),
 and it counts what it saw (`transfers`: body bytes per request and the rank that sent it, from
 the trainer's User-Agent). Rules are plain callables; see `fail_every_nth` and
-`fail_matching`. An optional `Link` delays each response like a connection with first-byte
-latency and limited bandwidth (benchmarks use it; loopback alone has neither). Processes
-started by a test (torchrun) reach either through `s3_env(url)`.
+`fail_matching`; a rule's `ACK_NOT_STORED` answers a write as stored and drops it. An optional
+`Link` delays each response like a connection with first-byte latency and limited bandwidth
+(benchmarks use it; loopback alone has neither). Processes started by a test (torchrun) reach
+either through `s3_env(url)`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import re
 import threading
@@ -20,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+from xml.sax.saxutils import escape
 
 DUMMY_ACCESS_KEY = "AKIATESTDUMMYKEY0000"
 DUMMY_SECRET_KEY = "dummy-secret-never-in-messages"  # a test value, never a real secret
@@ -102,9 +105,12 @@ class SeenRequest:
 
 CUT_STREAM = -1
 """A fault that is no status: forward the request, then hang up halfway through the body."""
+ACK_NOT_STORED = -2
+"""A fault that is no status: answer a write (a PUT, or the POST completing a multipart
+upload) as S3 answers one it stored, and drop it: acknowledged, never stored."""
 Rule = Callable[[SeenRequest], int | None]
-"""Given a request (fault unset), the HTTP status to inject (503 or 500), `CUT_STREAM`, or
-None to forward it untouched."""
+"""Given a request (fault unset), the HTTP status to inject (503 or 500), `CUT_STREAM`,
+`ACK_NOT_STORED`, or None to forward it untouched."""
 
 
 def fail_every_nth(n: int, status: int = 503, methods: tuple[str, ...] = ()) -> Rule:
@@ -267,8 +273,28 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
                 state.seen.append(SeenRequest(self.command, self.path, attempt, index, fault))
             if fault is None or fault == CUT_STREAM:
                 self._forward(body, cut=fault == CUT_STREAM)
+            elif fault == ACK_NOT_STORED:
+                self._acknowledge(body)
             else:
                 self._send_fault(fault)
+
+        def _acknowledge(self, body: bytes) -> None:
+            etag = f'"{hashlib.md5(body).hexdigest()}"'
+            payload = b""
+            if self.command == "POST":  # CompleteMultipartUpload: its result document
+                bucket, _, key = unquote(urlsplit(self.path).path).lstrip("/").partition("/")
+                payload = (
+                    '<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult '
+                    'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+                    f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(key)}</Key>"
+                    f"<ETag>{escape(etag)}</ETag></CompleteMultipartUploadResult>"
+                ).encode()
+            self.send_response(200)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
 
         def _send_fault(self, status: int) -> None:
             code, message = _FAULT_BODIES.get(status, ("InternalError", "Injected fault"))

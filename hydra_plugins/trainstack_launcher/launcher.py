@@ -1,7 +1,8 @@
 """Hydra's basic launcher with trainstack's rule first: every point of the batch is composed
 and materialized before the first one is written or run (jobs.sweep.prepare_points). Then,
 like the basic launcher, each point runs through Hydra's `run_job` (so callbacks see it), one
-after another; the task function schedules the job already materialized for it. With
+after another; the task function schedules the job already materialized for it. A point lost
+on the way (prepared or run) is an error naming it (jobs.sweep.SweepPointsLost). With
 `--dryrun` each point's request is printed and nothing is written (no job dirs either).
 """
 
@@ -62,7 +63,7 @@ class TrainstackLauncher(Launcher):
         each out of the collector's sight until the batch is done; `finish` then sees them
         all. A dry run prints each point's request instead."""
         from jobs.app import FLAGS
-        from jobs.sweep import kept_out_of_gc
+        from jobs.sweep import check_one_per_point, indices_of_returns, kept_out_of_gc
 
         with kept_out_of_gc() as keep:
             points = self.prepared(job_overrides, initial_job_idx, keep)
@@ -72,7 +73,11 @@ class TrainstackLauncher(Launcher):
             for point in points:
                 returns.append(self.run_point(point))
                 keep()
-        return self.finish(points, returns)
+        returns = self.finish(points, returns)
+        # One result per point: Hydra's sweepers take fewer without a word.
+        numbered = [(point.index, list(point.cfg.hydra.overrides.task)) for point in points]
+        check_one_per_point(numbered, indices_of_returns(points, returns), ran=True)
+        return returns
 
     def run_point(self, point: Any) -> JobReturn:
         """Like the basic launcher: through Hydra's `run_job`, so callbacks see the point."""

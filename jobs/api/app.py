@@ -1,8 +1,10 @@
 """The HTTP face of the Training API (FastAPI): routes, auth, limits and one-line errors.
 
 `create_app(service, tokens)`; `trainstack serve` runs it under uvicorn. Every error body is
-`{"detail": "<one line>"}`: 401 no or wrong token, 404 unknown run, 413 body over the limit,
-400 malformed JSON, 422 bad input (the CLI's message), 409 conflict, 503 cluster unreachable.
+`{"detail": "<one line>"}`: 401 no or wrong token, 403 another user's run, 404 unknown run,
+413 body over the limit, 400 malformed JSON, 422 bad input (the CLI's message), 409 conflict
+(an object trainstack does not own, or an existing run), 503 cluster unreachable. Error lines
+never carry the service's own settings (bucket, registry, account id).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from jobs.api.auth import TokenHashes
+from jobs.api.auth import Identity, TokenHashes
 from jobs.api.models import (
     Cancelled,
     Metrics,
@@ -36,7 +38,7 @@ SESSION_COOKIE = "trainstack_token"
 """The dashboard's login cookie (HttpOnly, SameSite=Strict); accepted for GET requests only."""
 TITLE = "trainstack Training API"
 BEARER = HTTPBearer(auto_error=False, description="a token whose SHA-256 is in the Secret")
-ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 409, 413, 422, 503)}
+ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
 
 
 class BodyLimit:
@@ -91,27 +93,36 @@ def validation_line(exc: RequestValidationError, request: Request) -> tuple[int,
     return 422, f"{where}: {error.get('msg', 'invalid')}"
 
 
+async def authorized(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> Identity:
+    """The token's user (the app's `tokens`; None: `--no-auth`, the service's own user)."""
+    tokens: TokenHashes | None = request.app.state.tokens
+    if tokens is None:
+        return request.app.state.service.anonymous
+    who = tokens.identify(credentials.credentials) if credentials is not None else None
+    if who is None and request.method == "GET":
+        who = tokens.identify(request.cookies.get(SESSION_COOKIE))
+    if who is not None:
+        return who
+    raise ApiError(401, "missing or wrong bearer token")
+
+
+Who = Annotated[Identity, Depends(authorized)]
+
+
 def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
     """`tokens` None: no auth (only `trainstack serve --no-auth` on 127.0.0.1)."""
     app = FastAPI(title=TITLE, version="1", description=__doc__.split("\n\n")[1])
     app.add_middleware(BodyLimit)
-
-    async def authorized(
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
-    ) -> None:
-        if tokens is None:
-            return
-        if credentials is not None and tokens.check(credentials.credentials):
-            return
-        if request.method == "GET" and tokens.check(request.cookies.get(SESSION_COOKIE)):
-            return
-        raise ApiError(401, "missing or wrong bearer token")
+    app.state.service, app.state.tokens = service, tokens
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+        detail = service.redact(exc.detail)
+        return JSONResponse({"detail": detail}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -127,10 +138,13 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
         return {"status": "ok"}
 
     @app.post("/v1/runs", response_model=Submitted, status_code=201, **common)
-    def submit_run(body: RunRequest, response: Response, dryrun: bool = False) -> Submitted:
-        """Compose, validate and submit one run (the CLI's `launch`). The same run_id again:
-        200 `already active` while it runs, 201 `resumed` once it finished."""
-        status, submitted = service.submit_run(body, dryrun=dryrun)
+    def submit_run(
+        body: RunRequest, response: Response, who: Who, dryrun: bool = False
+    ) -> Submitted:
+        """Compose, validate and submit one run (the CLI's `launch`), owned by the token's
+        user. The same run_id again: 200 `already active` while it runs, 201 `resumed` once
+        it finished (403 when it is another user's and the token is not an admin's)."""
+        status, submitted = service.submit_run(body, who, dryrun=dryrun)
         response.status_code = status
         return submitted
 
@@ -141,21 +155,24 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
         responses=ERRORS,
         dependencies=auth,
     )
-    def submit_sweep(body: SweepRequest) -> SweepSubmitted:
+    def submit_sweep(body: SweepRequest, who: Who) -> SweepSubmitted:
         """Every point of a `launch -m` sweep; one bad point and nothing is submitted."""
-        sweep_id, runs = service.submit_sweep(body)
+        sweep_id, runs = service.submit_sweep(body, who)
         return SweepSubmitted(sweep_id=sweep_id, runs=runs)
 
     @app.get("/v1/runs", response_model=RunList, **common)
     async def list_runs(
+        who: Who,
         state: Annotated[str | None, Query(description=f"one of {', '.join(STATES)}")] = None,
         sweep: str | None = None,
+        owner: Annotated[str | None, Query(description="a user name, or `me`")] = None,
     ) -> RunList:
         """Runs of the cluster from the shared snapshot (about one LIST per second in all)."""
         if state is not None and state not in STATES:
             raise ApiError(422, f"state: {state!r} is not a state; allowed: {', '.join(STATES)}")
+        owner = who.name if owner == "me" else owner
         views = await service.views_async()
-        return RunList(runs=service.runs(state=state, sweep=sweep, views=views))
+        return RunList(runs=service.runs(state=state, sweep=sweep, views=views, owner=owner))
 
     @app.get("/v1/runs/{run_id}", response_model=Run, **common)
     async def get_run(run_id: str) -> Run:
@@ -193,9 +210,10 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
         responses=ERRORS,
         dependencies=auth,
     )
-    def cancel_run(run_id: str) -> Cancelled:
-        """Cancel (idempotent): the trainer checkpoints on SIGTERM; never auto-restarted."""
-        state, outcome = service.cancel(run_id)
+    def cancel_run(run_id: str, who: Who) -> Cancelled:
+        """Cancel (idempotent): the trainer checkpoints on SIGTERM; never auto-restarted. Only
+        the run's owner or an admin (403 otherwise)."""
+        state, outcome = service.cancel(run_id, who)
         return Cancelled(run_id=run_id, state=state, outcome=outcome)
 
     from jobs.api.dashboard import add_dashboard

@@ -14,9 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Scalar = str | int | float | bool | None
 
-SERVICE_KEYS = ("backend", "cluster", "stack", "hydra")
-"""Config groups the service sets itself (where jobs go, and with which credentials)."""
-
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -26,7 +23,10 @@ class RunRequest(Strict):
     overrides: list[str] = Field(
         default_factory=list,
         max_length=200,
-        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first.",
+        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first. "
+        "Only options of model, data, trainer, compute, experiment (plain names) and keys "
+        "under model., data., trainer., compute., job. (not job.image_repository), storage.root, "
+        "run_id, sweep_id, seed; no `${...}` interpolations.",
     )
     run_id: str | None = Field(None, description="run_id; the same id resumes that run")
     model: str | None = Field(None, description="model=<option>, e.g. llama3_8b")
@@ -83,18 +83,6 @@ def to_overrides(request: RunRequest) -> list[str]:
     return [*request.overrides, *groups, *values, *trainer]
 
 
-def refused_key(overrides: list[str]) -> str | None:
-    """The one-line refusal of an override the service sets itself, else None."""
-    for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
-        if key.replace("/", ".").split(".")[0] in SERVICE_KEYS:
-            return (
-                f"{key}: set by the service, not by a request; allowed: any key outside "
-                f"{', '.join(SERVICE_KEYS)}"
-            )
-    return None
-
-
 class Submitted(BaseModel):
     run_id: str
     outcome: str = Field(description="created, resumed, already active, or dryrun")
@@ -124,6 +112,7 @@ class Run(BaseModel):
     cost_so_far_usd: float | None
     run_dir: str | None
     message: str
+    owner: str | None = Field(None, description="who launched it (the token's user name)")
 
 
 class RunList(BaseModel):

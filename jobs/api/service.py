@@ -7,8 +7,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, refused_key, to_overrides
+from omegaconf import OmegaConf
+
+from jobs.api.auth import Identity
+from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, override_value, to_overrides
+from jobs.api.request_policy import Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
 from jobs.backends.base import BackendError
 
@@ -18,6 +23,60 @@ class ApiError(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = " ".join(detail.split())  # always one line
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A job that passed every check and may be submitted."""
+
+    job: Any
+    dry: Any
+    plan: dict
+    before: Any
+    """The run's status before (None: a new run)."""
+
+
+def _refuse_bad(check) -> None:
+    try:
+        check()
+    except Refused as err:
+        raise ApiError(422, str(err)) from None
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def override_keys(overrides: list[str]) -> set[str]:
+    return {_key(o) for o in overrides}
+
+
+def private_values(cfg) -> list[str]:
+    """The service's settings that error lines must not echo: its storage root and bucket,
+    registry and account id, kubeconfig and context; longest first."""
+    import re
+
+    values = {
+        OmegaConf.select(cfg, key, throw_on_missing=False)
+        for key in (
+            "storage.root",
+            "job.image_repository",
+            "job.image",
+            "cluster.kubeconfig",
+            "cluster.context",
+        )
+    }
+    found = {v for v in values if isinstance(v, str) and len(v) >= 6}
+    for value in list(found):
+        if value.startswith("s3://"):
+            found.add(value.removeprefix("s3://").split("/", 1)[0])  # the bucket
+        found.update(re.findall(r"(?<!\d)\d{12}(?!\d)", value))  # AWS account ids
+    for key in ("job.image_repository", "job.image"):
+        image = OmegaConf.select(cfg, key, throw_on_missing=False)
+        host = image.split("/", 1)[0] if isinstance(image, str) and "/" in image else ""
+        if "." in host or ":" in host:
+            found.add(host)  # the registry
+    return sorted(found, key=len, reverse=True)
 
 
 def _backend_error(err: BackendError) -> ApiError:
@@ -31,21 +90,51 @@ def _backend_error(err: BackendError) -> ApiError:
     return ApiError(409, str(err))
 
 
+SERVICE_SECTIONS = ("backend", "cluster")
+"""Config sections a request can never change (checked on the composed config, too)."""
+STACK_KEYS = ("storage.root", "job.image_repository", "job.queue")
+"""Keys a request may set only while the service leaves them alone."""
+REDACTED = "<service setting>"
+
+
 @dataclass
 class Service:
     overrides: list[str] = field(default_factory=list)
-    """The server's own overrides (stack, cluster.*): where jobs go. Requests cannot set them."""
+    """The server's own overrides (stack, cluster.*): where jobs go. Requests cannot set them;
+    they are applied after a request's, and the composed job is checked against them."""
     snapshot_ttl_s: float = 1.0
     _hydra: threading.Lock = field(default_factory=threading.Lock)
     """Hydra's compose state is process-global: one composition at a time."""
 
     def __post_init__(self) -> None:
+        from jobs.backends.kubernetes import KubernetesBackend
+        from jobs.compose import compose
+
         self.overrides = [*self.overrides, "backend=kubernetes"]
         with self._hydra:
-            from jobs.backends import backend_for
-            from jobs.compose import compose
-
-            self.backend = backend_for(compose(self.overrides))
+            cfg = compose(self.overrides)
+            # The API always checks images and Secrets; unset lists approve nothing beyond the
+            # stack's repository.
+            for key in ("approved_images", "approved_secrets"):
+                if cfg.cluster[key] is None:
+                    self.overrides.append(f"cluster.{key}=[]")
+            self.cfg = compose(self.overrides)
+            shipped = compose(["backend=kubernetes"])
+        self._service_keys = override_keys(self.overrides) | {"job.owner"}
+        self._stack_values = {}
+        """The keys the service (its overrides or its stack) sets: a request cannot change them."""
+        for key in STACK_KEYS:
+            ours = OmegaConf.select(self.cfg, key, throw_on_missing=False)
+            default = OmegaConf.select(shipped, key, throw_on_missing=False)
+            if ours is not None and (key in self._service_keys or ours != default):
+                self._stack_values[key] = ours
+        self.backend = KubernetesBackend.from_config(self.cfg)
+        # Submissions run the preflight while checking (every point of a sweep before any is
+        # submitted), so the submitting backend does not run it again.
+        self._submitter = KubernetesBackend(self.backend.settings, preflight=False)
+        self._private = private_values(self.cfg)
+        self.anonymous = Identity(self.cfg.job.owner or "local", admin=True)
+        """Who `--no-auth` requests are: the user running the server, an admin."""
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
 
     def _list_jobs(self) -> list[dict]:
@@ -53,68 +142,129 @@ class Service:
 
         return self.backend.cluster.list_jobs(MANAGED_SELECTOR)
 
+    def redact(self, line: str) -> str:
+        """`line` without the service's own settings (bucket, registry, account, kubeconfig)."""
+        for value in self._private:
+            line = line.replace(value, REDACTED)
+        return line
+
     # -- writes --------------------------------------------------------------------------------
-    def submit_run(self, request: RunRequest, dryrun: bool = False) -> tuple[int, Submitted]:
+    def _composed(self, request_overrides: list[str], who: Identity) -> list[str]:
+        """The request's overrides, then the service's (which win), then who asked."""
+        return [*request_overrides, *self.overrides, f"job.owner={override_value(who.name)}"]
+
+    def submit_run(
+        self, request: RunRequest, who: Identity, dryrun: bool = False
+    ) -> tuple[int, Submitted]:
         from jobs.submission import BadInput, prepare
 
         overrides = to_overrides(request)
-        refused = refused_key(overrides)
-        if refused:
-            raise ApiError(422, refused)
+        fields = request.model_dump(exclude={"overrides"})
+        _refuse_bad(lambda: check_request(fields, overrides))
+        self._refuse_service_keys(overrides)
         try:
             with self._hydra:
-                job = prepare([*self.overrides, *overrides])
+                job = prepare(self._composed(overrides, who))
         except BadInput as err:
             raise ApiError(422, str(err)) from err
-        return self._schedule(job, dryrun=dryrun, resume=request.resume)
+        self._check_service_wins(job.cfg)
+        checked = self._check(job, who, resume=request.resume, dryrun=dryrun)
+        if dryrun:
+            return 200, Submitted(
+                run_id=job.run_id, outcome="dryrun", plan=checked.plan, request=str(checked.dry)
+            )
+        return self._submit(checked)
 
-    def submit_sweep(self, request: SweepRequest) -> tuple[str, list[Submitted]]:
+    def submit_sweep(self, request: SweepRequest, who: Identity) -> tuple[str, list[Submitted]]:
         from hydra.errors import HydraException
 
         from jobs.naming import new_sweep_id, sweep_point_run_id
         from jobs.submission import BadInput, prepare, utc_now
         from jobs.sweep import expand
 
-        refused = refused_key(request.overrides)
-        if refused:
-            raise ApiError(422, refused)
+        fields = {"sweep_id": request.sweep_id}
+        _refuse_bad(lambda: check_request(fields, request.overrides, sweep=True))
+        self._refuse_service_keys(request.overrides)
         now = utc_now()
         sweep_id = request.sweep_id or new_sweep_id(now)
-        overrides = [*self.overrides, *request.overrides, f"sweep_id={sweep_id}"]
+        overrides = self._composed(
+            [*request.overrides, f"sweep_id={override_value(sweep_id)}"], who
+        )
         jobs = []
         try:
             with self._hydra:
                 points = expand(overrides)
                 for index, point in enumerate(points):
-                    run_id = f"run_id={sweep_point_run_id(sweep_id, index)}"
+                    run_id = sweep_point_run_id(sweep_id, index)
                     try:
-                        jobs.append(prepare([*point, run_id], now=now))
+                        jobs.append(prepare([*point, f"run_id={override_value(run_id)}"], now=now))
                     except BadInput as err:
-                        raise BadInput(f"sweep point {index} ({' '.join(point)}): {err}") from err
+                        shown = " ".join(p for p in point if _key(p) not in self._service_keys)
+                        raise BadInput(f"sweep point {index} ({shown}): {err}") from err
         except (HydraException, BadInput) as err:
             raise ApiError(422, str(err).splitlines()[0]) from err
-        # Every point is valid before the first is submitted (the CLI's all-or-nothing rule).
-        return sweep_id, [self._schedule(job)[1] for job in jobs]
+        # Every point is checked (service settings, preflight, ownership) before the first is
+        # submitted: one bad point and nothing is written.
+        checked = []
+        for index, job in enumerate(jobs):
+            try:
+                self._check_service_wins(job.cfg)
+                checked.append(self._check(job, who))
+            except ApiError as err:
+                raise ApiError(err.status, f"sweep point {index}: {err.detail}") from err
+        return sweep_id, [self._submit(c)[1] for c in checked]
 
-    def _schedule(self, job, dryrun: bool = False, resume: bool = True) -> tuple[int, Submitted]:
-        from jobs.backends import backend_for
+    def _refuse_service_keys(self, overrides: list[str]) -> None:
+        for key in override_keys(overrides):
+            if key in self._service_keys or key in self._stack_values:
+                raise ApiError(422, f"{key}: set by the service, not by a request")
 
-        backend = backend_for(job.cfg)
-        plan = job.plan.summary()
+    def _check_service_wins(self, cfg) -> None:
+        for section in SERVICE_SECTIONS:
+            if cfg[section] != self.cfg[section]:
+                raise ApiError(422, f"{section}: set by the service, not by a request")
+        for key, ours in self._stack_values.items():
+            if OmegaConf.select(cfg, key) != ours:
+                raise ApiError(422, f"{key}: set by the service, not by a request")
+
+    def _check(self, job, who: Identity, resume: bool = True, dryrun: bool = False) -> Checked:
+        """Everything short of writing: the request, the preflight, and the run id's owner."""
+        from jobs.k8s.ownership import ensure_ours
+
+        backend = self.backend
         try:
-            request = backend.dryrun(job)
+            dry = backend.dryrun(job)
+            checked = Checked(job, dry, job.plan.summary(), None)
             if dryrun:
-                return 200, Submitted(
-                    run_id=job.run_id, outcome="dryrun", plan=plan, request=str(request)
-                )
-            before = _status_or_none(backend, job.run_id)
-            if before is not None and not resume:
-                raise ApiError(
-                    409,
-                    f"run_id: run {job.run_id!r} exists ({before.state}); resume=false refuses "
-                    "to resume it (pick a new run_id, or resume=true)",
-                )
-            backend.schedule(request)
+                return checked
+            existing = backend.cluster.get_job(job.run_id)
+            ensure_ours("PyTorchJob", self.namespace, job.run_id, existing)
+            if backend.run_preflight:
+                backend.preflight(job)
+        except BackendError as err:
+            raise _backend_error(err) from err
+        if existing is None:
+            return checked
+        before = backend._status(existing)
+        if before.owner != who.name and not who.admin:
+            raise ApiError(
+                403,
+                f"run_id: run {job.run_id!r} belongs to {before.owner or 'nobody recorded'}; "
+                "only its owner or an admin may resume it (pick a new run_id)",
+            )
+        if not resume:
+            raise ApiError(
+                409,
+                f"run_id: run {job.run_id!r} exists ({before.state}); resume=false refuses "
+                "to resume it (pick a new run_id, or resume=true)",
+            )
+        return Checked(job, dry, checked.plan, before)
+
+    def _submit(self, checked: Checked) -> tuple[int, Submitted]:
+        job, plan, before = checked.job, checked.plan, checked.before
+        backend = self._submitter
+        try:
+            backend.schedule(checked.dry)
             self.snapshot.refresh_run(job.run_id, self.backend.cluster.get_job)
         except BackendError as err:
             raise _backend_error(err) from err
@@ -127,8 +277,14 @@ class Service:
             return 201, Submitted(run_id=job.run_id, outcome="resumed", plan=plan)
         return 200, Submitted(run_id=job.run_id, outcome="already active", plan=plan)
 
-    def cancel(self, run_id: str) -> tuple[str, str]:
+    def cancel(self, run_id: str, who: Identity) -> tuple[str, str]:
         view = self.view(run_id)
+        if view.status.owner != who.name and not who.admin:
+            raise ApiError(
+                403,
+                f"run {run_id!r} belongs to {view.status.owner or 'nobody recorded'}; only its "
+                "owner or an admin may cancel it",
+            )
         try:
             self.backend.cancel(run_id)
             self.snapshot.refresh_run(run_id, self.backend.cluster.get_job)
@@ -167,6 +323,7 @@ class Service:
         state: str | None = None,
         sweep: str | None = None,
         views: dict[str, RunView] | None = None,
+        owner: str | None = None,
     ) -> list[Run]:
         now = datetime.now(UTC)
         return [
@@ -174,6 +331,7 @@ class Service:
             for v in (self.views() if views is None else views).values()
             if (state is None or v.status.state == state)
             and (sweep is None or v.status.sweep_id == sweep)
+            and (owner is None or v.status.owner == owner)
         ]
 
     def logs(self, run_id: str, rank: int, follow: bool) -> Iterator[str]:
@@ -198,17 +356,6 @@ class Service:
         return chained()
 
 
-def _status_or_none(backend, run_id: str):
-    try:
-        return backend.status(run_id)
-    except BackendError as err:
-        from jobs.k8s.api import ClusterError
-
-        if isinstance(err, ClusterError):
-            raise
-        return None
-
-
 def to_run(view: RunView, now: datetime) -> Run:
     s = view.status
     progress = None
@@ -231,4 +378,5 @@ def to_run(view: RunView, now: datetime) -> Run:
         cost_so_far_usd=view.cost_so_far(now),
         run_dir=s.run_dir,
         message=s.message,
+        owner=s.owner,
     )

@@ -73,6 +73,8 @@ class RunStatus:
     message: str = ""
     run_dir: str | None = None
     """Where the run's checkpoints and logs/metrics.jsonl live (path or s3:// URI)."""
+    owner: str | None = None
+    """Who launched it (`job.owner`, the `trainstack.io/owner` label); None: not recorded."""
 
     @property
     def finished(self) -> bool:

@@ -35,7 +35,7 @@ from jobs.backends.base import (
 )
 from jobs.k8s import state as k8s_state
 from jobs.materialize import MaterializedJob
-from jobs.spec import LABEL_PREFIX
+from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
 RUN_DIR_ANNOTATION = f"{LABEL_PREFIX}/run-dir"
 SWEEP_LABEL = f"{LABEL_PREFIX}/sweep-id"
@@ -259,7 +259,10 @@ class KubernetesBackend:
         """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
         marked, so that whoever follows it does not restart it. Unknown, succeeded and
         already cancelled runs are left as they are."""
+        from jobs.k8s.ownership import ensure_ours
+
         job = self.cluster.get_job(run_id)
+        ensure_ours("PyTorchJob", self.settings.namespace, run_id, job)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
         now = run_state.utc_now()
@@ -348,4 +351,5 @@ def to_status(job: dict) -> RunStatus:
         retries=k8s_state.retries(job),
         message=message,
         run_dir=run_dir,
+        owner=(meta.get("labels") or {}).get(OWNER_LABEL),
     )

@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
             done = f"already {status.state}" if status.finished else "cancel requested"
             print(f"{status.run_id}: {done} ({backend.name})")
     except BackendError as err:
-        return fail("cancel", str(err))
+        from jobs.k8s.ownership import NotOurs
+
+        return fail("cancel", str(err), 2 if isinstance(err, NotOurs) else 1)
     if args.sweep is not None and not targets:
         print(f"sweep {args.sweep}: no runs found; nothing to cancel")
     return 0

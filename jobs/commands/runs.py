@@ -1,4 +1,8 @@
-"""`trainstack runs [--sweep ID] [--state S]`: a table of runs, here and on the cluster.
+"""`trainstack runs [--sweep ID] [--state S] [--mine]`: a table of runs, here and on the cluster.
+
+`--mine`: only cluster runs whose owner label (`trainstack.io/owner`) is your name, the
+`job.owner` that `launch` records: $TRAINSTACK_USER, else your login name ($USER); runs in
+this machine's run dirs (local backend) are yours anyway and are always listed.
 
 Columns: run, sweep, backend, state, nodes, retries, age, and the last step and loss from the
 run dir's metrics.jsonl when known. A cluster that cannot be reached is one warning line; the
@@ -12,12 +16,15 @@ import sys
 from datetime import UTC, datetime
 
 from jobs.backends.base import STATES, BackendError, RunStatus
-from jobs.commands.run_lookup import add_common_arguments, backends_for, fail
+from jobs.commands.run_lookup import add_common_arguments, backends_for, compose_for, fail
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", metavar="ID", help="only the runs of this sweep")
     parser.add_argument("--state", choices=STATES, help="only runs in this state")
+    parser.add_argument(
+        "--mine", action="store_true", help="only your runs ($TRAINSTACK_USER, else $USER)"
+    )
     add_common_arguments(parser)
 
 
@@ -64,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     runs: list[RunStatus] = []
     failed = False
+    me = None
+    if args.mine:
+        me = compose_for(args.overrides).job.owner
+        if not me:
+            return fail("runs", "--mine: no user name; set $TRAINSTACK_USER", code=2)
     try:
         backends = backends_for(args)
     except BackendError as err:
@@ -74,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         except BackendError as err:
             failed = True
             print(f"trainstack runs: {backend.name}: {err}", file=sys.stderr)
+    if args.mine:
+        runs = [r for r in runs if r.backend == "local" or r.owner == me]
     runs.sort(key=lambda r: r.started_at or "")
     Console(width=160).print(table(runs, datetime.now(UTC)))
     if args.sweep:

@@ -2,8 +2,10 @@
 the Training API and dashboard (jobs/api/) under uvicorn.
 
 Overrides select the cluster the service submits to and reads from (stack=prod,
-cluster.kubeconfig=...); requests cannot change them. Tokens: DIR holds one SHA-256 hash per
-file (the mounted Kubernetes Secret); `--hash-token` prints the hash of a token read from stdin.
+cluster.kubeconfig=...); requests cannot change them. Tokens: DIR holds the SHA-256 hashes of
+the tokens, each mapped to its user (jobs/api/auth.py: the mounted Kubernetes Secret);
+`--hash-token` prints the hash of a token read from stdin; `--admin NAME` lets that user cancel
+anyone's runs.
 Without tokens the service only listens on loopback (`--no-auth`).
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from jobs.errors import EXIT_BAD_INPUT
 
 TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
+ADMINS_ENV = "TRAINSTACK_API_ADMINS"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 KEEP_ALIVE_S = 75
 
@@ -30,6 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(TOKEN_HASHES_ENV),
         metavar="DIR",
         help=f"directory of SHA-256 token hashes (default ${TOKEN_HASHES_ENV})",
+    )
+    parser.add_argument(
+        "--admin",
+        action="append",
+        default=[n for n in os.environ.get(ADMINS_ENV, "").split(",") if n],
+        metavar="NAME",
+        help=f"a user who may cancel anyone's runs (repeatable; default ${ADMINS_ENV}, "
+        "comma-separated)",
     )
     parser.add_argument("--no-auth", action="store_true", help="no tokens (loopback only)")
     parser.add_argument("--hash-token", action="store_true", help="print sha256 of stdin's token")
@@ -57,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_auth and not args.token_hashes:
         return fail(f"--token-hashes DIR (or ${TOKEN_HASHES_ENV}) is required; or --no-auth")
     try:
-        tokens = None if args.no_auth else TokenHashes(Path(args.token_hashes))
+        tokens = (
+            None if args.no_auth else TokenHashes(Path(args.token_hashes), admins=tuple(args.admin))
+        )
     except (OSError, TokenConfigError) as err:
         return fail(str(err))
     if tokens is not None and tokens.empty:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobs.k8s.api import Cluster, ClusterError, status_of
+from jobs.k8s.ownership import ensure_ours
 
 CREATED, ALREADY_SUBMITTED = "created", "already submitted"
 
@@ -61,6 +62,7 @@ def submit_job(cluster: Cluster, job: dict) -> tuple[str, dict]:
         existing = get_job(cluster, name)
         if existing is None:
             raise ClusterError(f"create Job {where} failed: conflict") from exc
+        ensure_ours("Job", cluster.namespace, name, existing)
         return ALREADY_SUBMITTED, existing
     return CREATED, _plain(cluster, created)
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
+from jobs.k8s.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
@@ -41,6 +42,10 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
     name = job["metadata"]["name"]
     outcome = CREATED
     existing = cluster.get_job(name)
+    ensure_ours("PyTorchJob", cluster.namespace, name, existing)
+    for cm in config_maps:  # all checked before anything is written
+        cm_name = cm["metadata"]["name"]
+        ensure_ours("ConfigMap", cluster.namespace, cm_name, _read_config_map(cluster, cm_name))
     if existing is not None:
         if not is_final(job_state(existing)):
             return Submission(name, ALREADY_ACTIVE, existing)
@@ -62,6 +67,10 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
         )
     except Exception as exc:
         winner = cluster.get_job(name) if status_of(exc) == 409 else None
+        if winner is not None and labels_of(winner).get(MANAGED_BY) != MANAGER:
+            for cm_name in created_maps:
+                _delete_config_map(cluster, cm_name)
+            ensure_ours("PyTorchJob", cluster.namespace, name, winner)
         if winner is not None:
             # Another submitter created the same run id between our check and our create:
             # theirs is the run. The ConfigMaps hold the same run's config; give them its owner.
@@ -129,17 +138,24 @@ def _apply_config_map(cluster: Cluster, config_map: dict) -> str:
     return name
 
 
+def _read_config_map(cluster: Cluster, name: str):
+    return cluster.call_or_none(
+        f"get ConfigMap {cluster.namespace}/{name}",
+        cluster.core.read_namespaced_config_map,
+        name,
+        cluster.namespace,
+    )
+
+
 def _replace_config_map(cluster: Cluster, name: str, body: dict, attempts: int = 3) -> None:
     """An update must name the resourceVersion it replaces; a concurrent change (409
-    Conflict) means read it again and retry."""
+    Conflict) means read it again and retry. Only ever one of ours (managed-by)."""
     action = f"replace ConfigMap {cluster.namespace}/{name}"
     for attempt in range(1, attempts + 1):
-        current = cluster.call(
-            f"get ConfigMap {cluster.namespace}/{name}",
-            cluster.core.read_namespaced_config_map,
-            name,
-            cluster.namespace,
-        )
+        current = _read_config_map(cluster, name)
+        if current is None:
+            raise ClusterError(f"{action} failed: it was deleted meanwhile; submit again")
+        ensure_ours("ConfigMap", cluster.namespace, name, current)
         body["metadata"]["resourceVersion"] = current.metadata.resource_version
         try:
             cluster.call(

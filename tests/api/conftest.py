@@ -23,7 +23,11 @@ __all__ = ["GPU_TYPE", "NAMESPACE", "apiserver", "fast_restarts", "fast_retry", 
 TOKEN = "ts-new-0123456789abcdef"
 OLD_TOKEN = "ts-old-fedcba9876543210"
 """Rotation: both hashes are in the Secret until clients have moved to the new token."""
+USER = "alice"
+"""Both tokens are hers."""
 IMAGE = "registry.example.com/trainer:v1"
+APPROVED_REGISTRY = "registry.example.com"
+"""The service approves this registry (cluster.approved_images); any other image is refused."""
 
 
 @dataclass
@@ -51,20 +55,34 @@ def token_dir(tmp_path: Path) -> Path:
 
     directory = tmp_path / "token-hashes"
     directory.mkdir()
-    (directory / "current").write_text(token_hash(TOKEN))
-    (directory / "previous").write_text("sha256:" + token_hash(OLD_TOKEN) + "\n")
+    (directory / "current").write_text(f"{token_hash(TOKEN)} {USER}")
+    (directory / "previous").write_text(f"sha256:{token_hash(OLD_TOKEN)} {USER}\n")
     return directory
 
 
-def start_api(kubeconfig: Path, token_dir: Path | None, runs_root: Path, **service_args):
+def start_api(
+    kubeconfig: Path,
+    token_dir: Path | None,
+    runs_root: Path,
+    overrides: tuple[str, ...] = (),
+    admins: tuple[str, ...] = (),
+    **service_args,
+):
     import httpx
 
     from jobs.api.app import create_app
     from jobs.api.auth import TokenHashes
     from jobs.api.service import Service
 
-    service = Service(overrides=[f"cluster.kubeconfig={kubeconfig}"], **service_args)
-    tokens = TokenHashes(token_dir) if token_dir else None
+    service = Service(
+        overrides=[
+            f"cluster.kubeconfig={kubeconfig}",
+            f"cluster.approved_images=[{APPROVED_REGISTRY}]",
+            *overrides,
+        ],
+        **service_args,
+    )
+    tokens = TokenHashes(token_dir, admins=admins) if token_dir else None
     server = ServerThread(create_app(service, tokens)).start()
     client = httpx.Client(
         base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60

@@ -9,7 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from jobs.sweep import expand
+from jobs import sweep_workers
+from jobs.sweep import BatchPreparation, SweepPointsLost, check_one_per_point, expand
 from tests.jobs.conftest import CLUSTER, OWN_DATA, SAMPLE_DATA, build, files_under
 from trainer.config import TrainerConfig
 
@@ -186,3 +187,98 @@ def test_workers_below_zero_are_refused(cli, workdir):
     assert result.code == 2
     assert "hydra.launcher.workers: -1 is not allowed; allowed: 0" in result.err
     assert files_under(workdir) == []
+
+
+def test_one_prepared_point_per_point_or_an_error_naming_the_lost():
+    numbered = [(i, [f"trainer.lr={i}e-4", "sweep_id=s"]) for i in range(40)]
+    check_one_per_point(numbered, list(range(40)))
+    # What dropping the last point of each of five worker runs of 8 would give back.
+    lost = [i for i in range(40) if i % 8 != 7]
+    with pytest.raises(SweepPointsLost) as caught:
+        check_one_per_point(numbered, lost)
+    assert str(caught.value) == (
+        "sweep points 0..39: 35 prepared for 40, missing 5: 7 (trainer.lr=7e-4), "
+        "15 (trainer.lr=15e-4), 23 (trainer.lr=23e-4), 31 (trainer.lr=31e-4), "
+        "39 (trainer.lr=39e-4); nothing was written or run"
+    )
+    with pytest.raises(
+        SweepPointsLost, match=r"missing 12: 0 .*, 9 \(trainer.lr=9e-4\) and 2 more"
+    ):
+        check_one_per_point(numbered, list(range(12, 40)))
+    with pytest.raises(SweepPointsLost, match=r"missing 1: 3 .*; repeated: 2; its results are"):
+        check_one_per_point(numbered[:4], [0, 1, 2, 2], ran=True)
+    with pytest.raises(SweepPointsLost, match=r"4 prepared for 3, not of the batch: 7;"):
+        check_one_per_point(numbered[:3], [0, 1, 2, 7])
+    with pytest.raises(SweepPointsLost, match=r"3 prepared for 3, out of order;"):
+        check_one_per_point(numbered[:3], [0, 2, 1])
+    check_one_per_point([], [])
+    with pytest.raises(SweepPointsLost, match=r"points \(none\): 1 prepared for 0, not of"):
+        check_one_per_point([], [3])
+
+
+def dropping_the_last_of_each_run(run):
+    """`_prepare_run` losing the last point of its run (module level: the pool pickles it by
+    name, and the forked workers find it here)."""
+    points, failure = PREPARE_RUN(run)
+    return points[:-1], failure
+
+
+PREPARE_RUN = sweep_workers._prepare_run
+
+
+def lost_line(result) -> str:
+    assert result.code == 1, result
+    (line,) = result.err.strip().splitlines()
+    return line
+
+
+def summary_indices(workdir, sweep_id: str) -> list[int]:
+    summary = yaml.safe_load((workdir / f"runs/sweeps/{sweep_id}/summary.yaml").read_text())
+    return [run["index"] for run in summary["runs"]]
+
+
+def test_a_point_lost_by_the_worker_processes_fails_the_sweep(cli, workdir, monkeypatch):
+    """(Every point back from the workers: the 40-point sweep above, which now fails here.)"""
+    sweep = ["trainer.lr=1e-4,2e-4,3e-4", "trainer.max_steps=10,20,30,40", *P4D]
+    monkeypatch.setattr(sweep_workers, "_prepare_run", dropping_the_last_of_each_run)
+    line = lost_line(cli("launch", "-m", *sweep, "hydra.launcher.workers=2"))
+    # 12 points in runs of 2 (a few runs per worker): every second one lost.
+    assert line.startswith("trainstack launch: sweep points 0..11: 6 prepared for 12, missing 6: ")
+    assert "1 (trainer.lr=0.0001 trainer.max_steps=20), 3 (" in line and "11 (" in line, line
+    assert files_under(workdir) == []
+
+
+def test_every_point_comes_back_in_process_or_the_sweep_fails(cli, workdir, monkeypatch):
+    """One process prepares a small batch: a point that comes back as another's is caught
+    before anything is written, and a result missing after the run is named."""
+    sweep = ["trainer.lr=1e-4,2e-4,3e-4", *P4D]
+    whole = cli("launch", "-m", *sweep, "sweep_id=whole")
+    assert whole.code == 0, whole.err
+    assert summary_indices(workdir, "whole") == [0, 1, 2]
+    before = files_under(workdir)
+
+    prepare = BatchPreparation.prepare
+
+    def repeating_the_second(self, index, overrides):
+        return prepare(self, 1, overrides) if index == 2 else prepare(self, index, overrides)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BatchPreparation, "prepare", repeating_the_second)
+        line = lost_line(cli("launch", "-m", *sweep))
+    assert line.endswith(
+        "sweep points 0..2: 3 prepared for 3, missing 1: 2 (trainer.lr=0.0003); repeated: 1; "
+        "nothing was written or run"
+    ), line
+    assert files_under(workdir) == before
+
+    # The class Hydra instantiates: its plugin scan loads hydra_plugins apart from sys.modules.
+    from hydra.core.plugins import Plugins
+
+    launcher = Plugins.instance().class_name_to_class[
+        "hydra_plugins.trainstack_launcher.launcher.TrainstackLauncher"
+    ]
+    monkeypatch.setattr(launcher, "finish", lambda self, points, returns: returns[:-1])
+    line = lost_line(cli("launch", "-m", *sweep))
+    assert line.endswith(
+        "2 results for 3, missing 1: 2 (trainer.lr=0.0003); its results are incomplete"
+    )

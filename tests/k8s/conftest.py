@@ -139,13 +139,17 @@ LAUNCH_ARGS = [
 ]
 
 
+MANAGED = {"app.kubernetes.io/managed-by": "trainstack"}
+
+
 def pytorch_job(name: str, workers: int = 1, labels: dict | None = None) -> dict:
-    """A minimal PyTorchJob manifest (what materialization would produce, trimmed)."""
+    """A minimal PyTorchJob manifest (what materialization would produce, trimmed: always
+    trainstack's managed-by label)."""
     template = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/t:v1"}]}}
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "labels": labels or {}},
+        "metadata": {"name": name, "labels": {**MANAGED, **(labels or {})}},
         "spec": {
             "pytorchReplicaSpecs": {
                 "Master": {"replicas": 1, "template": template},
@@ -159,6 +163,6 @@ def config_map(name: str) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-config"},
+        "metadata": {"name": f"{name}-config", "labels": dict(MANAGED)},
         "data": {"config.yaml": "seed: 0\n"},
     }

@@ -6,7 +6,7 @@ owner reference, cancel's merge patch) against it, with the garbage collector's 
 from __future__ import annotations
 
 from jobs.k8s.submit import submit
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
+from tests.k8s.conftest import MANAGED, NAMESPACE, config_map, pytorch_job
 from tests.k8s.fake_patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from tests.k8s.test_k8s_fake_patch import pod, pod_path, put_demo_pod, send
 
@@ -41,7 +41,10 @@ def test_a_strategic_merge_patch_on_a_custom_resource_is_415(apiserver, cluster)
     )
     # What the backend sends (CustomObjectsApi: always merge-patch) is served.
     cluster.patch_job("cr1", body)
-    assert apiserver.get("pytorchjobs", "cr1", NAMESPACE)["metadata"]["labels"] == {"x": "y"}
+    assert apiserver.get("pytorchjobs", "cr1", NAMESPACE)["metadata"]["labels"] == {
+        **MANAGED,
+        "x": "y",
+    }
     # Kueue's kinds are custom resources too.
     apiserver.put("workloads", {"metadata": {"name": "pytorchjob-cr1"}}, NAMESPACE)
     path = f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{NAMESPACE}/workloads/pytorchjob-cr1"
@@ -100,8 +103,9 @@ def test_status_changes_only_through_the_status_subresource(apiserver, cluster):
     body = {"metadata": {"labels": {"x": "y"}}, "status": {"conditions": []}}
     assert send(apiserver, path, MERGE_PATCH, body)[0] == 200
     job = apiserver.get("pytorchjobs", "st1", NAMESPACE)
-    assert job["status"] == before and job["metadata"]["labels"] == {"x": "y"}
+    assert job["status"] == before and job["metadata"]["labels"] == {**MANAGED, "x": "y"}
     body = {"metadata": {"labels": {"x": "z"}}, "status": {"conditions": []}}
     assert send(apiserver, path + "/status", MERGE_PATCH, body)[0] == 200
     job = apiserver.get("pytorchjobs", "st1", NAMESPACE)
-    assert job["status"] == {**before, "conditions": []} and job["metadata"]["labels"] == {"x": "y"}
+    assert job["status"] == {**before, "conditions": []}
+    assert job["metadata"]["labels"] == {**MANAGED, "x": "y"}

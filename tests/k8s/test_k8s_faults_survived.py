@@ -71,7 +71,7 @@ def test_the_second_line_never_restarts_a_run_someone_else_replaced(
     assert "[trainstack] f2: replaced or deleted by someone else; not restarting" in lines
     assert apiserver.operator.created["f2"] == 2  # ours and theirs; never ours again
     labels = apiserver.get("pytorchjobs", "f2", NAMESPACE)["metadata"]["labels"]
-    assert labels == {"owner": "someone-else"}
+    assert labels["owner"] == "someone-else"
 
 
 def test_the_second_line_never_restarts_a_run_it_found_already_active(

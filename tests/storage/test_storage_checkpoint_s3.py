@@ -4,14 +4,15 @@ objects, no multipart uploads left), training goes on, the next checkpoint commi
 (falling back past a newest checkpoint that lost a shard) reproduces the uninterrupted run's
 losses — for sync and async saves. The resume reads, per rank, only its share of the shards
 (byte counts per rank from the proxy), and `trainstack checkpoints` lists the S3 run dir.
-Failed saves in a row end the run in one line."""
+Failed saves in a row end the run in one line. A shard whose upload S3 acknowledged but never
+stored (every rank reported success) is caught by the commit check: never committed."""
 
 from __future__ import annotations
 
 import pytest
 
 from jobs.cli import main as trainstack
-from tests.s3_server import FaultProxy, MotoS3, fail_matching, s3_env
+from tests.s3_server import ACK_NOT_STORED, FaultProxy, MotoS3, fail_matching, s3_env
 from tests.trainer.harness import read_metrics
 from trainer.checkpoint import list_checkpoints
 from trainer.storage import open_run_storage
@@ -113,3 +114,32 @@ def test_failed_saves_in_a_row_end_the_run_in_one_line(
     events = [r for r in read_metrics(run_dir) if r.get("event") == "checkpoint_abandoned"]
     assert [(e["step"], e["rank"]) for e in events] == [(2, 1), (4, 1)]
     assert committed(run_dir) == []
+
+
+def test_a_shard_acknowledged_but_never_stored_is_never_committed(
+    run_trainer, fault_proxy: FaultProxy, moto_s3: MotoS3, s3_bucket: str
+) -> None:
+    run_dir = f"s3://{s3_bucket}/run"
+    # The request that makes rank 1's shard of step 4 exist (the multipart upload's completion,
+    # or a plain PUT) is answered as stored, and dropped.
+    shard = rf"/checkpoints/step-{FAILING_STEP:08d}/__1_\d+\.distcp(\?uploadId=[^&]*)?$"
+    fault_proxy.set_rule(fail_matching(shard, ACK_NOT_STORED, methods=("PUT", "POST")))
+    result = run_trainer(2, STEPS, run_dir=run_dir, env=s3_env(fault_proxy.url))
+    assert result.returncode == 0, result.stderr
+    assert fault_proxy.faults == 1, [r for r in fault_proxy.seen if "__1_" in r.path]
+    fault_proxy.set_rule(None)
+
+    events = [r for r in read_metrics(run_dir) if r.get("event") == "checkpoint_abandoned"]
+    assert [(e["step"], e["rank"]) for e in events] == [(FAILING_STEP, 0)], events
+    assert events[0]["cause"] == (
+        "files incomplete after every rank reported success: missing __1_0.distcp"
+    )
+    # Never committed, and nothing of it left (its parts, uploaded but never completed, too).
+    client = moto_s3.client()
+    prefix = f"run/checkpoints/step-{FAILING_STEP:08d}/"
+    assert client.list_objects_v2(Bucket=s3_bucket, Prefix=prefix).get("KeyCount") == 0
+    assert not client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads")
+    # Training went on; the later checkpoints committed whole.
+    assert sorted(training_losses(run_dir)) == list(range(1, 9))
+    assert committed(run_dir) == [6, 8]
+    assert all(r.complete for r in list_checkpoints(open_run_storage(run_dir)))

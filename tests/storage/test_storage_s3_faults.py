@@ -13,6 +13,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from tests.s3_server import (
+    ACK_NOT_STORED,
     CUT_STREAM,
     DUMMY_SECRET_KEY,
     FaultProxy,
@@ -212,3 +213,23 @@ def test_malformed_endpoint_names_the_variable(
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "not-a-url")
     with pytest.raises(StorageError, match=r"Invalid endpoint: not-a-url.*AWS_ENDPOINT_URL_S3"):
         open_run_storage("s3://some-bucket/run")
+
+
+def test_a_write_acknowledged_but_not_stored_is_honest(
+    fault_proxy: FaultProxy, s3_bucket: str, moto_s3: MotoS3, tmp_path: Path
+) -> None:
+    """The proxy's ACK_NOT_STORED answers like S3 after storing, and stores nothing: a plain
+    PUT, and the POST completing a multipart upload (whose parts then stay uploaded)."""
+    fault_proxy.set_rule(
+        fail_matching(r"/lost(\?uploadId=[^&]*)?$", ACK_NOT_STORED, ("PUT", "POST"))
+    )
+    storage = S3Storage(f"s3://{s3_bucket}/run", transfer_config=SMALL_PARTS)
+    storage.write_bytes("lost", b"never stored")  # no error: acknowledged
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(6 * MIB))
+    storage.upload_file(big, "big/lost")  # two parts stored, the completion acknowledged
+    storage.write_bytes("kept", b"stored")
+    assert object_keys(moto_s3, s3_bucket) == ["run/kept"]
+    (upload,) = moto_s3.client().list_multipart_uploads(Bucket=s3_bucket)["Uploads"]
+    assert upload["Key"] == "run/big/lost"
+    assert [r.method for r in fault_proxy.seen if r.fault == ACK_NOT_STORED] == ["PUT", "POST"]

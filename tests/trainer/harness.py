@@ -123,10 +123,12 @@ def trainer_command(
     overrides: list[str],
     launcher: str = "torchrun",
     torchrun_args: tuple[str, ...] = (),
+    module: str = "trainer",
 ) -> list[str]:
     """nproc=0: plain `python -m trainer`; else `torchrun` or `python -m trainer.launch`
-    (with `torchrun_args`, e.g. --max-restarts=2)."""
-    trainer = ["-m", "trainer", "--config", str(config), *overrides]
+    (with `torchrun_args`, e.g. --max-restarts=2). `module`: a test's wrapper of the trainer's
+    entry point (tests/trainer/*_worker.py) instead of `trainer`."""
+    trainer = ["-m", module, "--config", str(config), *overrides]
     if nproc == 0:
         return [str(BIN / "python"), *trainer]
     start = [str(BIN / "python"), "-m", launcher]
@@ -165,6 +167,7 @@ def launch_trainer(
     small: bool = True,
     launcher: str = "torchrun",
     torchrun_args: tuple[str, ...] = (),
+    module: str = "trainer",
 ) -> TrainerProcess:
     """Start the trainer; its config, stdout and stderr go to a fresh folder of `work_dir`."""
     run_dir = run_dir or str(work_dir / "run")
@@ -180,5 +183,5 @@ def launch_trainer(
             lines = SAMPLE.read_text().splitlines(keepends=True)[:SMALL_CORPUS_DOCS]
             corpus.write_text("".join(lines))
         args.insert(0, f"data.path={corpus}")
-    command = trainer_command(nproc, config, args, launcher, torchrun_args)
+    command = trainer_command(nproc, config, args, launcher, torchrun_args, module)
     return TrainerProcess(command, full_env, run_dir, log_dir)

@@ -5,20 +5,30 @@
 - in a packed sequence, a document cannot influence another's logits (perturb A, B's logits do
   not move; without the document mask they do), and B's logits are those of B run alone
   (positions restart);
-- the eval loss is the mean over the held-out targets, masked like training.
+- the eval loss is the mean over the held-out targets, masked like training;
+- the labels themselves are right, not just consistent: for each format, records packed into
+  windows give the labels written out by hand (each position predicts the next token if that
+  token is a target of the same document), across document boundaries and window cuts.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer.data import IGNORE_INDEX, Batch, PackedSequences, TokenStream
+from tests.trainer.hf_tokenizers import llama3_style
+from trainer.config import DataConfig
+from trainer.data import IGNORE_INDEX, Batch, PackedSequences, TokenStream, load_corpus
 from trainer.job_config import Plan
 from trainer.model.args import ModelArgs
 from trainer.model.model import Transformer
+from trainer.tokenizer import build_tokenizer
 from trainer.train import _evaluate, _train_step
 
 ARGS = ModelArgs(
@@ -158,3 +168,113 @@ def test_eval_loss_is_the_mean_over_held_out_targets():
     targets = sum(int((b.labels != IGNORE_INDEX).sum()) for b in micro)
     assert eval_loss == pytest.approx(float(sum(sums)) / targets, rel=1e-5)
     assert net.training  # eval leaves the model as it found it
+
+
+# One character per token in the hand-written windows below: "_" is a label that is not a
+# target, "/" a newline, and the special tokens these symbols.
+SYMBOLS = {
+    "<|begin_of_text|>": "^",
+    "<|start_header_id|>": "[",
+    "<|end_header_id|>": "]",
+    "<|eot_id|>": "$",
+    "\n": "/",
+}
+
+
+@pytest.fixture(scope="module")
+def char_llama3(tmp_path_factory) -> Path:
+    """A Llama-3-style tokenizer with no merges: one token per character, its specials and
+    chat template as Llama 3's."""
+    return llama3_style(tmp_path_factory.mktemp("char") / "tok", vocab_size=261)
+
+
+def packed_windows(
+    tmp_path: Path,
+    data_format: str,
+    records: list[dict],
+    seq_len: int,
+    tokenizer: str = "byte",
+    piece: Callable[[int], str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """The records through the format, packing and windowing the trainer uses; every window's
+    inputs and labels as one character per token."""
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    piece = piece or byte_piece
+    cfg = DataConfig(
+        path=str(path),
+        format=data_format,
+        tokenizer=tokenizer,
+        seq_len=seq_len,
+        eval_fraction=0.0,
+    )
+    stream = load_corpus(cfg, build_tokenizer(tokenizer, 512)).train
+    sequences = PackedSequences(stream, seq_len)
+    batch = sequences.batch(torch.arange(sequences.count))
+
+    def shown(row: list[int]) -> str:
+        chars = ["_" if i == IGNORE_INDEX else SYMBOLS.get(piece(i), piece(i)) for i in row]
+        assert all(len(c) == 1 for c in chars), chars  # one token per character
+        return "".join(chars)
+
+    return [shown(row) for row in batch.inputs.tolist()], [
+        shown(row) for row in batch.labels.tolist()
+    ]
+
+
+def byte_piece(token: int) -> str:
+    return "$" if token == 256 else chr(token)
+
+
+def hf_piece(directory: Path) -> Callable[[int], str]:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    return lambda token: tokenizer.decode([token], skip_special_tokens=False)
+
+
+def test_text_labels_are_the_next_token_everywhere_across_documents(tmp_path):
+    records = [{"text": "ab"}, {"text": "cde"}, {"text": "fg"}]
+    inputs, labels = packed_windows(tmp_path, "text", records, 3)
+    # Pre-training keeps one causal stream: the end-of-text predicts the next document.
+    assert inputs == ["ab$", "cde", "$fg"]
+    assert labels == ["b$c", "de$", "fg$"]
+
+
+def test_prompt_completion_labels_are_the_completion_and_its_end(tmp_path, char_llama3):
+    records = [
+        {"prompt": "ab", "completion": "cd"},
+        {"prompt": "e", "completion": "fgh"},
+        {"prompt": "ij", "completion": "k"},
+    ]
+    inputs, labels = packed_windows(
+        tmp_path, "prompt_completion", records, 4, str(char_llama3), hf_piece(char_llama3)
+    )
+    # The last prompt token predicts the completion's first; the end of one document
+    # predicts nothing of the next; windows cut documents without changing a label.
+    assert inputs == ["^abc", "d$^e", "fgh$", "^ijk"]
+    assert labels == ["__cd", "$__f", "gh$_", "__k$"]
+
+
+def test_chat_labels_are_both_assistant_turns_and_nothing_else(tmp_path, char_llama3):
+    two_turns = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Yo"},
+        {"role": "user", "content": "More"},
+        {"role": "assistant", "content": "Ok"},
+    ]
+    one_turn = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "R"}]
+    records = [{"messages": two_turns}, {"messages": one_turn}]
+    inputs, labels = packed_windows(
+        tmp_path, "chat", records, 41, str(char_llama3), hf_piece(char_llama3)
+    )
+    # The header's last newline predicts the reply; the reply predicts its end-of-turn; the
+    # end-of-turn predicts nothing (the next header, or the next conversation).
+    assert inputs == [
+        "^[user]//Hi$[assistant]//Yo$[user]//More$",
+        "[assistant]//Ok$^[user]//Q$[assistant]//R",
+    ]
+    assert labels == [
+        "________________________Yo$______________",
+        "____________Ok$________________________R$",
+    ]

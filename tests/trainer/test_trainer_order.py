@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.data import PackedSequences, TokenStream, TrainBatches
-from trainer.data.bijection import Bijection
+from trainer.data.bijection import Bijection, _mix
 from trainer.data.mixture import MixtureSchedule
 
 
@@ -100,3 +100,61 @@ def test_each_step_hints_the_rows_of_the_next_steps_once():
     resumed.micro_batches(3 * 8, 2, 2)  # a new process starting mid-run hints its whole window
     expected = [r for s in range(4, 4 + PREFETCH_STEPS) for r in rank1_rows(s)]
     assert source.hinted == reader.sequence_ids(torch.tensor(expected)).tolist()
+
+
+def _inverse_feistel(order: Bijection, y: np.ndarray) -> np.ndarray:
+    """One backward pass of the network: each round (L, R) -> (R, L ^ F(R)) undone."""
+    bits = np.uint64(order.half_bits)
+    left, right = y >> bits, y & order.mask
+    for key in order.keys[::-1]:
+        left, right = right ^ _mix(left, key, order.mask), left
+    return (left << bits) | right
+
+
+def _walk_back(order: Bijection, value: int) -> int | None:
+    """The index in [0, n) whose forward walk passes through `value`, or None if its cycle has
+    none (a cycle wholly outside [0, n) is never entered)."""
+    y = np.array([value], dtype=np.uint64)
+    for _ in range(1 << (2 * order.half_bits)):
+        y = _inverse_feistel(order, y)
+        if int(y[0]) < order.n:
+            return int(y[0])
+        if int(y[0]) == value:
+            return None
+    raise AssertionError(f"no cycle closed from {value}")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 11, 2**31 + 5])
+def test_every_size_from_1_to_64_is_a_bijection(seed: int):
+    for n in range(1, 65):
+        for epoch in (0, 3):
+            order = Bijection(n, seed=seed, epoch=epoch)(np.arange(n))
+            counts = np.bincount(order, minlength=n)
+            assert counts.size == n and (counts == 1).all(), (n, seed, epoch, order.tolist())
+
+
+def test_large_sampled_sizes_are_bijections():
+    sizes = np.random.default_rng(28).integers(65, 300_000, size=6)
+    for n in (*sizes.tolist(), 4**9 + 1, 4**9 - 1):
+        order = Bijection(n, seed=n % 97)(np.arange(n))
+        assert (np.bincount(order, minlength=n) == 1).all(), n
+
+
+@pytest.mark.parametrize("n", [10**10 + 7, 2**40 + 1, 4**17 - 3])
+def test_huge_sizes_are_bijections_without_materializing(n: int):
+    """No array of n: distinct samples map to distinct positions in [0, n), each undone by the
+    inverse network; and every index whose walk passes through n and just above it (where an
+    off-by-one in the walk would stop) lands inside [0, n)."""
+    for seed in (5, 6, 7):
+        order = Bijection(n, seed=seed)
+        samples = np.unique(np.random.default_rng(seed).integers(0, n, size=4096))
+        positions = order(samples)
+        assert positions.min() >= 0 and positions.max() < n
+        assert np.unique(positions).size == samples.size
+        assert [_walk_back(order, int(p)) for p in positions[:64]] == samples[:64].tolist()
+        top = min(n + 64, 1 << (2 * order.half_bits))
+        walkers = {_walk_back(order, v) for v in range(n, top)} - {None}
+        assert walkers, "no index walks through n: the check below would be empty"
+        for index in walkers:
+            position = int(order(np.array([index]))[0])
+            assert position < n and _walk_back(order, position) == index, (seed, index, position)

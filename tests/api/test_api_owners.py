@@ -1,0 +1,107 @@
+"""Who did what (issue 23, items 4 and 5): each token is a user's, runs carry their owner,
+others' runs cannot be cancelled or resumed unless the token is an admin's, and nothing the
+service does not own is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.conftest import NAMESPACE, TOKEN, USER, start_api
+from tests.api.test_api_runs import wait_for
+from tests.k8s.fake_operator import JobPlan
+from tests.k8s.test_k8s_foreign_objects import foreign_config_map, foreign_job, unchanged
+
+BOB, CAROL = "ts-bob-0123456789abcdef0123456789", "ts-carol-0123456789abcdef01234567"
+
+
+@pytest.fixture
+def team(kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch):
+    """alice (the conftest's tokens), bob, and carol the admin, on one service."""
+    from jobs.api.auth import token_hash
+
+    monkeypatch.chdir(tmp_path)
+    (token_dir / "team").write_text(f"{token_hash(BOB)} bob\n{token_hash(CAROL)} carol\n")
+    server, alice = start_api(kubeconfig, token_dir, tmp_path / "runs", admins=("carol",))
+    clients = {"alice": alice.client}
+    for name, token in (("bob", BOB), ("carol", CAROL)):
+        clients[name] = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+    yield alice, clients
+    for client in clients.values():
+        client.close()
+    server.stop()
+
+
+def test_runs_carry_their_owner_and_only_the_owner_or_an_admin_cancels(team, apiserver):
+    api, users = team
+    for run_id in ("own-a", "own-b"):
+        apiserver.operator.plans[run_id] = [JobPlan(hold=True)]
+    assert users["alice"].post("/v1/runs", json=api.run_request("own-a")).status_code == 201
+    assert users["bob"].post("/v1/runs", json=api.run_request("own-b")).status_code == 201
+    labels = apiserver.get("pytorchjobs", "own-a", NAMESPACE)["metadata"]["labels"]
+    assert labels["trainstack.io/owner"] == USER
+
+    def mine(user: str) -> list[str]:
+        runs = users[user].get("/v1/runs", params={"owner": "me"}).json()["runs"]
+        return sorted(r["run_id"] for r in runs)
+
+    assert (mine("alice"), mine("bob"), mine("carol")) == (["own-a"], ["own-b"], [])
+    everyone = users["carol"].get("/v1/runs").json()["runs"]
+    assert {r["run_id"]: r["owner"] for r in everyone} == {"own-a": USER, "own-b": "bob"}
+    by_name = users["carol"].get("/v1/runs", params={"owner": "bob"}).json()["runs"]
+    assert [r["run_id"] for r in by_name] == ["own-b"]
+
+    wait_for(lambda: users["alice"].get("/v1/runs/own-a").json()["state"] == "running")
+    refused = users["bob"].delete("/v1/runs/own-a")
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == (
+        f"run 'own-a' belongs to {USER}; only its owner or an admin may cancel it"
+    )
+    again = users["bob"].post("/v1/runs", json=api.run_request("own-a"))
+    assert again.status_code == 403 and "belongs to alice" in again.json()["detail"]
+    assert users["alice"].get("/v1/runs/own-a").json()["state"] == "running"
+    assert apiserver.operator.created["own-a"] == 1
+
+    assert users["alice"].delete("/v1/runs/own-a").status_code == 202
+    assert users["carol"].delete("/v1/runs/own-b").status_code == 202  # the admin
+    wait_for(lambda: users["bob"].get("/v1/runs/own-b").json()["state"] == "cancelled")
+
+
+def test_the_api_never_touches_foreign_objects(api, apiserver):
+    config_map = foreign_config_map(apiserver, "payroll-config")
+    response = api.client.post("/v1/runs", json=api.run_request("payroll"))
+    assert response.status_code == 409
+    assert response.json()["detail"].startswith(
+        f"ConfigMap {NAMESPACE}/payroll-config exists and is not managed by trainstack"
+    )
+    assert unchanged(apiserver, "configmaps", config_map)
+    assert apiserver.get("pytorchjobs", "payroll", NAMESPACE) is None
+
+    job = foreign_job(apiserver, "teamb-eval")
+    response = api.client.post("/v1/runs", json=api.run_request("teamb-eval"))
+    assert response.status_code == 409 and "PyTorchJob" in response.json()["detail"]
+    assert unchanged(apiserver, "pytorchjobs", job)  # uid and image as they were
+    # Not ours: not listed, so not cancellable either.
+    assert api.client.delete("/v1/runs/teamb-eval").status_code == 404
+    assert unchanged(apiserver, "pytorchjobs", job)
+
+
+def test_token_files_map_hashes_to_users(tmp_path: Path):
+    from jobs.api.auth import Identity, TokenConfigError, TokenHashes, token_hash
+
+    (tmp_path / "ci-bot").write_text(token_hash("old-format-token") + "\n")  # a bare hash
+    (tmp_path / "team").write_text(
+        f"# hash user\nsha256:{token_hash('t-alice')} alice\n{token_hash('t-root')} root\n"
+    )
+    tokens = TokenHashes(tmp_path, admins=("root",))
+    assert tokens.identify("old-format-token") == Identity("ci-bot")  # the key names the user
+    assert tokens.identify("t-alice") == Identity("alice")
+    assert tokens.identify("t-root") == Identity("root", admin=True)
+    assert tokens.identify("nope") is None and tokens.identify(TOKEN) is None
+    (tmp_path / "bad").write_text(f"{token_hash('x')} not/a label\n")
+    with pytest.raises(TokenConfigError, match=r"'bad'.*user 'not/a label' is not a label value"):
+        TokenHashes(tmp_path)
