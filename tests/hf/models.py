@@ -27,8 +27,9 @@ def build_llama(
     max_shard_size: str = "60KB",
     **sizes: int,
 ) -> Path:
-    """A random LlamaForCausalLM (GQA: 4 heads, 2 KV heads; odd sizes so 2 ranks get uneven
-    shards), saved sharded (several files + index) with a tokenizer."""
+    """A random LlamaForCausalLM (GQA: 4 heads, 2 KV heads unless `sizes` say otherwise; odd
+    sizes so 2 ranks get uneven shards), saved sharded (several files + index) with a
+    tokenizer. `scaling={}`: plain RoPE (Llama 2, SmolLM2)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -37,11 +38,11 @@ def build_llama(
         hidden_size=sizes.get("hidden_size", 64),
         intermediate_size=sizes.get("intermediate_size", 97),
         num_hidden_layers=sizes.get("num_hidden_layers", 2),
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=sizes.get("num_attention_heads", 4),
+        num_key_value_heads=sizes.get("num_key_value_heads", 2),
         max_position_embeddings=256,
         rope_theta=50_000.0,
-        rope_scaling=scaling if scaling is not None else LLAMA3_SCALING,
+        rope_scaling=(scaling if scaling is not None else LLAMA3_SCALING) or None,
         tie_word_embeddings=tied,
         rms_norm_eps=1e-5,
         bos_token_id=1,

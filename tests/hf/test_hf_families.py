@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hf.models import assert_close, build_family, fixed_batch, hf_logits
+from tests.hf.models import assert_close, build_family, build_llama, fixed_batch, hf_logits
 from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps
@@ -24,6 +24,14 @@ CASES = {
     "mistral-untied": ("mistral", False, {}),
     # v0.1's window, shorter than fixed_batch's 48 tokens: the mask must cut it.
     "mistral-window-tied": ("mistral", True, {"sliding_window": 20}),
+    # Llama-architecture checkpoints with plain RoPE: Llama 2 (multi-head, untied) and
+    # SmolLM2 (9 heads over 3 KV heads, tied).
+    "llama2-mha-untied": ("llama", False, {"num_attention_heads": 4, "num_key_value_heads": 4}),
+    "smollm2-tied": (
+        "llama",
+        True,
+        {"hidden_size": 72, "num_attention_heads": 9, "num_key_value_heads": 3},
+    ),
 }
 
 
@@ -31,7 +39,10 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_logits_equal_transformers_at_one_and_two_ranks(tmp_path: Path, case: str):
     family, tied, extra = CASES[case]
-    source = build_family(tmp_path / "hf", family, tied=tied, **extra)
+    if family == "llama":
+        source = build_llama(tmp_path / "hf", tied=tied, scaling={}, **extra)
+    else:
+        source = build_family(tmp_path / "hf", family, tied=tied, **extra)
     assert len(list(source.glob("model-*.safetensors"))) > 1
     expected = hf_logits(source, fixed_batch())
     if extra.get("sliding_window"):  # the window changes transformers' logits: it is tested
