@@ -185,15 +185,7 @@ def run() -> dict:
             elapsed = time.monotonic() - started
             lists = apiserver.count("GET", "/pytorchjobs?") - lists_before
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-            log.close()
-            apiserver.operator.shutdown()
-            apiserver.stop()
+            stop(server, log, apiserver)
     status, submits = load["status_ms"], load["submit_ms"]
     lists_per_s = lists / elapsed
     p50, floor_p50 = _percentile(status, 0.5), _percentile(floor, 0.5)
@@ -231,6 +223,19 @@ def run() -> dict:
         },
     }
     return figures
+
+
+def stop(server: subprocess.Popen, log, apiserver) -> None:
+    """End `trainstack serve` (killed if it does not exit in 30 s), its log, the test double."""
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    log.close()
+    apiserver.operator.shutdown()
+    apiserver.stop()
 
 
 def _wait_healthy(url: str, server: subprocess.Popen) -> None:

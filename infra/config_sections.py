@@ -22,6 +22,8 @@ TRAINING_API_KEYS = (
     "tokenHashesSecretArn",
     "replicas",
     "internalLoadBalancer",
+    "certificateArn",
+    "tlsSecretName",
     "cpu",
     "memory",
 )
@@ -36,6 +38,8 @@ _TOKEN_REFERENCE = re.compile(
     r"|ssm:[\w-]+:\d{12}:parameter/[\w/.-]+)$"
 )
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+$")
+_ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[\w-]+:\d{12}:certificate/[\w-]+$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _MEMORY = re.compile(r"^\d+(Mi|Gi)$")
 _POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]+$")
@@ -151,11 +155,32 @@ def parse_training_api(
         raise fail(api.key("cpu"), f"{cpu!r}: a Kubernetes CPU quantity, e.g. 500m or 1")
     if not _MEMORY.match(memory):
         raise fail(api.key("memory"), f"{memory!r}: a Kubernetes memory quantity, e.g. 1Gi")
+    internal = api.get_bool("internalLoadBalancer", False)
+    certificate = api.get_str("certificateArn", None)
+    tls_secret = api.get_str("tlsSecretName", None)
+    if certificate is not None and not _ACM_ARN.match(certificate):
+        raise fail(api.key("certificateArn"), f"{certificate!r}: an ACM certificate ARN")
+    if certificate is not None and not internal:
+        raise fail(
+            api.key("certificateArn"),
+            "the certificate is served by the internal NLB: set internalLoadBalancer: true (or "
+            "use tlsSecretName for a ClusterIP service)",
+        )
+    if tls_secret is not None and not _DNS_LABEL.match(tls_secret):
+        raise fail(api.key("tlsSecretName"), f"{tls_secret!r}: a Kubernetes Secret name")
+    if (certificate is None) == (tls_secret is None):
+        raise fail(
+            api.key("certificateArn"),
+            "the API serves TLS only: set certificateArn (ACM, on the internal NLB) or "
+            "tlsSecretName (a kubernetes.io/tls Secret in the namespace), one of the two",
+        )
     return TrainingApiConfig(
         image=image,
         token_hashes_secret_arn=secret,
         replicas=api.get_int("replicas", 2, minimum=1),
-        internal_load_balancer=api.get_bool("internalLoadBalancer", False),
+        internal_load_balancer=internal,
+        certificate_arn=certificate,
+        tls_secret_name=tls_secret,
         cpu=cpu,
         memory=memory,
     )

@@ -8,6 +8,9 @@ not a ClusterRole: the service runs with `backend.preflight=false`, so it reads 
 CRDs), and by Pod Identity read run dirs in S3 and look up ECR digests. Bearer tokens: the
 Secret holds SHA-256 hashes only, copied from the Secrets Manager secret the stack names;
 each value is checked to be a hash, so a plaintext token can never land in the cluster.
+TLS only (port 443): either the pod serves HTTPS with a mounted kubernetes.io/tls Secret
+(`tlsSecretName`, end to end) or the internal NLB ends TLS with the stack's ACM certificate
+(`certificateArn`; the pod marks its cookies Secure).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from infra.settings import TrainingApiConfig
 
 PORT = 8080
 TOKEN_DIR = "/etc/trainstack/token-hashes"
+TLS_DIR = "/etc/trainstack/tls"
+NLB_TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 _HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 RBAC_RULES = (
@@ -63,12 +68,22 @@ def token_hashes(secret_string: str | None, secret_arn: str) -> dict[str, str]:
     return {str(k): v for k, v in loaded.items()}
 
 
-def serve_args(namespace: str, storage_root: str, repository_url: str) -> list[str]:
+def serve_args(
+    namespace: str, storage_root: str, repository_url: str, tls: str = "pod"
+) -> list[str]:
+    """`tls`: "pod" (the pod serves HTTPS with the mounted certificate) or "nlb" (the NLB
+    ends TLS; cookies are still Secure)."""
+    encryption = (
+        [f"--tls-cert={TLS_DIR}/tls.crt", f"--tls-key={TLS_DIR}/tls.key"]
+        if tls == "pod"
+        else ["--secure-cookies"]
+    )
     return [
         "serve",
         "--host=0.0.0.0",
         f"--port={PORT}",
         f"--token-hashes={TOKEN_DIR}",
+        *encryption,
         f"cluster.namespace={namespace}",
         "storage=s3",
         f"storage.root={storage_root}",
@@ -156,21 +171,24 @@ class TrainingApi(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        tls = "pod" if settings.tls_secret_name else "nlb"
+        scheme = "HTTPS" if tls == "pod" else "HTTP"
+        port_name = "https" if tls == "pod" else "http"
         container = {
             "name": "api",
             "image": settings.image,
             "args": pulumi.Output.all(namespace, storage_root, repository_url).apply(
-                lambda values: serve_args(*values)
+                lambda values: serve_args(*values, tls=tls)
             ),
-            "ports": [{"name": "http", "containerPort": PORT}],
+            "ports": [{"name": port_name, "containerPort": PORT}],
             "env": [{"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"}],
             "readinessProbe": {
-                "httpGet": {"path": "/healthz", "port": "http"},
+                "httpGet": {"path": "/healthz", "port": port_name, "scheme": scheme},
                 "periodSeconds": 5,
                 "failureThreshold": 3,
             },
             "livenessProbe": {
-                "httpGet": {"path": "/healthz", "port": "http"},
+                "httpGet": {"path": "/healthz", "port": port_name, "scheme": scheme},
                 "initialDelaySeconds": 20,
                 "periodSeconds": 10,
                 "failureThreshold": 6,
@@ -189,8 +207,18 @@ class TrainingApi(pulumi.ComponentResource):
             "volumeMounts": [
                 {"name": "token-hashes", "mountPath": TOKEN_DIR, "readOnly": True},
                 {"name": "tmp", "mountPath": "/tmp"},
+                *(
+                    [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+                    if tls == "pod"
+                    else []
+                ),
             ],
         }
+        tls_volumes = (
+            [{"name": "tls", "secret": {"secretName": settings.tls_secret_name}}]
+            if tls == "pod"
+            else []
+        )
         deployment = k8s.apps.v1.Deployment(
             app,
             metadata={"name": app, "namespace": namespace, "labels": labels},
@@ -225,6 +253,7 @@ class TrainingApi(pulumi.ComponentResource):
                                 "secret": {"secretName": tokens.metadata.name},
                             },
                             {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+                            *tls_volumes,
                         ],
                     },
                 },
@@ -239,6 +268,28 @@ class TrainingApi(pulumi.ComponentResource):
             if settings.internal_load_balancer
             else {}
         )
+        # The training namespace denies ingress by default: open the API's port, to its pods only
+        # (the Service and its internal load balancer forward there; nothing reaches the jobs).
+        k8s.networking.v1.NetworkPolicy(
+            app,
+            metadata={"name": app, "namespace": namespace, "labels": labels},
+            spec={
+                "podSelector": {"matchLabels": labels},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"port": PORT, "protocol": "TCP"}]}],
+            },
+            opts=child,
+        )
+        if settings.certificate_arn:  # the NLB ends TLS with the stack's ACM certificate
+            annotations = {
+                **annotations,
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": settings.certificate_arn,
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "https",
+                "service.beta.kubernetes.io/aws-load-balancer-backend-protocol": "tcp",
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": (
+                    NLB_TLS_POLICY
+                ),
+            }
         service = k8s.core.v1.Service(
             app,
             metadata={
@@ -250,7 +301,8 @@ class TrainingApi(pulumi.ComponentResource):
             spec={
                 "type": "LoadBalancer" if settings.internal_load_balancer else "ClusterIP",
                 "selector": labels,
-                "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+                # TLS only: 443 is HTTPS, from the pod or from the NLB's certificate.
+                "ports": [{"name": "https", "port": 443, "targetPort": port_name}],
             },
             opts=pulumi.ResourceOptions(
                 parent=self, provider=k8s_provider, depends_on=[deployment]

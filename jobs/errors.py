@@ -19,6 +19,8 @@ def one_line(err: BaseException) -> str:
 
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, option = err.missing_cfg_file.rpartition("/")
+        if group == "stack":
+            return missing_stack(option, err.options)
         if group and err.options:
             return f"{group}: no option {option!r}; allowed: {', '.join(err.options)}"
     cause = err.__cause__ or err
@@ -32,3 +34,15 @@ def one_line(err: BaseException) -> str:
     if isinstance(err, InstantiationException) and err.__cause__ is not None:
         return problem  # a plugin's own refusal (hydra.launcher.*), not Hydra's wrapper line
     return first
+
+
+def missing_stack(name: str, options: list[str]) -> str:
+    """A stack file is generated from the Pulumi stack's outputs: say how, and where to."""
+    from jobs.config_path import user_config_dir
+
+    have = ", ".join(repr(o) for o in options) or "none"
+    return (
+        f"stack: no stack file {name!r} (options: {have}); write it with "
+        f"`python -m infra.stack_defaults --stack {name}` after `pulumi up` (it goes to "
+        f"{user_config_dir() / 'stack'}/, or a directory in $TRAINSTACK_CONFIG_PATH)"
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from catalog import get_instance_type
+from catalog import SPOT_DISCOUNT, get_instance_type
 from trainer.gpu_peaks import gpu_peak_flops
 from trainer.job_config import model_label
 
@@ -119,9 +119,17 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
     hourly, hourly_source = None, "local: no charge"
     if compute.hourly_usd is not None:
         hourly, hourly_source = compute.hourly_usd * spec.nodes, "compute.hourly_usd"
+    elif instance is not None and compute.capacity == "spot":
+        hourly = instance.spot_hourly_usd * spec.nodes
+        hourly_source = (
+            f"catalog spot estimate (on-demand less {SPOT_DISCOUNT:.0%}), "
+            f"{spec.nodes} x ${instance.spot_hourly_usd:,.3f}"
+        )
     elif instance is not None:
         hourly = instance.hourly_usd * spec.nodes
         hourly_source = f"catalog on-demand, {spec.nodes} x ${instance.hourly_usd:,.3f}"
+        if compute.capacity == "any":
+            hourly_source += " (capacity=any: at most this; spot nodes cost less)"
     step_time, step_source = compute.step_time_s, "compute.step_time_s"
     known_gpu = gpu_peak_flops(instance.gpu_model) if instance is not None else None
     if step_time is None and known_gpu is not None:

@@ -25,6 +25,9 @@ LOCAL_CPU = "local_cpu"
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
 BACKENDS = ("local", "render", "kubernetes")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
+CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "any": None}
+"""compute.capacity -> the value of EKS managed node groups' `eks.amazonaws.com/capacityType`
+label the pods select (any: no selector)."""
 
 
 @dataclass
@@ -40,7 +43,11 @@ class ComputeConfig:
     procs_per_node: int = 2
     """Trainer processes per node on `local_cpu` (gloo on CPU); GPU types use gpus_per_node."""
     hourly_usd: float | None = None
-    """USD per node-hour for the estimate; null takes the catalog's on-demand price."""
+    """USD per node-hour for the estimate; null takes the catalog's price (on-demand, or its
+    spot estimate for `capacity=spot`)."""
+    capacity: str = "any"
+    """on-demand, spot or any: the nodes' capacity type the pods select (node selector
+    `eks.amazonaws.com/capacityType`); any schedules on either. The plan prices it."""
     step_time_s: float | None = None
     """Seconds per optimizer step for the estimate (e.g. measured); null estimates it from
     FLOPs/token and the GPU's peak at an assumed MFU."""
@@ -61,10 +68,34 @@ class BackendConfig:
 
 
 @dataclass
+class GrantConfig:
+    url: str = MISSING
+    """`s3://bucket/prefix/` the pods' role may use."""
+    access: str = "read"
+    """read or readwrite."""
+
+
+@dataclass
+class GrantsConfig:
+    """The stack's `s3_grants` (set by a stack file): what each pod role may reach on S3. Empty:
+    unknown, nothing checked at launch (jobs/grants.py)."""
+
+    training: list[GrantConfig] = field(default_factory=list)
+    data_prepare: list[GrantConfig] = field(default_factory=list)
+
+
+@dataclass
 class StorageConfig:
     root: str = MISSING
     """A local directory or `s3://bucket/prefix`; the run dir is `<root>/<run_id>`. Set by the
     storage group (`local`: runs) or a stack; `storage=s3` alone leaves it to you."""
+    grants: GrantsConfig = field(default_factory=GrantsConfig)
+    fsx: bool = False
+    """Mount the stack's FSx for Lustre file system (its PVC, `fsx_claim`) at `fsx_mount` in
+    every pod: prepared data and checkpoints can live there; the run dir stays `root`."""
+    fsx_claim: str | None = None
+    """The stack's FSx PersistentVolumeClaim (stack output fsx_claim; null: the stack has none)."""
+    fsx_mount: str = "/fsx"
 
 
 @dataclass
@@ -149,6 +180,8 @@ class ClusterConfig:
     context: str | None = None
     namespace: str = "training"
     service_account: str = "trainer"
+    data_prepare_service_account: str = "data-prepare"
+    """The service account `data prepare` Jobs run as (its role writes datasets/)."""
     kubernetes_version: str = KUBERNETES_VERSION
     """Pod templates are validated against this version's schemas; a stack's outputs set its
     cluster's version (the stack file), the default is what new clusters run."""

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from catalog import InstanceType, get_instance_type
-from jobs.schema import LOCAL_CPU, plain
+from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
 from trainer.job_config import model_label
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
@@ -115,6 +115,10 @@ class JobSpec:
     """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
     config_hash: str
     kubernetes_version: str
+    capacity_type: str | None = None
+    """`eks.amazonaws.com/capacityType` the pods select (ON_DEMAND, SPOT), or None: any."""
+    fsx: tuple[str, str] | None = None
+    """(claim, mount path) of the stack's FSx volume mounted in every pod, or None."""
     model_cache: tuple[str, str] | None = None
     """(hf://org/name[@rev], its run storage cache) when a model initializer fills the cache
     before the trainer starts; the trainer config's init_from is then the cache."""
@@ -299,5 +303,7 @@ def to_job_spec(
         trainer_config=trainer_cfg,
         config_hash=digest,
         kubernetes_version=str(cfg.cluster.kubernetes_version),
+        capacity_type=None if local else CAPACITY_TYPES[compute.capacity],
+        fsx=(cfg.storage.fsx_claim, cfg.storage.fsx_mount) if cfg.storage.fsx else None,
         model_cache=model_cache,
     )

@@ -16,8 +16,8 @@ from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
-from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
-from jobs.spec import elastic_of, pod_resources, procs_per_node
+from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
+from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -77,6 +77,11 @@ def check_compute(cfg: Any) -> None:
                 f"local_cpu runs on this machine; allowed: null (or compute=<one of {gpu_types}>)",
             )
         return
+    if compute.capacity not in CAPACITY_TYPES:
+        raise JobConfigError(
+            "compute.capacity",
+            f"{compute.capacity!r} is not allowed; allowed: {_allowed(CAPACITY_TYPES)}",
+        )
     if compute.instance_type not in INSTANCE_TYPES:
         raise JobConfigError(
             "compute.instance_type",
@@ -169,7 +174,8 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         # GET with the caller's credentials); otherwise the trainer reads it and checks it
         # against model.name, so rendering a named model needs no AWS access.
         init_from = trainer_cfg.model.init_from
-        remote = init_from is not None and "://" in init_from
+        # On the stack's FSx mount: read in the pod, like s3://.
+        remote = init_from is not None and ("://" in init_from or on_fsx(cfg, init_from))
         wanted = init_from is not None and (not remote or trainer_cfg.model.name is None)
         hf_config = read_hf_config(init_from) if wanted else None
         if init_from is not None and init_from.startswith("hf://"):
@@ -259,13 +265,51 @@ def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     return paths
 
 
+def check_fsx(cfg: Any) -> None:
+    """storage.fsx mounts the stack's FSx volume: there must be one, and pods to mount it in."""
+    storage = cfg.storage
+    if not storage.fsx:
+        return
+    if cfg.backend.name == "local":
+        raise JobConfigError(
+            "storage.fsx", "FSx is mounted in cluster pods; allowed with backend=local: false"
+        )
+    if not storage.fsx_claim:
+        raise JobConfigError(
+            "storage.fsx",
+            "the stack has no FSx file system (its output fsx_claim is null: set trainstack:fsx "
+            "and re-run `python -m infra.stack_defaults`); allowed: false",
+        )
+    for key, value in (("storage.fsx_claim", storage.fsx_claim),):
+        if not DNS1123_SUBDOMAIN.match(value):
+            raise JobConfigError(key, f"{value!r} is not allowed; allowed: a DNS-1123 name")
+    if not re.fullmatch(r"/[\w.-]+(/[\w.-]+)*", storage.fsx_mount) or storage.fsx_mount in (
+        "/tmp",
+        "/dev/shm",
+        CONFIG_MOUNT_DIR,
+    ):
+        raise JobConfigError(
+            "storage.fsx_mount",
+            f"{storage.fsx_mount!r} is not allowed; allowed: an absolute path other than /tmp, "
+            f"/dev/shm and {CONFIG_MOUNT_DIR}",
+        )
+
+
+def on_fsx(cfg: Any, path: str) -> bool:
+    mount = cfg.storage.fsx_mount.rstrip("/")
+    return bool(cfg.storage.fsx) and (path == mount or path.startswith(f"{mount}/"))
+
+
 def check_pod_paths(cfg: Any) -> None:
-    """render/kubernetes: every input must be readable in the pod — s3://, or a file the
-    image carries; a path on this machine would fail the pod at start."""
+    """render/kubernetes: every input must be readable in the pod — s3://, a file the image
+    carries, or (storage.fsx) a path on the stack's FSx mount; a path on this machine would
+    fail the pod at start."""
     if cfg.backend.name == "local":
         return
     for key, value, _ in input_paths(cfg):
         if value.startswith("s3://") or (key == "data.path" and inside_image(value)):
+            continue
+        if on_fsx(cfg, value):
             continue
         raise JobConfigError(
             key,
@@ -273,6 +317,19 @@ def check_pod_paths(cfg: Any) -> None:
             f"only {', '.join(IMAGE_FILES)}); allowed for backend={cfg.backend.name}: "
             "s3://bucket/prefix",
         )
+
+
+def check_grants(cfg: Any) -> None:
+    """render/kubernetes: every s3:// URL the pods read, and the run dirs they write, must be
+    inside the stack's grants for training pods (jobs/grants.py)."""
+    if cfg.backend.name == "local":
+        return
+    from jobs.grants import check_urls
+    from jobs.schema import plain
+
+    urls = [(key, value, False) for key, value, _ in input_paths(cfg)]
+    urls.append(("storage.root", f"{cfg.storage.root.rstrip('/')}/", True))
+    check_urls(plain(cfg.storage.grants)["training"], "training", urls)
 
 
 def check_local_files(cfg: Any) -> None:
@@ -384,6 +441,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_names(cfg)
     check_compute(cfg)
     check_elastic(cfg)
+    check_fsx(cfg)
     check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     trainer_plan = check_trainer(cfg)
     check_image(cfg, git_sha)
@@ -393,6 +451,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
     check_storage(cfg)
+    check_grants(cfg)
     check_local_files(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)

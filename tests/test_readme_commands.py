@@ -176,7 +176,7 @@ def runnable(command: Command, tokenizer_dir: Path) -> str:
 
 def run_shell(code: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env["TOKEN"] = "readme-test-token"
+    env["TOKEN"] = "readme-test-token-at-least-32-characters"
     return subprocess.run(
         ["bash", "-c", f"set -o pipefail; {code}"],
         cwd=cwd,

@@ -44,6 +44,9 @@ IMAGE_GLIBC = (2, 39)
 BUILD_TOOLS = ("setuptools", "wheel")
 """Installed first: the sdists below and the trainer package build with them, no isolation."""
 SDIST_ONLY = ("antlr4-python3-runtime", "s3torchconnector")
+IMAGE_EXTRAS = ("wandb",)
+"""Optional trainer dependencies the image carries anyway: `trainer.metrics.wandb_project` on a
+cluster run must log, not warn that wandb is missing (the `loggers` extra's wandb)."""
 """Pure-Python packages with no wheel on PyPI (omegaconf needs antlr4 4.9.*; s3torchconnector
 ships only an sdist, its compiled client s3torchconnectorclient has wheels)."""
 
@@ -52,6 +55,8 @@ HERE = Path(__file__).parent
 OUTPUT = HERE / "constraints.txt"
 BUILD_TOOLS_OUTPUT = HERE / "build-tools.txt"
 DOCKERFILE = HERE / "Dockerfile"
+API_DOCKERFILE = HERE.parent / "api" / "Dockerfile"
+"""Runs on this image's base: its pins move with these."""
 HEADER = """\
 # Exact versions and hashes the trainer image installs (`pip install --require-hashes` in
 # images/trainer/Dockerfile), resolved for linux x86_64 and CPython {python} against PyPI: the
@@ -119,7 +124,7 @@ def top_level_requirements() -> list[str]:
     dev_pins = parse_pins((REPO / "constraints.txt").read_text())
     dev_pins = {normalize(name): version for name, version in dev_pins.items()}
     requirements = [f"torch=={TORCH_VERSION}"]
-    for tool in (*BUILD_TOOLS, *SDIST_ONLY):
+    for tool in (*BUILD_TOOLS, *SDIST_ONLY, *IMAGE_EXTRAS):
         requirements.append(f"{tool}=={dev_pins[tool]}" if tool in dev_pins else tool)
     for dep in deps:
         name = normalize(re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0])
@@ -239,14 +244,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     written = []
     if args.only != "base-images":
-        locked = resolve(top_level_requirements())
+        # Transitive dependencies too at developer machines' versions where they pin them.
+        locked = resolve(top_level_requirements(), index_args=("-c", str(REPO / "constraints.txt")))
         tools = {name: locked.pop(name) for name in list(locked) if normalize(name) in BUILD_TOOLS}
         OUTPUT.write_text(render(locked))
         BUILD_TOOLS_OUTPUT.write_text(render(tools))
         written += [OUTPUT, BUILD_TOOLS_OUTPUT]
     if args.only != "python":
-        DOCKERFILE.write_text(repin_base_images(DOCKERFILE.read_text(), docker_hub_digest))
-        written.append(DOCKERFILE)
+        for dockerfile in (DOCKERFILE, API_DOCKERFILE):
+            dockerfile.write_text(repin_base_images(dockerfile.read_text(), docker_hub_digest))
+            written.append(dockerfile)
     for path in written:
         print(f"wrote {path.relative_to(REPO)}")
 

@@ -3,21 +3,28 @@
 `create_app(service, tokens)`; `trainstack serve` runs it under uvicorn. Every error body is
 `{"detail": "<one line>"}`: 401 no or wrong token, 403 another user's run, 404 unknown run,
 413 body over the limit, 400 malformed JSON, 422 bad input (the CLI's message), 409 conflict
-(an object trainstack does not own, or an existing run), 503 cluster unreachable. Error lines
-never carry the service's own settings (bucket, registry, account id).
+(an object trainstack does not own, or an existing run), 429 too many log follows or
+sign-ins, 503 cluster unreachable. Error lines never carry the service's own settings (bucket,
+registry, account id). Everything but `/healthz`, the sign-in form and static
+assets needs a token (`/docs` and `/openapi.json` too); a dashboard session cookie is enough
+for GET requests only. Requests whose Host is not an allowed host are 400 (DNS rebinding).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from jobs.api.auth import Identity, TokenHashes
+from jobs.api.follow import END, Follower
 from jobs.api.models import (
     Cancelled,
     Metrics,
@@ -29,16 +36,18 @@ from jobs.api.models import (
     SweepRequest,
     SweepSubmitted,
 )
-from jobs.api.service import ApiError, Service, to_run
+from jobs.api.service import ApiError, Service, log_error, to_run
+from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
 from jobs.backends.base import STATES
+from jobs.plot.metrics import MetricsFiles
 
 MAX_BODY_BYTES = 64 * 1024
 """Requests are a few hundred bytes; anything near this is a mistake or an attack."""
-SESSION_COOKIE = "trainstack_token"
-"""The dashboard's login cookie (HttpOnly, SameSite=Strict); accepted for GET requests only."""
 TITLE = "trainstack Training API"
 BEARER = HTTPBearer(auto_error=False, description="a token whose SHA-256 is in the Secret")
-ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
+ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
+METRICS_PAGE = 1000
+MAX_METRICS_PAGE = 10_000
 
 
 class BodyLimit:
@@ -97,13 +106,15 @@ async def authorized(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> Identity:
-    """The token's user (the app's `tokens`; None: `--no-auth`, the service's own user)."""
-    tokens: TokenHashes | None = request.app.state.tokens
-    if tokens is None:
-        return request.app.state.service.anonymous
-    who = tokens.identify(credentials.credentials) if credentials is not None else None
+    """The token's user (the app's `tokens`; None: `--no-auth`, the service's own user); for
+    GET requests also a dashboard session's, while its token is in the Secret."""
+    state = request.app.state
+    if state.tokens is None:
+        return state.service.anonymous
+    who = state.tokens.identify(credentials.credentials) if credentials is not None else None
     if who is None and request.method == "GET":
-        who = tokens.identify(request.cookies.get(SESSION_COOKIE))
+        session = state.sessions.token_hash(request.cookies.get(SESSION_COOKIE))
+        who = state.tokens.identify_hash(session)
     if who is not None:
         return who
     raise ApiError(401, "missing or wrong bearer token")
@@ -112,11 +123,47 @@ async def authorized(
 Who = Annotated[Identity, Depends(authorized)]
 
 
-def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
-    """`tokens` None: no auth (only `trainstack serve --no-auth` on 127.0.0.1)."""
-    app = FastAPI(title=TITLE, version="1", description=__doc__.split("\n\n")[1])
+class TrustedHosts:
+    """Starlette's TrustedHostMiddleware for everything but `/healthz` (the kubelet's probes
+    name the pod's IP)."""
+
+    def __init__(self, app, allowed_hosts: list[str]):
+        self.app = app
+        self.checked = TrustedHostMiddleware(app, allowed_hosts=allowed_hosts)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/healthz":
+            return await self.app(scope, receive, send)
+        return await self.checked(scope, receive, send)
+
+
+def create_app(
+    service: Service,
+    tokens: TokenHashes | None,
+    allowed_hosts: list[str] | None = None,
+    sessions: Sessions | None = None,
+    login_limiter: LoginLimiter | None = None,
+    secure_cookies: bool = False,
+) -> FastAPI:
+    """`tokens` None: no auth (only `trainstack serve --no-auth` on 127.0.0.1).
+    `allowed_hosts`: Host header values served (None: any). `secure_cookies`: TLS ends in
+    front of the app (the load balancer), so cookies are `Secure` though it sees http."""
+    app = FastAPI(
+        title=TITLE,
+        version="1",
+        description=__doc__.split("\n\n")[1],
+        docs_url=None,  # both served below, behind the token
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.secure_cookies = secure_cookies
     app.add_middleware(BodyLimit)
-    app.state.service, app.state.tokens = service, tokens
+    if allowed_hosts is not None and "*" not in allowed_hosts:
+        app.add_middleware(TrustedHosts, allowed_hosts=allowed_hosts)
+    sessions = sessions or Sessions()
+    login_limiter = login_limiter or LoginLimiter()
+    metrics_files = MetricsFiles()
+    app.state.service, app.state.tokens, app.state.sessions = service, tokens, sessions
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
@@ -181,14 +228,45 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
 
         return to_run(service.view(run_id, await service.views_async()), datetime.now(UTC))
 
-    @app.get("/v1/runs/{run_id}/metrics", response_model=Metrics, **common)
-    def get_metrics(run_id: str, since_step: int | None = None) -> Metrics:
-        """The run's metrics.jsonl lines that have a step (`since_step`: only later ones)."""
-        from jobs.plot.metrics import read_run
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
 
-        run = read_run(run_id, service.view(run_id).status.run_dir)
-        records = [r for r in run.records if since_step is None or r["step"] > since_step]
-        return Metrics(run_id=run_id, records=records)
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
+    async def docs() -> HTMLResponse:
+        """Swagger UI from the swagger-ui-bundle package (served below): no CDN."""
+        from fastapi.openapi.docs import get_swagger_ui_html
+
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{TITLE} - docs",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/v1/runs/{run_id}/metrics", response_model=Metrics, **common)
+    def get_metrics(
+        run_id: str,
+        after_step: int | None = None,
+        since_step: Annotated[int | None, Query(deprecated=True)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_METRICS_PAGE)] = METRICS_PAGE,
+    ) -> Metrics:
+        """The run's metrics.jsonl lines that have a step, a page at a time: those with a
+        step after `after_step` (`since_step`: the same), at most `limit`; `next_after_step`
+        is set when more follow. A poll reads only what the file gained since the last."""
+        run_dir = service.view(run_id).status.run_dir
+        if not run_dir:
+            return Metrics(run_id=run_id, records=[])
+        start = after_step if after_step is not None else since_step
+        records, more = metrics_files.get(run_id, run_dir).page(start, limit)
+        following = int(records[-1]["step"]) if more and records else None
+        return Metrics(run_id=run_id, records=records, next_after_step=following)
 
     @app.get(
         "/v1/runs/{run_id}/logs",
@@ -196,12 +274,30 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
         dependencies=auth,
         response_class=StreamingResponse,
     )
-    def get_logs(
-        run_id: str, follow: bool = False, rank: Annotated[int, Query(ge=0)] = 0
-    ) -> StreamingResponse:
-        """A rank's log (0: the master); `follow=true` streams until the run ends."""
-        lines = service.logs(run_id, rank=rank, follow=follow)
-        return StreamingResponse((f"{line}\n" for line in lines), media_type="text/plain")
+    async def get_logs(
+        request: Request,
+        run_id: str,
+        who: Who,
+        follow: bool = False,
+        rank: Annotated[int, Query(ge=0)] = 0,
+    ) -> Response:
+        """A rank's log (0: the master); `follow=true` streams until the run ends. Followers
+        of one rank share one stream from the cluster; a user may hold a few follows at a
+        time (429 past that)."""
+        if not follow:
+            lines = await run_in_threadpool(service.logs, run_id, rank)
+            return PlainTextResponse("".join(f"{line}\n" for line in lines))
+        service.view(run_id, await service.views_async())
+        follower = service.follow(run_id, rank, who.name)
+        try:
+            first = await follower.queue.get()
+        except BaseException:
+            follower.close()
+            raise
+        if isinstance(first, BaseException):
+            follower.close()
+            raise log_error(first)
+        return StreamingResponse(_followed(request, follower, first), media_type="text/plain")
 
     @app.delete(
         "/v1/runs/{run_id}",
@@ -218,5 +314,45 @@ def create_app(service: Service, tokens: TokenHashes | None) -> FastAPI:
 
     from jobs.api.dashboard import add_dashboard
 
-    add_dashboard(app, service, tokens)
+    add_dashboard(app, service, tokens, sessions, login_limiter, metrics_files)
     return app
+
+
+DOCS_ASSETS = "/docs-assets"
+
+
+async def _followed(request: Request, follower: Follower, first):
+    """The follower's lines until the upstream ends or the client hangs up; either way the
+    follower leaves at once (its upstream closes when it was the last)."""
+
+    async def hung_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    gone = asyncio.ensure_future(hung_up())
+    getter = None
+    try:
+        item = first
+        while item is not END and not isinstance(item, BaseException):
+            batch = [item]
+            while not follower.queue.empty() and len(batch) < 1000:
+                item = follower.queue.get_nowait()
+                if item is END or isinstance(item, BaseException):
+                    break
+                batch.append(item)
+            else:
+                item = None
+            yield "".join(f"{line}\n" for line in batch)
+            if item is not None:
+                break  # the upstream ended while the batch was gathered
+            getter = asyncio.ensure_future(follower.queue.get())
+            await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                return
+            item = getter.result()
+    finally:
+        gone.cancel()
+        if getter is not None:
+            getter.cancel()
+        follower.close()

@@ -9,14 +9,16 @@ adding the new token's line, moving clients, then deleting the old one. Admins (
 cancel anyone's runs) are named by `trainstack serve --admin NAME`. The directory is re-read
 at most every `reload_s`, which picks up the kubelet's refresh of a mounted Secret. A
 presented token is hashed and compared with every stored hash in constant time; nothing of it
-is logged or echoed.
+is logged or echoed. A re-read that fails (a key that is not a hash, an unreadable directory)
+revokes every token until the Secret is fixed, and says so in the log: keeping the old set
+would keep a token the operator meant to remove.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
+import logging
 import re
 import threading
 import time
@@ -26,6 +28,9 @@ from pathlib import Path
 from jobs.references import LABEL_VALUE
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MIN_TOKEN_CHARS = 32
+"""`--hash-token` refuses shorter tokens (e.g. `openssl rand -hex 32` gives 64)."""
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -97,16 +102,27 @@ class TokenHashes:
 
     def current(self) -> tuple[tuple[str, str], ...]:
         if self.directory is not None and time.monotonic() - self._loaded_at > self.reload_s:
-            # A Secret mid-update (unreadable or half-written): keep the last good set.
-            with self._lock, contextlib.suppress(OSError, TokenConfigError):
-                self._reload()
+            with self._lock:
+                try:
+                    self._reload()
+                except (OSError, TokenConfigError) as err:
+                    # Fail closed (the kubelet swaps a mounted Secret atomically, so this is
+                    # not a half-written update): nobody is let in until it is fixed.
+                    if self._hashes:
+                        log.error("token hashes unreadable; every token refused: %s", err)
+                    self._hashes, self._loaded_at = (), time.monotonic()
         return self._hashes
 
     def identify(self, token: str | None) -> Identity | None:
         """The token's user, or None for no or a wrong token."""
-        if not token:
+        return self.identify_hash(token_hash(token) if token else None)
+
+    def identify_hash(self, digest: str | None) -> Identity | None:
+        """The user whose token has this SHA-256 (a dashboard session's), while it is in the
+        Secret; None otherwise."""
+        if not digest:
             return None
-        presented = token_hash(token).encode()
+        presented = digest.encode()
         found = None
         for stored, user in self.current():  # every hash, so timing says nothing about which
             if hmac.compare_digest(presented, stored.encode()):

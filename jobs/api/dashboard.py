@@ -3,8 +3,10 @@
 `/` lists runs (state, progress, cost so far); `/runs/{id}` shows one run with its charts,
 re-fetched every few seconds while it trains; `/sweeps/{id}` overlays a sweep's runs coloured
 by the swept value. Charts are the figure of jobs/plot/charts.py drawn by uPlot (vendored in
-static/). Browsers sign in once at `/login`: the token goes into an HttpOnly, SameSite=Strict
-cookie that is accepted for GET requests only, so it cannot be used to submit or cancel.
+static/). Browsers sign in at `/login` (a page asked for without a session answers 401 with
+the sign-in form): the token buys a server-side session (jobs/api/sessions.py) whose random id
+goes into an HttpOnly, SameSite=Strict cookie, `Secure` over TLS, accepted for GET requests
+only, so it cannot be used to submit or cancel.
 """
 
 from __future__ import annotations
@@ -12,23 +14,28 @@ from __future__ import annotations
 import html
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import parse_qs, quote
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from jobs.api.auth import TokenHashes
+from jobs.api.auth import TokenHashes, token_hash
 from jobs.api.service import ApiError, Service, to_run
+from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
+from jobs.plot.metrics import MetricsFiles, RunMetrics
 
 STATIC = Path(__file__).resolve().parent / "static"
 POLL_MS = 5000
-COOKIE = "trainstack_token"
+FIGURE_WIDTH = 1200
+"""Pixels a figure is drawn at when the page does not say (charts.js sends its width)."""
+MAX_FIGURE_WIDTH = 4000
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"
 """Scripts only from /static (no inline script); inline styles for progress bars."""
 
 
-def _page(title: str, body: str) -> HTMLResponse:
+def _page(title: str, body: str, status: int = 200, headers=None) -> HTMLResponse:
     return HTMLResponse(
         f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -38,7 +45,8 @@ def _page(title: str, body: str) -> HTMLResponse:
 </head><body><p><a href="/">runs</a></p><h1>{html.escape(title)}</h1>{body}
 <script src="/static/uPlot.iife.min.js"></script><script src="/static/charts.js"></script>
 </body></html>""",
-        headers={"Content-Security-Policy": CSP},
+        status_code=status,
+        headers={"Content-Security-Policy": CSP, **(headers or {})},
     )
 
 
@@ -84,52 +92,80 @@ def runs_table(runs) -> str:
     return f'<table id="runs"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
-def add_dashboard(app: FastAPI, service: Service, tokens: TokenHashes | None) -> None:
+def _login_form(next_path: str) -> str:
+    target = html.escape(
+        next_path if next_path.startswith("/") and not next_path.startswith("//") else "/"
+    )
+    return (
+        '<form method="post" action="/login">'
+        f'<input type="hidden" name="next" value="{target}">'
+        '<label>API token <input type="password" name="token" id="token" autofocus></label> '
+        '<button type="submit" id="sign-in">sign in</button></form>'
+    )
+
+
+def add_dashboard(
+    app: FastAPI,
+    service: Service,
+    tokens: TokenHashes | None,
+    sessions: Sessions,
+    login_limiter: LoginLimiter,
+    metrics_files: MetricsFiles,
+) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     def signed_in(request: Request) -> bool:
-        return tokens is None or tokens.check(request.cookies.get(COOKIE))
+        if tokens is None:
+            return True
+        session = sessions.token_hash(request.cookies.get(SESSION_COOKIE))
+        return tokens.identify_hash(session) is not None
 
-    def login_redirect(request: Request) -> RedirectResponse:
-        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+    def sign_in_page(request: Request) -> HTMLResponse:
+        """401 with the sign-in form, which brings the browser back here."""
+        return _page("sign in", _login_form(request.url.path), status=401)
 
     @app.get("/login", include_in_schema=False)
     def login_form(next: str = "/") -> HTMLResponse:
-        target = html.escape(next if next.startswith("/") and not next.startswith("//") else "/")
-        return _page(
-            "sign in",
-            '<form method="post" action="/login">'
-            f'<input type="hidden" name="next" value="{target}">'
-            '<label>API token <input type="password" name="token" id="token" autofocus></label> '
-            '<button type="submit" id="sign-in">sign in</button></form>',
-        )
+        return _page("sign in", _login_form(next))
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request):
+        client = request.client.host if request.client else "unknown"
+        wait_s = login_limiter.allow(client)
+        if wait_s is not None:
+            return _page(
+                "sign in",
+                f'<p id="error">too many sign-in attempts; wait {wait_s:.0f} s</p>',
+                status=429,
+                headers={"Retry-After": str(round(wait_s))},
+            )
         form = parse_qs((await request.body()).decode(errors="replace"))
         token = (form.get("token") or [""])[0]
         target = (form.get("next") or ["/"])[0]
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
-        if tokens is not None and not tokens.check(token):
+        known = tokens is None or tokens.identify(token) is not None
+        if not known:
             return _page(
-                "sign in", '<p id="error">wrong token</p><p><a href="/login">again</a></p>'
+                "sign in",
+                '<p id="error">wrong token</p><p><a href="/login">again</a></p>',
+                status=401,
             )
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
-            COOKIE,
-            token,
+            SESSION_COOKIE,
+            sessions.create(token_hash(token)),
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
-            max_age=12 * 3600,
+            secure=request.url.scheme == "https" or app.state.secure_cookies,
+            max_age=round(sessions.ttl_s),
         )
         return response
 
     @app.get("/", include_in_schema=False)
     def index(request: Request):
         if not signed_in(request):
-            return login_redirect(request)
+            return sign_in_page(request)
         try:
             runs = service.runs()
         except ApiError as err:
@@ -139,7 +175,7 @@ def add_dashboard(app: FastAPI, service: Service, tokens: TokenHashes | None) ->
     @app.get("/runs/{run_id}", include_in_schema=False)
     def run_page(run_id: str, request: Request):
         if not signed_in(request):
-            return login_redirect(request)
+            return sign_in_page(request)
         try:
             run = to_run(service.view(run_id), datetime.now(UTC))
         except ApiError as err:
@@ -171,7 +207,7 @@ def add_dashboard(app: FastAPI, service: Service, tokens: TokenHashes | None) ->
     @app.get("/sweeps/{sweep_id}", include_in_schema=False)
     def sweep_page(sweep_id: str, request: Request):
         if not signed_in(request):
-            return login_redirect(request)
+            return sign_in_page(request)
         try:
             runs = service.runs(sweep=sweep_id)
         except ApiError as err:
@@ -184,9 +220,15 @@ def add_dashboard(app: FastAPI, service: Service, tokens: TokenHashes | None) ->
         return _page(f"sweep {sweep_id}", runs_table(runs) + charts)
 
     @app.get("/ui/figure", include_in_schema=False)
-    def figure(request: Request, run: str | None = None, sweep: str | None = None):
+    def figure(
+        request: Request,
+        run: str | None = None,
+        sweep: str | None = None,
+        width: Annotated[int, Query(ge=100, le=MAX_FIGURE_WIDTH)] = FIGURE_WIDTH,
+    ):
+        """The figure with each series cut to about `width` pixels' worth of points; each
+        poll reads only what the runs' metrics files gained."""
         from jobs.plot.charts import figure as make_figure
-        from jobs.plot.metrics import read_run
 
         if not signed_in(request):
             return JSONResponse({"detail": "sign in at /login"}, status_code=401)
@@ -202,7 +244,12 @@ def add_dashboard(app: FastAPI, service: Service, tokens: TokenHashes | None) ->
         ]
         if not chosen:
             return JSONResponse({"detail": "no such run or sweep"}, status_code=404)
-        metrics = [read_run(v.status.run_id, v.status.run_dir) for v in chosen]
+        metrics = [
+            metrics_files.get(v.status.run_id, v.status.run_dir).downsampled(width)
+            if v.status.run_dir
+            else RunMetrics(v.status.run_id)
+            for v in chosen
+        ]
         result = make_figure(metrics, sweep=sweep is not None)
         result["live"] = any(not v.status.finished for v in chosen)
         return result

@@ -122,6 +122,9 @@ class RunList(BaseModel):
 class Metrics(BaseModel):
     run_id: str
     records: list[dict[str, Any]]
+    next_after_step: int | None = Field(
+        None, description="more records follow: ask again with after_step=<this>"
+    )
 
 
 class Cancelled(BaseModel):

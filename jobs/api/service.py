@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from jobs.api.auth import Identity
+from jobs.api.follow import MAX_FOLLOWS_PER_CALLER, Follower, LogHub, TooManyFollowers
 from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, override_value, to_overrides
 from jobs.api.request_policy import Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
@@ -103,6 +104,8 @@ class Service:
     """The server's own overrides (stack, cluster.*): where jobs go. Requests cannot set them;
     they are applied after a request's, and the composed job is checked against them."""
     snapshot_ttl_s: float = 1.0
+    max_follows_per_caller: int = MAX_FOLLOWS_PER_CALLER
+    """Log follows one user (all their tokens) may hold open at a time (429 past it)."""
     _hydra: threading.Lock = field(default_factory=threading.Lock)
     """Hydra's compose state is process-global: one composition at a time."""
 
@@ -136,6 +139,7 @@ class Service:
         self.anonymous = Identity(self.cfg.job.owner or "local", admin=True)
         """Who `--no-auth` requests are: the user running the server, an admin."""
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
+        self.follows = LogHub(self._open_follow, self.max_follows_per_caller)
 
     def _list_jobs(self) -> list[dict]:
         from jobs.backends.kubernetes import MANAGED_SELECTOR
@@ -334,26 +338,33 @@ class Service:
             and (owner is None or v.status.owner == owner)
         ]
 
-    def logs(self, run_id: str, rank: int, follow: bool) -> Iterator[str]:
-        """The rank's lines; the first is read here so errors become statuses, not streams."""
+    def logs(self, run_id: str, rank: int) -> list[str]:
+        """The rank's log so far."""
         self.view(run_id)
-        lines = self.backend.logs(run_id, rank=rank, follow=follow)
         try:
-            first = next(lines)
-        except StopIteration:
-            return iter(())
+            return list(self.backend.logs(run_id, rank=rank))
         except BackendError as err:
-            from jobs.k8s.api import ClusterError
+            raise log_error(err) from err
 
-            if isinstance(err, ClusterError):
-                raise _backend_error(err) from err
-            raise ApiError(400, str(err)) from err
+    def follow(self, run_id: str, rank: int, caller: str) -> Follower:
+        """A place among the followers of (run, rank) (call from the event loop); its first
+        item is the upstream's first line, END or the error (`log_error` makes it a status)."""
+        try:
+            return self.follows.join(run_id, rank, caller)
+        except TooManyFollowers as err:
+            raise ApiError(429, str(err)) from err
 
-        def chained() -> Iterator[str]:
-            yield first
-            yield from lines
+    def _open_follow(self, run_id: str, rank: int, cancel) -> Iterator[str]:
+        return self.backend.logs(run_id, rank=rank, follow=True, cancel=cancel)
 
-        return chained()
+
+def log_error(err: BaseException) -> ApiError:
+    """A log read's failure as a status: the cluster's is 503, a bad rank or pod 400."""
+    from jobs.k8s.api import ClusterError
+
+    if isinstance(err, ClusterError):
+        return _backend_error(err)
+    return ApiError(400, str(err) if isinstance(err, BackendError) else "log follow failed")
 
 
 def to_run(view: RunView, now: datetime) -> Run:

@@ -184,9 +184,10 @@ class KubernetesBackend:
             runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
 
-    def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
+    def logs(self, run_id: str, rank: int = 0, follow: bool = False, cancel=None) -> Iterator[str]:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
-        (see the module docstring) and reports state changes as `[trainstack]` lines."""
+        (see the module docstring) and reports state changes as `[trainstack]` lines.
+        `cancel` (jobs.k8s.watch.Cancellation) set from another thread ends a follow."""
         from jobs.k8s.watch import pod_name, read_log
 
         job = self.cluster.get_job(run_id)
@@ -201,7 +202,7 @@ class KubernetesBackend:
             return
         while True:
             outcome: list[RunStatus] = []
-            yield from self._follow(run_id, rank, outcome)
+            yield from self._follow(run_id, rank, outcome, cancel)
             final = outcome[0]
             if final.message:
                 yield f"[trainstack] {run_id}: {final.message}"
@@ -210,17 +211,21 @@ class KubernetesBackend:
             if not (yield from self._restart(run_id, final.retries)):
                 return
 
-    def _follow(self, run_id: str, rank: int, outcome: list[RunStatus]) -> Iterator[str]:
+    def _follow(self, run_id: str, rank: int, outcome: list[RunStatus], cancel) -> Iterator[str]:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job
-        ends; its final status is appended to `outcome`."""
-        from jobs.k8s.watch import follow_log, wait_for_end
+        ends; its final status is appended to `outcome`. Its two pumps stop when `cancel` is
+        set or when the reader closes this generator."""
+        from jobs.k8s.watch import Cancellation, follow_log, wait_for_end
+
+        own = cancel is None
+        cancel = cancel or Cancellation()
 
         lines: queue.Queue = queue.Queue()
         done = object()
 
         def pump_log() -> None:
             try:
-                for line in follow_log(self.cluster, run_id, rank):
+                for line in follow_log(self.cluster, run_id, rank, cancel=cancel):
                     lines.put(line)
             except Exception as exc:
                 lines.put(exc)
@@ -235,7 +240,7 @@ class KubernetesBackend:
 
         def pump_states() -> None:
             try:
-                job = wait_for_end(self.cluster, run_id, on_state=report)
+                job = wait_for_end(self.cluster, run_id, on_state=report, cancel=cancel)
                 outcome.append(to_status(job) if job else _deleted(run_id))
             except Exception as exc:
                 lines.put(exc)
@@ -245,14 +250,18 @@ class KubernetesBackend:
         for thread in threads:
             thread.start()
         finished = 0
-        while finished < len(threads):
-            item = lines.get()
-            if item is done:
-                finished += 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
+        try:
+            while finished < len(threads):
+                item = lines.get()
+                if item is done:
+                    finished += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            if own or finished < len(threads):
+                cancel.set()  # failed or abandoned by its reader: neither pump goes on
         yield from final_line
 
     def cancel(self, run_id: str) -> None:

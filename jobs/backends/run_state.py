@@ -48,23 +48,16 @@ def update_state(run_dir: Path, **changes: Any) -> dict[str, Any]:
 
 def last_metrics(run_dir: str | Path | None) -> tuple[int | None, float | None]:
     """Step and loss of the last training line of `<run_dir>/logs/metrics.jsonl`, local or
-    s3; (None, None) when there is none yet or it cannot be read from here."""
-    from trainer.storage import open_run_storage
+    s3; (None, None) when there is none yet or it cannot be read from here. Read
+    incrementally (jobs.plot.metrics.LastMetrics): a poll reads only what was appended."""
+    from jobs.plot.metrics import LAST_METRICS
 
     if not run_dir:
         return None, None
     try:
-        lines = open_run_storage(str(run_dir)).read_text(METRICS_FILE).splitlines()
+        return LAST_METRICS.get(str(run_dir))
     except Exception:  # absent yet, or unreadable from here: progress is decoration
         return None, None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written
-        if "loss" in record:
-            return record.get("step"), record.get("loss")
-    return None, None
 
 
 def to_status(run_dir: Path, state: dict[str, Any] | None) -> RunStatus:

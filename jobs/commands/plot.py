@@ -16,6 +16,9 @@ from jobs.backends.base import BackendError
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail
 
 FORMATS = (".png", ".html")
+PLOT_WIDTH = 2000
+"""Buckets per series (at most about 4 points each): more than a chart's pixels in either
+format, so a long run's 300,000 lines make a light HTML file that looks the same."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if output.suffix not in FORMATS:
         return fail("plot", f"-o {output}: unknown format; allowed: {', '.join(FORMATS)}", 2)
     from jobs.plot.charts import figure
-    from jobs.plot.metrics import read_run
+    from jobs.plot.metrics import MetricsFile, RunMetrics
 
     try:
         targets = run_dirs(args, names)
@@ -55,7 +58,12 @@ def run(args: argparse.Namespace) -> int:
         return fail("plot", str(err))
     if not targets:
         return fail("plot", f"sweep {args.sweep}: no runs found")
-    runs = [read_run(run_id, run_dir) for run_id, run_dir in targets]
+    runs = [
+        MetricsFile(run_id, run_dir).refresh().downsampled(PLOT_WIDTH)
+        if run_dir
+        else RunMetrics(run_id)
+        for run_id, run_dir in targets
+    ]
     empty = [r.run_id for r in runs if not r.records]
     if len(empty) == len(runs):
         return fail("plot", f"no metrics yet in {', '.join(str(d) for _, d in targets)}")

@@ -1,12 +1,17 @@
-"""`trainstack serve [--host H] [--port P] [--token-hashes DIR | --no-auth] [overrides ...]`:
-the Training API and dashboard (jobs/api/) under uvicorn.
+"""`trainstack serve [--host H] [--port P] [--token-hashes DIR | --no-auth] [--tls-cert F
+--tls-key F] [--allowed-hosts H,...] [overrides ...]`: the Training API and dashboard
+(jobs/api/) under uvicorn.
 
 Overrides select the cluster the service submits to and reads from (stack=prod,
 cluster.kubeconfig=...); requests cannot change them. Tokens: DIR holds the SHA-256 hashes of
 the tokens, each mapped to its user (jobs/api/auth.py: the mounted Kubernetes Secret);
-`--hash-token` prints the hash of a token read from stdin; `--admin NAME` lets that user cancel
-anyone's runs.
-Without tokens the service only listens on loopback (`--no-auth`).
+`--hash-token` prints the hash of a token read from stdin (at least 32 characters); `--admin
+NAME` lets that user cancel anyone's runs. Without tokens the service only listens on loopback
+(`--no-auth`). `--tls-cert/--tls-key` serve HTTPS; `--secure-cookies` marks cookies Secure
+when TLS ends in front of the server (an NLB with an ACM certificate). `--allowed-hosts` lists
+the Host header values served (default: the bind address, plus `localhost` on loopback; any
+host when bound to all addresses): a DNS-rebinding page cannot reach a `--no-auth` server by
+another name.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from jobs.errors import EXIT_BAD_INPUT
 TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
 ADMINS_ENV = "TRAINSTACK_API_ADMINS"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+ANY_ADDRESS = ("0.0.0.0", "::", "")
 KEEP_ALIVE_S = 75
 
 
@@ -44,6 +50,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-auth", action="store_true", help="no tokens (loopback only)")
     parser.add_argument("--hash-token", action="store_true", help="print sha256 of stdin's token")
+    parser.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS: certificate")
+    parser.add_argument("--tls-key", type=Path, metavar="PEM", help="serve HTTPS: private key")
+    parser.add_argument(
+        "--secure-cookies",
+        action="store_true",
+        help="cookies are Secure though this server speaks HTTP (TLS ends at a load balancer)",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        metavar="H[,H...]",
+        help="Host header values served (default: the bind address; '*': any)",
+    )
+    parser.add_argument(
+        "--max-follows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="log follows one user may hold open at a time (default 8)",
+    )
     parser.add_argument("overrides", nargs="*", help="where the cluster is, e.g. stack=prod")
 
 
@@ -53,14 +78,27 @@ def fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.api.auth import TokenConfigError, TokenHashes, token_hash
+    from jobs.api.auth import MIN_TOKEN_CHARS, TokenConfigError, TokenHashes, token_hash
 
     if args.hash_token:
         token = sys.stdin.readline().strip()
         if not token:
             return fail("--hash-token: no token on stdin")
+        if len(token) < MIN_TOKEN_CHARS:
+            return fail(
+                f"--hash-token: the token has {len(token)} characters; at least "
+                f"{MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)"
+            )
         print(token_hash(token))
         return 0
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return fail("--tls-cert and --tls-key go together")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None and not path.is_file():
+            return fail(f"{flag} {path}: no such file")
+    if args.max_follows is not None and args.max_follows < 1:
+        return fail(f"--max-follows {args.max_follows}: at least 1")
+    allowed_hosts = allowed_hosts_for(args.host, args.allowed_hosts)
     if args.no_auth and args.token_hashes:
         return fail("give one of --token-hashes DIR or --no-auth")
     if args.no_auth and args.host not in LOOPBACK:
@@ -81,21 +119,43 @@ def run(args: argparse.Namespace) -> int:
     from jobs.api.service import Service
     from jobs.submission import BadInput
 
+    extra = {} if args.max_follows is None else {"max_follows_per_caller": args.max_follows}
     try:
-        service = Service(overrides=args.overrides)
+        service = Service(overrides=args.overrides, **extra)
     except BadInput as err:
         return fail(str(err))
     except Exception as err:  # Hydra composition errors of the server's own overrides
         from jobs.errors import one_line
 
         return fail(one_line(err))
+    tls = args.tls_cert is not None
     uvicorn.run(
-        create_app(service, tokens),
+        create_app(
+            service,
+            tokens,
+            allowed_hosts=allowed_hosts,
+            secure_cookies=args.secure_cookies or tls,
+        ),
         host=args.host,
         port=args.port,
+        ssl_certfile=str(args.tls_cert) if tls else None,
+        ssl_keyfile=str(args.tls_key) if tls else None,
         log_level="info",
         # Longer than a load balancer's idle timeout and a polling client's interval: the server
         # closing an idle keep-alive connection as a client reuses it is a reset request.
         timeout_keep_alive=KEEP_ALIVE_S,
     )
     return 0
+
+
+def allowed_hosts_for(host: str, listed: str | None) -> list[str]:
+    """`--allowed-hosts`, else the bind address (and `localhost` on loopback); any host when
+    bound to every address (the cluster: tokens guard it, probes name the pod's IP)."""
+    if listed:
+        return [h.strip() for h in listed.split(",") if h.strip()]
+    if host in ANY_ADDRESS:
+        return ["*"]
+    hosts = [host.strip("[]")]
+    if host in LOOPBACK:
+        hosts += [h for h in ("localhost", "127.0.0.1", "::1") if h not in hosts]
+    return hosts

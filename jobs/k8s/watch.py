@@ -7,6 +7,9 @@ on from there. Reconnects without progress are bounded; so is waiting for a pod'
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -37,15 +40,79 @@ sends nothing, not even an end); lines already shown are skipped."""
 CONTAINER = "pytorch"
 
 
+class FollowCancelled(Exception):
+    """A follow was stopped by its `Cancellation` (its reader left)."""
+
+
+class Cancellation:
+    """Stops a follow from another thread within moments: sets a flag the loops check and
+    shuts down the read side of every open stream, which ends a read blocked on it (a watch
+    window is a minute, a silent log two: waiting for them would keep the API server's
+    streams open long after the reader left)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._open: set = set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+        with self._lock:
+            responses = list(self._open)
+        for response in responses:
+            _shutdown(response)
+
+    def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
+        """`sleep(seconds)` unless cancelled; then raise FollowCancelled."""
+        if self.is_set():
+            raise FollowCancelled
+        sleep(seconds)
+        if self.is_set():
+            raise FollowCancelled
+
+    def tracked(self, func: Callable) -> Callable:
+        """`func` (a client method that returns a streaming response) with its responses
+        registered while open; `functools.wraps` keeps the docstring the watch reads."""
+
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            response = func(*args, **kwargs)
+            with self._lock:
+                self._open.add(response)
+            if self.is_set():
+                _shutdown(response)
+            return response
+
+        return call
+
+    def release(self) -> None:
+        """Forget responses that are closed (called after each stream ends)."""
+        with self._lock:
+            self._open = {r for r in self._open if not getattr(r, "closed", False)}
+
+
+def _shutdown(response) -> None:
+    try:
+        response.shutdown()  # urllib3 >= 2.3: shutdown(SHUT_RD) of the socket
+    except (AttributeError, ValueError, RuntimeError, OSError):
+        with contextlib.suppress(Exception):  # already closed or released
+            response.close()
+
+
 def wait_for_end(
     cluster: Cluster,
     name: str,
     on_state: Callable[[str, dict], None] = lambda state, job: None,
+    cancel: Cancellation | None = None,
 ) -> dict | None:
     """Block until the job reaches a final state; return it (None when it was deleted).
 
     `on_state(state, job)` is called once per state transition, starting with the current one.
     How long a run may take is the job's own business (`job.active_deadline_seconds`).
+    `cancel` set: raises FollowCancelled within moments, its watch closed.
     """
     from kubernetes import watch
 
@@ -59,9 +126,13 @@ def wait_for_end(
             on_state(state, job)
         return is_final(state)
 
+    cancel = cancel or Cancellation()
+    list_jobs = cancel.tracked(cluster.custom.list_namespaced_custom_object)
     version = None  # None: (re-)read the job first, e.g. after a 410 Gone
     failures, outage_since = 0, None
     while True:
+        if cancel.is_set():
+            raise FollowCancelled
         stream = watch.Watch()
         try:
             if version is None:
@@ -70,7 +141,7 @@ def wait_for_end(
                     return job
                 version = job["metadata"]["resourceVersion"]
             for event in stream.stream(
-                cluster.custom.list_namespaced_custom_object,
+                list_jobs,
                 GROUP,
                 VERSION,
                 cluster.namespace,
@@ -94,6 +165,8 @@ def wait_for_end(
                     stream.stop()
                     return job
         except Exception as exc:
+            if cancel.is_set():
+                raise FollowCancelled from None
             what = f"watch PyTorchJob {cluster.namespace}/{name}"
             if status_of(exc) == 410:
                 version = None  # our resourceVersion left the server's history: re-read
@@ -110,7 +183,10 @@ def wait_for_end(
                     f"{what} failed {failures} times over {now - outage_since:.0f}s: "
                     f"{describe(exc)}"
                 ) from exc
-            cluster.sleep(min(cluster.retry.base_delay_s * 2 ** min(failures, 20), MAX_BACKOFF_S))
+            delay = min(cluster.retry.base_delay_s * 2 ** min(failures, 20), MAX_BACKOFF_S)
+            cancel.sleep(delay, cluster.sleep)
+        finally:
+            cancel.release()
 
 
 def pod_name(job: dict, rank: int) -> str:
@@ -131,7 +207,12 @@ def read_log(cluster: Cluster, pod: str) -> list[str]:
 
 
 def follow_log(
-    cluster: Cluster, name: str, rank: int = 0, poll_s: float = 0.5, start_timeout_s: float = 1800
+    cluster: Cluster,
+    name: str,
+    rank: int = 0,
+    poll_s: float = 0.5,
+    start_timeout_s: float = 1800,
+    cancel: Cancellation | None = None,
 ) -> Iterator[str]:
     """Stream rank `rank`'s log until the job ends, across pod restarts, each line once.
 
@@ -139,8 +220,21 @@ def follow_log(
     reconnect to the same container skips the lines already yielded; an ended pod, once read
     to its end, is not read again while its successor is awaited. Waiting for a pod or
     container to start is bounded by `start_timeout_s` (nodes may have to scale up first);
-    failed connections by MAX_RECONNECTS.
+    failed connections by MAX_RECONNECTS. `cancel` set: ends within moments, its stream closed.
     """
+    cancel = cancel or Cancellation()
+    read_log_stream = cancel.tracked(cluster.core.read_namespaced_pod_log)
+    try:
+        yield from _follow_log(
+            cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream
+        )
+    except FollowCancelled:
+        return
+    finally:
+        cancel.release()
+
+
+def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream):
     from kubernetes import watch
 
     yielded: dict[str, int] = {}
@@ -148,6 +242,8 @@ def follow_log(
     failures = 0
     waiting_since = time.monotonic()
     while True:
+        if cancel.is_set():
+            return
         job = cluster.get_job(name)
         if job is None:
             return
@@ -161,12 +257,12 @@ def follow_log(
                 raise ClusterError(
                     f"pod {pod_name(job, rank)} did not start in {start_timeout_s:.0f}s"
                 )
-            cluster.sleep(poll_s)
+            cancel.sleep(poll_s, cluster.sleep)
             continue
         seen = 0
         try:
             for line in watch.Watch().stream(
-                cluster.core.read_namespaced_pod_log,
+                read_log_stream,
                 name=pod["metadata"]["name"],
                 namespace=cluster.namespace,
                 container=CONTAINER,
@@ -177,11 +273,15 @@ def follow_log(
                     yielded[container] = seen
                     failures = 0
                     yield line
+            if cancel.is_set():
+                return
             if phase in ("Succeeded", "Failed"):
                 drained.add(container)
         except Exception as exc:
+            if cancel.is_set():
+                return
             if status_of(exc) == 400 and time.monotonic() - waiting_since < start_timeout_s:
-                cluster.sleep(poll_s)  # the container is (re)starting: no log to read yet
+                cancel.sleep(poll_s, cluster.sleep)  # the container is (re)starting: no log yet
                 continue
             if _read_timed_out(exc):  # silent: maybe dropped; a fresh connection tells
                 continue
@@ -196,7 +296,7 @@ def follow_log(
             return
         # The pod ended or was replaced while the job goes on: follow its successor.
         waiting_since = time.monotonic()
-        cluster.sleep(poll_s)
+        cancel.sleep(poll_s, cluster.sleep)
 
 
 def _read_timed_out(exc: BaseException) -> bool:

@@ -24,18 +24,22 @@ class Chart:
     x_label: str
     y_label: str
     ys: tuple[tuple[str, str], ...]
-    """(record key, series name); evaluation series are drawn dashed."""
+    """(record key, series name); evaluation series are drawn dashed, with a marker on every
+    point, and named "eval loss" beside "train loss"."""
 
+
+EVAL_LOSS = ("eval_loss", "eval loss")
+EVALUATION_KEYS = frozenset({"eval_loss"})
 
 CHARTS = (
-    Chart("loss_step", "loss", "step", "step", "loss", (("loss", "loss"), ("eval_loss", "eval"))),
+    Chart("loss_step", "loss", "step", "step", "loss", (("loss", "train loss"), EVAL_LOSS)),
     Chart(
         "loss_tokens",
         "loss against tokens",
         "tokens_seen",
         "tokens",
         "loss",
-        (("loss", "loss"), ("eval_loss", "eval")),
+        (("loss", "train loss"), EVAL_LOSS),
     ),
     Chart(
         "throughput",
@@ -137,7 +141,8 @@ def run_colors(runs: list[RunMetrics], sweep: bool) -> dict[str, tuple[str, str]
 
 def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
     """{"runs": [{run_id, label, color, points}], "charts": [{id, title, x_label, y_label,
-    series: [{run_id, label, color, dash, x, y}]}]}; series with no point are left out."""
+    series: [{run_id, label, color, dash, markers, x, y}]}]}; series with no point are left
+    out. `dash` and `markers`: evaluation, drawn unlike training in the PNG, HTML and dashboard."""
     colors = run_colors(runs, sweep)
     charts = []
     for chart in CHARTS:
@@ -158,7 +163,8 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                             "run_id": run.run_id,
                             "label": f"{label} {name}" if len(chart.ys) > 1 else label,
                             "color": color,
-                            "dash": key == "eval_loss",
+                            "dash": key in EVALUATION_KEYS,
+                            "markers": key in EVALUATION_KEYS,
                             "x": [p[0] for p in points],
                             "y": [p[1] for p in points],
                         }
@@ -178,7 +184,7 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                 "run_id": r.run_id,
                 "label": colors[r.run_id][1],
                 "color": colors[r.run_id][0],
-                "points": len(r.records),
+                "points": r.points,
             }
             for r in runs
         ],

@@ -8,6 +8,11 @@ from typing import Any
 
 
 def write_png(figure: dict[str, Any], path: Path, title: str) -> None:
+    draw(figure, title).savefig(path, dpi=110)
+
+
+def draw(figure: dict[str, Any], title: str):
+    """The matplotlib Figure (tests read its lines)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display; also safe in threads of a server
@@ -30,8 +35,8 @@ def write_png(figure: dict[str, Any], path: Path, title: str) -> None:
                 series["y"],
                 color=series["color"],
                 linestyle="--" if series["dash"] else "-",
-                marker="o" if len(series["x"]) < 30 else None,
-                markersize=3,
+                marker="o" if series.get("markers") or len(series["x"]) < 30 else None,
+                markersize=4 if series.get("markers") else 3,
                 label=series["label"],
             )
         if chart["series"]:
@@ -40,4 +45,4 @@ def write_png(figure: dict[str, Any], path: Path, title: str) -> None:
             ax.text(0.5, 0.5, "no points", ha="center", va="center", transform=ax.transAxes)
     for ax in axes[len(charts) :]:
         ax.set_visible(False)
-    fig.savefig(path, dpi=110)
+    return fig

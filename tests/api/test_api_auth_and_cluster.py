@@ -33,13 +33,22 @@ def test_tokens_are_required_checked_and_never_logged(api, caplog, capfd):
         ok = httpx.get(f"{api.url}/v1/runs", headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200, ok.text
     assert httpx.get(f"{api.url}/healthz").json() == {"status": "ok"}
-    # A dashboard cookie authorizes reads, never writes.
-    cookies = {"trainstack_token": TOKEN}
+    # A dashboard session authorizes reads, never writes; the token itself is no cookie.
+    cookies = {"trainstack_session": sign_in(api.url)}
     assert httpx.get(f"{api.url}/v1/runs", cookies=cookies).status_code == 200
     assert httpx.post(f"{api.url}/v1/runs", json={}, cookies=cookies).status_code == 401
+    as_cookie = {"trainstack_session": TOKEN}
+    assert httpx.get(f"{api.url}/v1/runs", cookies=as_cookie).status_code == 401
     out, err = capfd.readouterr()
     for token in (TOKEN, OLD_TOKEN, "not-the-token"):
         assert token not in caplog.text + out + err
+
+
+def sign_in(url: str, token: str = TOKEN) -> str:
+    """The session id the sign-in form sets."""
+    response = httpx.post(f"{url}/login", data={"token": token, "next": "/"})
+    assert response.status_code == 303, response.text
+    return response.cookies["trainstack_session"]
 
 
 def test_the_secret_holds_hashes_only(tmp_path: Path):
@@ -151,6 +160,20 @@ def test_hash_token_prints_the_sha256_only(capsys, monkeypatch):
 
     from jobs.cli import main
 
-    monkeypatch.setattr("sys.stdin", io.StringIO("my-token\n"))
+    monkeypatch.setattr("sys.stdin", io.StringIO("my-token-0123456789abcdef0123456789\n"))
     assert main(["serve", "--hash-token"]) == 0
-    assert capsys.readouterr().out.strip() == hashlib.sha256(b"my-token").hexdigest()
+    assert (
+        capsys.readouterr().out.strip()
+        == hashlib.sha256(b"my-token-0123456789abcdef0123456789").hexdigest()
+    )
+
+
+def test_serve_without_the_stack_file_says_how_to_write_it(capsys, monkeypatch, tmp_path):
+    from jobs.cli import main
+
+    monkeypatch.setenv("TRAINSTACK_CONFIG_PATH", str(tmp_path / "conf"))
+    assert main(["serve", "--no-auth", "stack=dev"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "stack: no stack file 'dev'" in err
+    assert "`python -m infra.stack_defaults --stack dev` after `pulumi up`" in err
+    assert str(tmp_path / "conf" / "stack") in err

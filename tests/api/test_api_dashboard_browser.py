@@ -124,12 +124,15 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
         write_metrics(api.runs_root / f"swd-{index}", range(10, 110, 10), lr=lr)
     assert api.client.post("/v1/sweeps", json=sweep).status_code == 201
 
-    # Signing in: the form sets the cookie and returns to the page asked for.
+    # Signing in: a page asked for without a session is the sign-in form (401); it sets the
+    # session cookie and returns to that page.
     browser.get(f"{api.url}/")
-    assert "/login" in browser.current_url
     browser.find_element("id", "token").send_keys(TOKEN)
     browser.find_element("id", "sign-in").click()
     wait_until(lambda: browser.find_elements("id", "runs"))
+    assert [e for e in console_errors(browser) if "401" not in e] == []  # the form's own 401
+    cookie = browser.get_cookie("trainstack_session")
+    assert cookie["httpOnly"] and cookie["value"] != TOKEN
     rows = {
         r.get_attribute("data-run") for r in browser.find_elements("css selector", "tr[data-run]")
     }
@@ -148,6 +151,12 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
     assert points(browser, "throughput") == [train_points]
     assert points(browser, "mfu") == [train_points]
     assert points(browser, "memory") == [train_points]
+    # Evaluation looks unlike training: dashed, a marker on every point, its own label.
+    styles = browser.execute_script(
+        "return window.trainstackPlots.loss_step.series.slice(1)"
+        ".map(s => [s.label, Array.isArray(s.dash) && s.dash.length > 0, s.points.size]);"
+    )
+    assert styles == [["live1 train loss", False, 5], ["live1 eval loss", True, 7]]
     shot(browser, "run-before")
     # The run trains on: new lines show up without a reload.
     more = write_metrics(api.runs_root / "live1", range(60, 90, 10))

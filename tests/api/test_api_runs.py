@@ -185,6 +185,8 @@ def test_logs_whole_followed_and_by_rank(api, apiserver):
         lines = [line for line in stream.iter_lines() if line]
     assert any("step 6 loss" in line for line in lines), lines
     assert "[trainstack] lg1: Succeeded" in lines[-1]
+    # Nothing of the follow outlives it (see test_api_follow.py for followers who hang up).
+    wait_for(lambda: api.service.follows.active == 0 and apiserver.open_streams == 0)
     whole = api.client.get("/v1/runs/lg1/logs?rank=0")
     assert whole.status_code == 200 and "step 6 loss" in whole.text
     out_of_range = api.client.get("/v1/runs/lg1/logs?rank=1")

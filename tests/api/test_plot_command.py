@@ -87,3 +87,50 @@ def test_bad_plot_requests_are_one_line(tmp_path, capsys, argv, message, monkeyp
     code = main([*argv, f"storage.root={tmp_path / 'runs'}"])
     assert code != 0
     assert message in capsys.readouterr().err
+
+
+def test_eval_loss_is_drawn_unlike_training_loss(tmp_path):
+    """Dashed, a marker on every point and its own legend entry, in the PNG as in the HTML and
+    the dashboard (which draw the same figure; the browser test checks uPlot's series)."""
+    from jobs.plot.charts import figure
+    from jobs.plot.metrics import read_run
+    from jobs.plot.png import draw
+
+    root = tmp_path / "runs"
+    run = read_run("a", str(run_dir(root, "a", list(range(10, 500, 10)))))
+    drawn = figure([run])
+    loss = next(c for c in drawn["charts"] if c["id"] == "loss_step")
+    train, evaluation = loss["series"]
+    assert (train["label"], train["dash"], train["markers"]) == ("a train loss", False, False)
+    assert (evaluation["label"], evaluation["dash"], evaluation["markers"]) == (
+        "a eval loss",
+        True,
+        True,
+    )
+    axes = draw(drawn, "a").axes[0]
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    assert lines["a train loss"].get_linestyle() == "-"
+    assert lines["a train loss"].get_marker() in (None, "None", "")  # 49 points: a plain line
+    assert lines["a eval loss"].get_linestyle() == "--"
+    assert lines["a eval loss"].get_marker() == "o"
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend == ["a train loss", "a eval loss"]
+
+
+def test_a_long_run_is_drawn_at_the_charts_width(tmp_path):
+    """300,000-point series would only weigh the HTML down: each is cut to about 4 points per
+    bucket, keeping its extremes and every evaluation."""
+    from jobs.commands.plot import PLOT_WIDTH
+
+    root = tmp_path / "runs"
+    steps = list(range(1, 20_001))
+    run_dir(root, "long", steps)
+    out = tmp_path / "long.html"
+    assert main(["plot", "long", "-o", str(out), f"storage.root={root}"]) == 0
+    page = out.read_text()
+    figure = json.loads(re.search(r'id="trainstack-figure">(.*?)</script>', page).group(1))
+    loss = next(c for c in figure["charts"] if c["id"] == "loss_step")
+    train = loss["series"][0]
+    assert PLOT_WIDTH < len(train["x"]) <= 4 * PLOT_WIDTH
+    assert min(train["y"]) == 4.0 - 20_000 / 100 and max(train["y"]) == 4.0 - 1 / 100
+    assert figure["runs"][0]["points"] == len(steps) + 1  # the legend counts every line

@@ -32,13 +32,23 @@ class SecretsMocks(RecordingMocks):
         return super().call(args)
 
 
+TLS_SECRET = "trainstack-api-tls"
+CERTIFICATE_ARN = (
+    "arn:aws:acm:us-east-1:123456789012:certificate/0b1c2d3e-aaaa-bbbb-cccc-1234567890ab"
+)
+
+
 def with_api(**settings) -> dict:
     config = stack_file_config("dev")
+    tls = {} if "certificateArn" in settings else {"tlsSecretName": TLS_SECRET}
     config["trainstack:trainingApi"] = {
         "image": IMAGE,
         "tokenHashesSecretArn": SECRET_ARN,
-        **settings,
+        **tls,
+        **{k: v for k, v in settings.items() if v is not None},
     }
+    if settings.get("tlsSecretName", "") is None:
+        del config["trainstack:trainingApi"]["tlsSecretName"]
     return config
 
 
@@ -132,6 +142,37 @@ def test_an_internal_nlb_by_setting():
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-type"] == "nlb"
 
 
+def test_the_pod_serves_https_with_the_mounted_certificate():
+    result = run(with_api())
+    deployment = named(result, "kubernetes:apps/v1:Deployment")
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--tls-cert=/etc/trainstack/tls/tls.crt" in container["args"]
+    assert "--tls-key=/etc/trainstack/tls/tls.key" in container["args"]
+    assert {"name": "tls", "secret": {"secretName": TLS_SECRET}} in pod["volumes"]
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    service = named(result, "kubernetes:core/v1:Service")
+    assert service.inputs["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https"}
+    ]
+
+
+def test_the_nlb_serves_tls_with_the_acm_certificate():
+    result = run(with_api(internalLoadBalancer=True, certificateArn=CERTIFICATE_ARN))
+    service = named(result, "kubernetes:core/v1:Service")
+    annotations = service.inputs["metadata"]["annotations"]
+    prefix = "service.beta.kubernetes.io/aws-load-balancer-"
+    assert annotations[f"{prefix}ssl-cert"] == CERTIFICATE_ARN
+    assert annotations[f"{prefix}ssl-ports"] == "https"
+    assert annotations[f"{prefix}ssl-negotiation-policy"].startswith("ELBSecurityPolicy-TLS13")
+    assert service.inputs["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "http"}]
+    container = named(result, "kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--secure-cookies" in container["args"]
+    assert not any(a.startswith("--tls-cert") for a in container["args"])
+
+
 def test_no_api_without_the_setting():
     result = run(stack_file_config("dev"))
     assert not [
@@ -157,7 +198,18 @@ def test_a_secret_that_is_not_hashes_stops_the_deploy(secret):
         ),
         ({"replicas": 0}, "trainingApi.replicas", ""),
         ({"cpu": "lots"}, "trainingApi.cpu", "CPU quantity"),
-        ({"colour": "red"}, "trainingApi.colour", "unknown setting; allowed: cpu, image"),
+        (
+            {"colour": "red"},
+            "trainingApi.colour",
+            "unknown setting; allowed: certificateArn, cpu, image",
+        ),
+        ({"tlsSecretName": None}, "trainingApi.certificateArn", "serves TLS only"),
+        ({"certificateArn": CERTIFICATE_ARN}, "trainingApi.certificateArn", "internal NLB"),
+        (
+            {"certificateArn": "my-cert", "internalLoadBalancer": True},
+            "trainingApi.certificateArn",
+            "ACM certificate ARN",
+        ),
     ],
 )
 def test_bad_api_settings_are_one_line(settings, key, words):

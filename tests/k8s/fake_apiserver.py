@@ -15,8 +15,10 @@ Objects live in `fake_store.ObjectStore`; the training operator is simulated by
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import select
 import socket
 import threading
 import time
@@ -69,6 +71,10 @@ class FakeKubeApiServer(ObjectStore):
         self.bookmarks_sent = 0
         self.requests: list[tuple[str, str]] = []
         """(method, path with query) of every request, for counting retries."""
+        self.open_streams = 0
+        """Watches and log follows being served now; like the real apiserver, a stream whose
+        client closed its connection ends, even while it has nothing to send."""
+        self._streams_lock = threading.Lock()
         self.operator = None  # set by FakeOperator
         self.kueue = None  # set by FakeKueue
         self.batch = None  # set by FakeBatchController (batch/v1 Jobs)
@@ -174,6 +180,26 @@ def _handler_for(server: FakeKubeApiServer):
         def _end_stream(self) -> None:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+        def _client_gone(self) -> bool:
+            """The client closed its end (a readable socket with nothing to read)."""
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            try:
+                return self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+
+        @contextlib.contextmanager
+        def _counted_stream(self):
+            with server._streams_lock:
+                server.open_streams += 1
+            try:
+                yield
+            finally:
+                with server._streams_lock:
+                    server.open_streams -= 1
 
         def _body(self):
             length = int(self.headers.get("Content-Length") or 0)
@@ -340,6 +366,10 @@ def _handler_for(server: FakeKubeApiServer):
 
         # -- streams --------------------------------------------------------------------------
         def _watch(self, plural: str, namespace: str, query: dict) -> None:
+            with self._counted_stream():
+                return self._watch_counted(plural, namespace, query)
+
+        def _watch_counted(self, plural: str, namespace: str, query: dict) -> None:
             faults = server.faults
             if faults.gone_on_watch > 0:
                 faults.gone_on_watch -= 1
@@ -385,7 +415,7 @@ def _handler_for(server: FakeKubeApiServer):
                         pending = self._events_after(cursor, plural, namespace, selector)
                         while not pending and time.monotonic() < deadline:
                             server.cond.wait(timeout=min(0.2, deadline - time.monotonic()))
-                            if getattr(server, "stopped", False):
+                            if getattr(server, "stopped", False) or self._client_gone():
                                 break
                             pending = self._events_after(cursor, plural, namespace, selector)
                             if not pending and bookmarks:
@@ -424,6 +454,10 @@ def _handler_for(server: FakeKubeApiServer):
             if query.get("follow", ["false"])[0].lower() != "true":
                 text = "".join(line + "\n" for line in operator.log_lines(uid))
                 return self._send(200, text, "text/plain")
+            with self._counted_stream():
+                return self._follow_log(uid, operator)
+
+        def _follow_log(self, uid: str, operator) -> None:
             self._start_stream("text/plain")
             if server.faults.silent_log_streams > 0:
                 server.faults.silent_log_streams -= 1
@@ -440,6 +474,9 @@ def _handler_for(server: FakeKubeApiServer):
                     sent = len(lines)
                     if operator.log_closed(uid):
                         return self._end_stream()
+                    if self._client_gone():
+                        self.close_connection = True
+                        return None
                     with server.cond:
                         server.cond.wait(timeout=0.05)
             except (BrokenPipeError, ConnectionResetError):

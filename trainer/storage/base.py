@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -26,6 +27,17 @@ def clean_rel(rel: str | os.PathLike[str]) -> str:
     return "/".join(parts)
 
 
+@dataclass(frozen=True)
+class RangeRead:
+    """Part of a file: `data` from byte `begin` (None: unchanged since `tag`), the file's
+    `size` (None when the store did not say) and `tag`, its version (an S3 ETag)."""
+
+    data: bytes | None
+    begin: int
+    size: int | None
+    tag: str | None
+
+
 class RunStorage(ABC):
     """A run dir: `root` is the run_dir string; paths passed in are relative to it."""
 
@@ -46,6 +58,16 @@ class RunStorage(ABC):
 
     def read_text(self, rel: str) -> str:
         return self.read_bytes(rel).decode("utf-8")
+
+    def read_range(
+        self, rel: str, start: int, end: int | None = None, tag: str | None = None
+    ) -> RangeRead:
+        """Bytes `start` (negative: that many from the end) up to `end` (exclusive; None: the
+        end of the file); `data` is None when the file's version is still `tag`. Readers of
+        a growing file (metrics.jsonl) read only what was appended."""
+        data = self.read_bytes(rel)
+        begin = max(0, len(data) + start) if start < 0 else min(start, len(data))
+        return RangeRead(data[begin:end], begin, len(data), None)
 
     @abstractmethod
     def write_bytes(self, rel: str, data: bytes) -> None:

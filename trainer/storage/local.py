@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from trainer.storage.base import (
+    RangeRead,
     RunStorage,
     StorageError,
     StorageNotFoundError,
@@ -78,6 +79,21 @@ class LocalStorage(RunStorage):
         path = self.local_path(rel)
         with local_errors("write", path):
             _atomic_local_write(path, lambda fh: fh.write(data))
+
+    def read_range(
+        self, rel: str, start: int, end: int | None = None, tag: str | None = None
+    ) -> RangeRead:
+        path = self.local_path(rel)
+        with local_errors("read", path), open(path, "rb") as fh:
+            stat = os.fstat(fh.fileno())
+            version = f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+            if tag is not None and version == tag:
+                return RangeRead(None, start, stat.st_size, version)
+            size = stat.st_size
+            begin = max(0, size + start) if start < 0 else min(start, size)
+            stop = size if end is None else min(end, size)
+            fh.seek(begin)
+            return RangeRead(fh.read(max(0, stop - begin)), begin, size, version)
 
     def append_text(self, rel: str, text: str) -> None:
         path = self.local_path(rel)

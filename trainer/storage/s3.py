@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer.storage.base import (
+    RangeRead,
     RunStorage,
     StorageError,
     StorageNotFoundError,
@@ -145,6 +146,40 @@ class S3Storage(RunStorage):
     def read_bytes(self, rel: str) -> bytes:
         with s3_errors("read", self.uri(rel)):
             return _download_bytes(self._client, self.bucket, self.key(rel), self._transfer_config)
+
+    def read_range(
+        self, rel: str, start: int, end: int | None = None, tag: str | None = None
+    ) -> RangeRead:
+        """One ranged GET, conditional on the ETag (304: unchanged, no body); a start past
+        the end (416) is read as nothing new, with the size from a HEAD."""
+        from botocore.exceptions import ClientError
+
+        if start < 0:
+            wanted = f"bytes={start}"
+        else:
+            wanted = f"bytes={start}-" + ("" if end is None else str(max(start, end - 1)))
+        request = {"Bucket": self.bucket, "Key": self.key(rel), "Range": wanted}
+        if tag is not None:
+            request["IfNoneMatch"] = tag
+        with s3_errors("read", self.uri(rel)):
+            try:
+                response = self._client.get_object(**request)
+            except ClientError as exc:
+                status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+                if status == 304:
+                    return RangeRead(None, start, None, tag)
+                if status != 416:
+                    raise
+                head = self._client.head_object(Bucket=self.bucket, Key=self.key(rel))
+                size = head["ContentLength"]
+                return RangeRead(b"", min(max(start, 0), size), size, head.get("ETag"))
+            data = response["Body"].read()
+        total = response.get("ContentRange", "").rpartition("/")[2]
+        size = int(total) if total.isdigit() else None
+        begin = int(response.get("ContentRange", "bytes 0-").split()[1].split("-")[0] or 0)
+        if end is not None and start >= 0 and end <= start:
+            data = b""
+        return RangeRead(data, begin, size, response.get("ETag"))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self._forget_appended(self.key(rel))

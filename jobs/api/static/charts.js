@@ -12,6 +12,10 @@
     return tables.length === 1 ? tables[0] : uPlot.join(tables);
   }
 
+  function chartWidth(root) {
+    return Math.max(320, Math.min(560, root.clientWidth - 16));
+  }
+
   function draw(root, figure) {
     window.trainstackFigure = figure;
     for (const chart of figure.charts) {
@@ -35,7 +39,7 @@
       box.classList.remove("empty");
       const opts = {
         title: chart.title,
-        width: Math.max(320, Math.min(560, root.clientWidth - 16)),
+        width: chartWidth(root),
         height: 260,
         scales: { x: { time: false } },
         axes: [{ label: chart.x_label }, { label: chart.y_label }],
@@ -46,7 +50,8 @@
             width: 1.5,
             dash: s.dash ? [6, 4] : undefined,
             spanGaps: true,
-            points: { show: s.x.length < 60 },
+            // Evaluation: dashed, a marker on every point (see jobs/plot/charts.py).
+            points: { show: Boolean(s.markers) || s.x.length < 60, size: s.markers ? 7 : 5 },
           }))
         ),
       };
@@ -55,7 +60,10 @@
   }
 
   async function fetchAndDraw(root) {
-    const response = await fetch(root.dataset.figureUrl, { credentials: "same-origin" });
+    // Points beyond the chart's pixels would not show: the server cuts each series to them.
+    const pixels = Math.round(chartWidth(root) * (window.devicePixelRatio || 1));
+    const url = `${root.dataset.figureUrl}&width=${Math.max(100, Math.min(4000, pixels))}`;
+    const response = await fetch(url, { credentials: "same-origin" });
     if (!response.ok) {
       root.dataset.error = `${response.status}`;
       return null;
