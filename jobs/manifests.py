@@ -15,6 +15,9 @@ from typing import Any
 import yaml
 
 from jobs.manifest_checks import check_manifests
+from jobs.network_policy import job_network_policy
+from jobs.runner import SCRATCH_DIR as RUNNER_DIR
+from jobs.runner import TRAINSTACK
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
 
 CONTAINER_NAME = "pytorch"
@@ -22,9 +25,28 @@ CONTAINER_NAME = "pytorch"
 RESTART_POLICY = "ExitCode"
 """Retry exit codes 128-255 (SIGTERM preemption: the trainer resumes), fail on 1-127."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
+"""Set by EKS on managed node groups' nodes: ON_DEMAND or SPOT."""
 GPU_TAINT = "nvidia.com/gpu"
 IMAGE_UID = 10001
 """The trainer image's user (images/trainer/Dockerfile: `USER 10001:10001`)."""
+
+
+SCRATCH_DIR = "/tmp"
+SCRATCH_ENV = {"HOME": f"{SCRATCH_DIR}/home", "TMPDIR": SCRATCH_DIR}
+"""The root filesystem is read-only: temporary files, the tokenizer staging dir, torch.compile's
+and Triton's caches and everything a library keeps under HOME (Hugging Face, CUDA JIT, config)
+go to the scratch emptyDir. `python -m trainer.smoke` checks each of them is writable."""
+SCRATCH_SIZE = "50Gi"
+"""The scratch emptyDir's sizeLimit (node-local ephemeral storage; inductor caches are GBs)."""
+
+
+def scratch_volume() -> tuple[dict, dict, list[dict]]:
+    """(volume, mount, env) giving a read-only-root pod the writable paths it needs."""
+    volume = {"emptyDir": {"sizeLimit": SCRATCH_SIZE}, "name": "scratch"}
+    mount = {"mountPath": SCRATCH_DIR, "name": "scratch"}
+    env = [{"name": k, "value": v} for k, v in SCRATCH_ENV.items()]
+    return volume, mount, env
 
 
 def config_map_name(run_id: str) -> str:
@@ -91,6 +113,26 @@ def shm_volume(size: str) -> dict:
     return {"emptyDir": {"medium": "Memory", "sizeLimit": size}, "name": "dshm"}
 
 
+def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) of this job's own beyond the config: the runner's scratch for another
+    runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
+    volumes, mounts = [], []
+    if spec.runner != TRAINSTACK:
+        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        volumes.append({"emptyDir": {}, "name": "runner"})
+        mounts.append({"mountPath": RUNNER_DIR, "name": "runner"})
+    if spec.fsx:
+        claim, mount_path = spec.fsx
+        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"mountPath": mount_path, "name": "fsx"})
+    return volumes, mounts
+
+
+def capacity_selector(spec: JobSpec) -> dict:
+    """`compute.capacity`'s node selector term (none for `any`)."""
+    return {CAPACITY_TYPE_LABEL: spec.capacity_type} if spec.capacity_type else {}
+
+
 def security_contexts() -> tuple[dict, dict]:
     """(pod, container) contexts meeting the `restricted` Pod Security Standard: a non-root
     uid (the image's), no privilege escalation, every capability dropped, the runtime's
@@ -109,6 +151,7 @@ def security_contexts() -> tuple[dict, dict]:
     container = {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
         "runAsNonRoot": True,
         "runAsUser": IMAGE_UID,
         "seccompProfile": dict(seccomp),
@@ -116,29 +159,66 @@ def security_contexts() -> tuple[dict, dict]:
     return pod, container
 
 
-def pod_template(spec: JobSpec) -> dict:
+MODEL_INITIALIZER_WAIT_S = 6 * 3600
+"""How long a pod that does not download waits for the model cache (large models, slow links)."""
+
+
+def model_initializer(spec: JobSpec, wait: bool, security: dict) -> dict:
+    """The init container putting a Hub model into the run storage cache (once: it skips a
+    complete cache); with `wait` it only waits for another pod to finish it."""
+    source, cache = spec.model_cache  # type: ignore[misc]
+    command = ["python", "-m", "trainer.hf.hub_cache", source, cache]
+    if wait:
+        command += ["--wait", str(MODEL_INITIALIZER_WAIT_S)]
+    return {
+        "command": command,
+        "env": container_env(spec),
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "name": "model-initializer",
+        "resources": {
+            "limits": {"cpu": "2", "memory": "4Gi"},
+            "requests": {"cpu": "1", "memory": "2Gi"},
+        },
+        "securityContext": dict(security),
+    }
+
+
+def pod_template(spec: JobSpec, wait_for_model: bool = False) -> dict:
     """The pod template of every replica, as the plain dict the API takes (no client models:
     importing the Kubernetes client costs half a second that rendering does not need)."""
     pod_security, container_security = security_contexts()
+    scratch, scratch_mount, scratch_env = scratch_volume()
     container = {
         "command": list(spec.command),
-        "env": container_env(spec),
+        "env": container_env(spec) + scratch_env,
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "name": CONTAINER_NAME,
         "resources": container_resources(spec.resources),
         "securityContext": container_security,
-        "volumeMounts": [CONFIG_MOUNT, SHM_MOUNT],
+        "volumeMounts": [CONFIG_MOUNT, SHM_MOUNT, scratch_mount],
     }
+    volumes, mounts = job_volumes(spec)
+    container["volumeMounts"] += mounts
     pod = {
+        # The trainer never calls the Kubernetes API; AWS comes through Pod Identity's own token.
+        "automountServiceAccountToken": False,
         "containers": [container],
-        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type},
+        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type} | capacity_selector(spec),
         "securityContext": pod_security,
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
         "tolerations": [GPU_TOLERATION],
-        "volumes": [config_volume(spec.name), shm_volume(spec.resources.shm_size)],
+        "volumes": [
+            config_volume(spec.name),
+            shm_volume(spec.resources.shm_size),
+            scratch,
+            *volumes,
+        ],
     }
+    if spec.model_cache is not None:
+        pod["initContainers"] = [model_initializer(spec, wait_for_model, container_security)]
     return {"metadata": pod_metadata(spec), "spec": pod}
 
 
@@ -160,6 +240,8 @@ def _metadata(spec: JobSpec, name: str) -> dict:
 
 def pytorch_job(spec: JobSpec) -> dict:
     template = pod_template(spec)
+    # The master fills the model cache; workers wait for it (all fill it without a master).
+    worker_template = pod_template(spec, wait_for_model=bool(spec.master_replicas))
     replicas = {}
     if spec.master_replicas:
         replicas["Master"] = {
@@ -171,7 +253,7 @@ def pytorch_job(spec: JobSpec) -> dict:
         replicas["Worker"] = {
             "replicas": spec.worker_replicas,
             "restartPolicy": RESTART_POLICY,
-            "template": template,
+            "template": worker_template,
         }
     elastic = None
     if spec.elastic:
@@ -212,15 +294,17 @@ def config_map(spec: JobSpec) -> dict:
 
 
 def to_manifests(spec: JobSpec) -> list[dict]:
-    """[ConfigMap, TrainJob or PyTorchJob (`job.api`)] as plain dicts, validated (raises
-    `ManifestError`)."""
+    """[ConfigMap, TrainJob or PyTorchJob (`job.api`), NetworkPolicy] as plain dicts, validated
+    (raises `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in.
+    The submitter creates it before the job; applied in file order it lands after the job,
+    which the namespace's default deny keeps closed meanwhile."""
     if spec.api == "trainjob":
         from jobs.trainjob import train_job
 
         job = train_job(spec)
     else:
         job = pytorch_job(spec)
-    manifests = [drop_none(config_map(spec)), drop_none(job)]
+    manifests = [drop_none(config_map(spec)), drop_none(job), job_network_policy(spec)]
     check_manifests(manifests, spec.kubernetes_version)
     return manifests
 

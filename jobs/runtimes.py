@@ -5,9 +5,9 @@ stack and the tests read one definition), and TrainJobs name them (jobs/trainjob
 A runtime carries what every job on its node group needs and no job should repeat: where the
 pods go (the group's node selector, the GPU taint's toleration), the node's EFA interfaces and
 2 MiB huge pages and its share of CPU and memory as default resources, a memory-backed
-/dev/shm, the `restricted` security contexts (the root filesystem stays writable: torchrun,
-torch's compile caches and tokenizer staging write under /tmp and $HOME — checkov CKV_K8S_22,
-accepted), NCCL/EFA environment, and the failure policy:
+/dev/shm, the `restricted` security contexts with a read-only root filesystem and the scratch
+emptyDir at /tmp that HOME and TMPDIR point into (the PyTorchJob pods' own, jobs/manifests.py),
+no service account token, NCCL/EFA environment, and the failure policy:
 
 - exit 1-127 (bad input, a bug) fails the node's Job through its pod failure policy, and the
   JobSet fails at once (no restart can fix it);
@@ -24,6 +24,7 @@ from jobs.manifests import (
     INSTANCE_TYPE_LABEL,
     SHM_MOUNT,
     container_resources,
+    scratch_volume,
     security_contexts,
     shm_volume,
 )
@@ -62,11 +63,13 @@ def _runtime(
     ttl_seconds_after_finished: int,
 ) -> dict:
     pod_security, container_security = security_contexts()
+    scratch, scratch_mount, scratch_env = scratch_volume()
     node = {
         "name": NODE,
         "securityContext": container_security,
-        "volumeMounts": [dict(SHM_MOUNT)],
+        "volumeMounts": [dict(SHM_MOUNT), scratch_mount],
         **container,
+        "env": container.get("env", []) + scratch_env,
     }
     pod_spec = {
         # The trainer never calls the Kubernetes API; S3 credentials come from Pod Identity's
@@ -76,6 +79,7 @@ def _runtime(
         "restartPolicy": "Never",  # the Job's pod failure policy needs it; JobSet restarts
         "securityContext": pod_security,
         **pod,
+        "volumes": [*pod["volumes"], scratch],
     }
     job = {
         "backoffLimit": 0,

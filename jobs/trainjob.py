@@ -7,7 +7,9 @@ context, NCCL/EFA environment, the failure policy) lives in the ClusterTrainingR
 `pulumi up` installs (jobs/runtimes.py); the TrainJob names it (`runtimeRef`) and carries only
 the job's own parts: image, command, env, nodes, processes and resources per node, labels, and
 through one `runtimePatches` entry what the trainer API has no field for (the config
-ConfigMap's volume and mount, the service account, the grace period, the pods' labels).
+ConfigMap's volume and mount, the runner's scratch and the FSx claim, `compute.capacity`'s node
+selector, the service account, the grace period, the pods' labels — the run-id label the run's
+NetworkPolicy selects them by).
 
 Pure, like the PyTorchJob: the same spec always gives the same dict.
 """
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 from jobs.manifests import (
     CONFIG_MOUNT,
+    capacity_selector,
     config_volume,
     container_env,
     container_resources,
+    job_volumes,
     pod_metadata,
 )
 from jobs.spec import JobSpec
@@ -37,11 +41,13 @@ PATCH_MANAGER = "trainstack.io/launcher"
 def job_patch(spec: JobSpec) -> dict:
     """The `runtimePatches` entry: what the pods need from this job that `spec.trainer` can't
     say. Env is not here: the webhook refuses env patches on the `node` container."""
+    volumes, mounts = job_volumes(spec)
     pod = {
-        "containers": [{"name": NODE, "volumeMounts": [dict(CONFIG_MOUNT)]}],
+        "containers": [{"name": NODE, "volumeMounts": [dict(CONFIG_MOUNT), *mounts]}],
+        "nodeSelector": capacity_selector(spec) or None,
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
-        "volumes": [config_volume(spec.name)],
+        "volumes": [config_volume(spec.name), *volumes],
     }
     job_template = {"spec": {"template": {"metadata": pod_metadata(spec), "spec": pod}}}
     return {

@@ -37,7 +37,7 @@ from jobs.backends.base import (
     RunStatus,
 )
 from jobs.k8s import state as k8s_state
-from jobs.k8s.kinds import JOBSET_GROUP, JOBSET_VERSION, JOBSETS, KINDS, JobKind, kind_of
+from jobs.k8s.kinds import BY_KIND, JOBSET_GROUP, JOBSET_VERSION, JOBSETS, KINDS, JobKind, kind_of
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -71,6 +71,19 @@ class ClusterSettings:
         """Both job kinds, the configured one first."""
         first = KINDS[self.job_api]
         return (first, *(k for k in KINDS.values() if k is not first))
+
+
+CREATED_AT = f"{LABEL_PREFIX}/created-at"
+
+
+def stamped(manifests: list[dict], now: datetime) -> list[dict]:
+    """`manifests` with the submit time on the job (renders carry none: the same config
+    renders the same bytes)."""
+    for manifest in manifests:
+        if manifest.get("kind") in BY_KIND:
+            annotations = manifest["metadata"].setdefault("annotations", {})
+            annotations[CREATED_AT] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return manifests
 
 
 class KubernetesBackend:
@@ -135,11 +148,13 @@ class KubernetesBackend:
     def schedule(self, dryrun: DryRun) -> str:
         from jobs.k8s.ecr import pin_images
         from jobs.k8s.submit import ALREADY_ACTIVE, submit
+        from jobs.workdir import store_code
 
         job: MaterializedJob = dryrun.job
         if self.run_preflight:
             self.preflight(job)
-        manifests = pin_images(dryrun.request)
+        store_code(job)  # the pods fetch it from the run dir: there before they start
+        manifests = stamped(pin_images(dryrun.request), datetime.now(UTC))
         submission = submit(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
@@ -443,12 +458,14 @@ def to_status(job: dict) -> RunStatus:
     run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
     step, loss = run_state.last_metrics(run_dir)
     message = k8s_state.failure_message(job) if state == FAILED else ""
+    nodes = k8s_state.nodes(job)
     return RunStatus(
         run_id=meta["name"],
         state=state,
         backend="kubernetes",
         sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
-        nodes=k8s_state.nodes(job),
+        nodes=nodes,
+        log_ranks=nodes,  # `logs --rank N`: node rank N's pod
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
         finished_at=k8s_state.finished_at(job),
         last_step=step,

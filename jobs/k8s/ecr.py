@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 
 from jobs.k8s.api import ClusterError
 
@@ -46,16 +47,20 @@ def resolve_digest(image: str, ecr_client=None) -> str:
     return f"{match['registry']}/{match['repository']}@{details[0]['imageDigest']}"
 
 
-def pin_images(manifests: list[dict], ecr_client=None) -> list[dict]:
+def pin_images(
+    manifests: list[dict], ecr_client=None, resolve: Callable[[str], str] | None = None
+) -> list[dict]:
     """Copies of `manifests` with every ECR container image of the job (a PyTorchJob's
-    containers, a TrainJob's trainer image) pinned."""
+    containers, a TrainJob's trainer image and initializer) pinned (`resolve(image)`:
+    resolve_digest with `ecr_client` unless given)."""
+    resolve = resolve or (lambda image: resolve_digest(image, ecr_client))
     pinned = copy.deepcopy(manifests)
     resolved: dict[str, str] = {}
 
     def pin(holder: dict) -> None:
         image = holder.get("image", "")
         if image not in resolved:
-            resolved[image] = resolve_digest(image, ecr_client)
+            resolved[image] = resolve(image)
         holder["image"] = resolved[image]
 
     for manifest in pinned:

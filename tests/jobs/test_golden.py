@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.manifest_checks import trainjob_pod_template
 from jobs.manifests import to_yaml
 from tests import crd_schema
 from tests.jobs.conftest import CLUSTER, OWN_DATA, build
@@ -69,6 +70,19 @@ CASES = {
     ],
     # The SFT experiment: Hugging Face weights in, chat data, export out.
     "trainjob_llama3_8b_sft_p5x2": ["experiment=llama3_8b_sft_p5x2", *CLUSTER, *SFT_INPUTS],
+    # Anyone's program (runner=command) under torchrun: its own command, args and env, the
+    # runner's scratch volume, the stack's FSx claim and spot capacity through the patch.
+    "trainjob_command_g6e_spot": [
+        "runner=command",
+        "runner.command=[python,-u,train.py]",
+        "+runner.args.lr=0.001",
+        "+runner.env.MY_FLAG=1",
+        "compute=g6e.48xlarge",
+        "compute.capacity=spot",
+        "storage.fsx=true",
+        "storage.fsx_claim=fsx-claim",
+        *CLUSTER,
+    ],
 }
 
 
@@ -90,6 +104,11 @@ def test_rendering_is_pure():
 
 @pytest.mark.parametrize("case", sorted(c for c in CASES if c.startswith("trainjob_")))
 def test_trainjob_goldens_are_trainjobs_valid_against_the_v2_3_crd(case: str):
-    config_map, train_job = build(CASES[case], run_id=case.replace("_", "-")).manifests
-    assert (config_map["kind"], train_job["kind"]) == ("ConfigMap", "TrainJob")
+    config_map, train_job, policy = build(CASES[case], run_id=case.replace("_", "-")).manifests
+    kinds = (config_map["kind"], train_job["kind"], policy["kind"])
+    assert kinds == ("ConfigMap", "TrainJob", "NetworkPolicy")
     crd_schema.check(train_job)
+    # The run's policy selects the pods by a label the TrainJob puts on them (its patch).
+    pod_labels = trainjob_pod_template(train_job)["metadata"]["labels"]
+    wanted = policy["spec"]["podSelector"]["matchLabels"]
+    assert wanted and wanted.items() <= pod_labels.items()

@@ -37,6 +37,7 @@ KINDS = {
     "trainjobs": "TrainJob",
     "jobsets": "JobSet",
     "clustertrainingruntimes": "ClusterTrainingRuntime",
+    "networkpolicies": "NetworkPolicy",
 }
 
 
