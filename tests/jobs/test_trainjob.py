@@ -10,15 +10,16 @@ import pytest
 
 from catalog import INSTANCE_TYPES
 from jobs.manifest_checks import ManifestError, check_manifests, trainjob_pod_template
+from jobs.manifests import SCRATCH_DIR, SCRATCH_ENV
 from jobs.runtimes import (
     DEFAULT_MAX_RESTARTS,
     NODE_GROUP_LABEL,
     cluster_training_runtimes,
     gpu_runtime,
 )
-from jobs.spec import HUGEPAGES_2MI, default_group_name, platform_env
+from jobs.spec import HUGEPAGES_2MI, platform_env
 from tests import crd_schema
-from tests.jobs.conftest import CLUSTER, build
+from tests.jobs.conftest import CLUSTER, build, trainjob_pod
 
 VERSION = "1.33"
 
@@ -59,7 +60,7 @@ def test_the_strict_crd_check_refuses_what_the_server_would_drop_or_refuse(p5_jo
 
 
 def test_a_trainjob_is_queued_suspended_and_names_its_runtime(p5_job):
-    config_map, job = p5_job
+    config_map, job, _policy = p5_job
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
     patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
@@ -94,31 +95,47 @@ def test_the_runtime_is_the_stacks_group_of_the_instance_type(overrides, runtime
     assert job["spec"]["runtimeRef"]["name"] == runtime
 
 
-def _effective_pod(job: dict, runtime: dict) -> dict:
-    """The node pod Trainer makes of a TrainJob on `runtime` (runtime first, then the job's
-    trainer fields and its patch), for comparing with a PyTorchJob's."""
-    pod = copy.deepcopy(runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"])
-    pod = pod["spec"]["template"]["spec"]
-    own = trainjob_pod_template(job)["spec"]
-    (container,) = pod["containers"]
-    (job_container,) = own.pop("containers")
-    container["env"] = container.get("env", []) + job_container.pop("env")
-    container["volumeMounts"] += job_container.pop("volumeMounts")
-    container.update(job_container)
-    for key, value in own.items():
-        pod[key] = pod.get(key, []) + value if key == "volumes" else value
-    return pod
+RUNNERS = {
+    "trainstack": [],
+    # Anyone's program with the runner's scratch, on spot nodes with the stack's FSx mounted.
+    "command": [
+        "runner=command",
+        "runner.command=[python,-u,train.py]",
+        "+runner.args.lr=0.001",
+        "+runner.env.MY_FLAG=1",
+        "compute.capacity=spot",
+        "storage.fsx=true",
+        "storage.fsx_claim=fsx-claim",
+    ],
+    "command-once": [
+        "runner=command",
+        "runner.command=[accelerate,launch,train.py]",
+        "runner.torchrun=false",
+        "compute.capacity=on-demand",
+    ],
+    "hf": ["runner=hf", "model.init_from=s3://trainstack-models/llama"],
+}
 
 
-@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
-def test_trainjob_on_its_runtime_gets_the_pytorchjob_pod(name: str):
-    overrides = [*CLUSTER, f"compute={name}", "compute.nodes=2"]
+# The built-in trainer on every instance type; each other runner on an EFA type with and one
+# without GPUDirect RDMA.
+@pytest.mark.parametrize(
+    "name, runner",
+    [(name, "trainstack") for name in sorted(INSTANCE_TYPES)]
+    + [
+        (name, r)
+        for r in sorted(RUNNERS)
+        if r != "trainstack"
+        for name in ("p5.48xlarge", "g6e.48xlarge")
+    ],
+)
+def test_trainjob_on_its_runtime_gets_the_pytorchjob_pod(name: str, runner: str):
+    overrides = [*CLUSTER, f"compute={name}", "compute.nodes=2", *RUNNERS[runner]]
     job = build(overrides).manifests[1]
     v1 = build([*overrides, "job.api=pytorchjob"]).manifests[1]
     v1_pod = v1["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     instance = INSTANCE_TYPES[name]
-    runtime = gpu_runtime(default_group_name(name), instance)
-    pod = _effective_pod(job, runtime)
+    pod = trainjob_pod(job)
     (container,) = pod["containers"]
     (v1_container,) = v1_pod["containers"]
 
@@ -136,6 +153,7 @@ def test_trainjob_on_its_runtime_gets_the_pytorchjob_pod(name: str):
         assert pod[key] == v1_pod[key], key
     assert pod["terminationGracePeriodSeconds"] == v1_pod["terminationGracePeriodSeconds"]
     assert pod["nodeSelector"].items() >= v1_pod["nodeSelector"].items()
+    assert pod["automountServiceAccountToken"] is v1_pod["automountServiceAccountToken"] is False
     assert job["spec"]["trainer"]["numNodes"] == 2
     assert job["spec"]["trainer"]["numProcPerNode"] == int(v1["spec"]["nprocPerNode"])
     # The platform's environment is the runtime's, not repeated by each job.
@@ -160,7 +178,9 @@ def test_runtimes_are_catalog_driven_and_valid(name: str):
         str(instance.efa_interfaces) if instance.has_efa else None
     )
     assert requests.get("hugepages-2Mi") == (HUGEPAGES_2MI if instance.has_efa else None)
-    assert {e["name"]: e["value"] for e in container["env"]} == platform_env(instance)
+    assert {e["name"]: e["value"] for e in container["env"]} == platform_env(instance) | SCRATCH_ENV
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "scratch", "mountPath": SCRATCH_DIR} in container["volumeMounts"]
     assert pod["nodeSelector"] == {
         "node.kubernetes.io/instance-type": name,
         NODE_GROUP_LABEL: "group-a",
@@ -246,3 +266,17 @@ def test_trainjob_webhook_and_pod_schema_rules_refuse_before_submit(p5_job, edit
 
 def test_trainjob_manifests_pass_their_own_checks(p5_job):
     check_manifests(p5_job, VERSION)
+
+
+def test_an_hf_model_on_a_trainjob_is_refused_in_one_line():
+    from jobs.compose import compose
+    from jobs.errors import JobConfigError
+    from jobs.validate import validate_job
+    from tests.jobs.conftest import GIT_SHA
+
+    overrides = [*CLUSTER, "compute=p5.48xlarge", "model.init_from=hf://org/model"]
+    with pytest.raises(JobConfigError) as raised:
+        validate_job(compose(overrides), git_sha=GIT_SHA)
+    message = str(raised.value)
+    assert message.startswith("model.init_from: 'hf://org/model': ") and "\n" not in message
+    assert "job.api=pytorchjob" in message  # whose pods get the model-initializer (tests/hf)
