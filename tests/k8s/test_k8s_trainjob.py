@@ -80,6 +80,17 @@ def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trains
     pods = apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tj1")}})
     assert sorted(p["metadata"]["labels"][INDEX_LABEL] for p in pods) == ["0"]
     assert all(p["metadata"]["labels"]["trainstack.io/run-id"] == "tj1" for p in pods)
+    # The run's NetworkPolicy, owned by the TrainJob, lets in exactly its pods.
+    policy = apiserver.get("networkpolicies", "tj1-peers", NAMESPACE)
+    (owner,) = policy["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("TrainJob", job["metadata"]["uid"])
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    selected = apiserver.list(
+        "pods", NAMESPACE, {"labels": {k: ("=", v) for k, v in selector.items()}}
+    )
+    assert selector and {p["metadata"]["name"] for p in selected} == {
+        p["metadata"]["name"] for p in pods
+    }
     assert trainstack("status", "tj1") == 0
     assert "state      succeeded" in capsys.readouterr().out
     from jobs.backends.kubernetes import to_status
@@ -244,7 +255,7 @@ def test_deleting_a_trainjob_deletes_its_jobset_pods_and_config(apiserver, clust
     from jobs.k8s.submit import delete_job
 
     delete_job(cluster, "tj10", kind=KIND)
-    for plural in ("trainjobs", "jobsets", "configmaps"):
+    for plural in ("trainjobs", "jobsets", "configmaps", "networkpolicies"):
         assert apiserver.list(plural, NAMESPACE) == [], plural
     assert apiserver.list("pods", NAMESPACE) == []
 
