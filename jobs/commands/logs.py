@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.backends.base import BackendError
+from jobs.backends.base import BackendError, NoLogs
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
 
 
@@ -18,9 +18,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        backend, _ = find_run(backends_for(args), args.run_id)
+        backends = backends_for(args)
+        try:
+            backend, _ = find_run(backends, args.run_id)
+        except BackendError:
+            # A run the cluster no longer knows may still have its logs archived.
+            archives = [b for b in backends if hasattr(b, "archived_logs")]
+            if args.follow or not archives:
+                raise
+            backend = archives[0]
         for line in backend.logs(args.run_id, rank=args.rank, follow=args.follow):
             print(line, flush=True)
+    except NoLogs as err:
+        return fail("logs", str(err), code=2)
     except BackendError as err:
         return fail("logs", str(err))
     except KeyboardInterrupt:
