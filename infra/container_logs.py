@@ -27,7 +27,7 @@ from infra.versions import FLUENT_BIT
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-for-fluent-bit"
 STREAM_TEMPLATE = "$kubernetes['pod_name'].$kubernetes['container_name']"
-"""Must match jobs/k8s/archived_logs.py's stream prefix `<pod>.`."""
+"""Must match jobs/k8s/archived_logs.py's stream_name (`<pod>.<container>`)."""
 
 
 def log_group_name(cluster_name: str) -> str:

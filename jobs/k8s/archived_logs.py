@@ -7,7 +7,7 @@ from __future__ import annotations
 from jobs.k8s.watch import CONTAINER
 
 
-def stream_prefix(pod: str) -> str:
+def stream_name(pod: str) -> str:
     """Must match infra/container_logs.py's STREAM_TEMPLATE (`<pod>.<container>`)."""
     return f"{pod}.{CONTAINER}"
 
@@ -19,7 +19,7 @@ def archived_log(region: str, log_group: str, pod: str) -> list[str] | None:
     client = boto3.client("logs", region_name=region)
     try:
         pages = client.get_paginator("filter_log_events").paginate(
-            logGroupName=log_group, logStreamNamePrefix=stream_prefix(pod)
+            logGroupName=log_group, logStreamNames=[stream_name(pod)]
         )
         events = [event for page in pages for event in page.get("events", [])]
     except client.exceptions.ResourceNotFoundException:
