@@ -229,11 +229,14 @@ class KubernetesBackend:
     def archived_logs(self, run_id: str, rank: int, pod: str | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone; `pod` defaults to the
         operator's name for the rank (rank 0 is master-0, rank N worker-(N-1))."""
-        from jobs.k8s.archived_logs import archived_log
+        from jobs.k8s.archived_logs import ArchiveError, archived_log
 
         pod = pod or (f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}")
         group = self.settings.log_group
-        lines = archived_log(self.settings.region, group, pod) if group else None
+        try:
+            lines = archived_log(self.settings.region, group, pod) if group else None
+        except ArchiveError as err:
+            raise BackendError(f"{run_id}: pod {pod} is gone and {err}") from None
         if lines is None:
             where = f"log group {group}" if group else "no cluster.log_group set"
             raise NoLogs(f"{run_id}: rank {rank} has no pod and no archived log ({where})")

@@ -12,9 +12,14 @@ def stream_name(pod: str) -> str:
     return f"{pod}.{CONTAINER}"
 
 
+class ArchiveError(RuntimeError):
+    """CloudWatch Logs could not be read (credentials, permissions, network); one line."""
+
+
 def archived_log(region: str, log_group: str, pod: str) -> list[str] | None:
     """The pod's archived lines in time order, or None when the group has none for it."""
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
 
     client = boto3.client("logs", region_name=region)
     try:
@@ -24,6 +29,8 @@ def archived_log(region: str, log_group: str, pod: str) -> list[str] | None:
         events = [event for page in pages for event in page.get("events", [])]
     except client.exceptions.ResourceNotFoundException:
         return None
+    except (BotoCoreError, ClientError) as err:
+        raise ArchiveError(f"reading log group {log_group} failed: {err}") from err
     if not events:
         return None
     events.sort(key=lambda e: (e["timestamp"], e.get("ingestionTime", 0)))

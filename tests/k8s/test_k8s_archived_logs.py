@@ -84,3 +84,12 @@ def test_no_pods_and_no_archive_is_one_line_exit_2(trainstack, log_group, capsys
 def test_missing_log_group_is_no_archive(trainstack, log_group, capsys):
     assert trainstack("logs", "nowhere", "backend=kubernetes", "cluster.log_group=/no/such") == 2
     assert "no archived log (log group /no/such)" in capsys.readouterr().err
+
+
+def test_unreadable_archive_is_one_line(trainstack, log_group, monkeypatch, capsys):
+    _, group = log_group
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", "http://127.0.0.1:9")  # closed port
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    assert trainstack("logs", "gone2", "backend=kubernetes", f"cluster.log_group={group}") == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("trainstack logs: gone2: pod gone2-master-0 is gone and reading log ")
