@@ -21,7 +21,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra.cluster_addons import GPU_TOLERATION, helm_release
-from infra.iam import service_role
+from infra.iam import pod_identity_role
 from infra.versions import FLUENT_BIT
 
 NAMESPACE = "kube-system"
@@ -100,22 +100,15 @@ class ContainerLogs(pulumi.ComponentResource):
             retention_in_days=retention_days,
             opts=child,
         )
-        role = service_role(
+        role, association = pod_identity_role(
             f"{name}-fluent-bit",
-            "pods.eks.amazonaws.com",
             self,
             partition,
+            account_id,
+            cluster_name,
+            NAMESPACE,
+            SERVICE_ACCOUNT,
             inline_policy=group.arn.apply(lambda arn: log_writer_policy(arn, account_id)),
-            tag_session=True,
-            source_account=account_id,
-        )
-        association = aws.eks.PodIdentityAssociation(
-            f"{name}-fluent-bit",
-            cluster_name=cluster_name,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-            role_arn=role.arn,
-            opts=child,
         )
         helm_release(
             name,

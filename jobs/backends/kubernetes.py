@@ -100,7 +100,7 @@ class KubernetesBackend:
             cluster.namespace,
             groups,
             region=cluster.region,
-            log_group=cluster.get("log_group"),
+            log_group=cluster.log_group,
         )
         return cls(settings, preflight=bool(cfg.backend.preflight))
 
