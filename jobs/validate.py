@@ -16,8 +16,10 @@ from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
+from jobs.runner import COMMAND, TRAINSTACK
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
 from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
+from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -419,16 +421,20 @@ def _mandatory_keys(cfg: Any) -> Iterator[str]:
     return walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
-def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
+def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     """Raise JobConfigError for the first problem in composed config `cfg`; return the
-    trainer's plan at the job's size (the launch plan reuses its model and batch figures)."""
+    trainer's plan at the job's size (the launch plan reuses its model and batch figures), or
+    None when another runner than the built-in trainer runs (its model is not ours to size)."""
     check_mandatory(cfg)
     check_names(cfg)
+    check_runner(cfg)
     check_compute(cfg)
     check_elastic(cfg)
     check_fsx(cfg)
-    check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
-    trainer_plan = check_trainer(cfg)
+    builtin = cfg.runner.name == TRAINSTACK
+    if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
+        check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
+    trainer_plan = check_trainer(cfg) if builtin else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
@@ -437,7 +443,8 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_cost_inputs(cfg)
     check_storage(cfg)
     check_grants(cfg)
-    check_local_files(cfg)
+    if cfg.runner.name != COMMAND:
+        check_local_files(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)
     return trainer_plan

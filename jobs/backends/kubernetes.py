@@ -130,10 +130,12 @@ class KubernetesBackend:
     def schedule(self, dryrun: DryRun) -> str:
         from jobs.k8s.ecr import pin_images
         from jobs.k8s.submit import ALREADY_ACTIVE, submit
+        from jobs.workdir import store_code
 
         job: MaterializedJob = dryrun.job
         if self.run_preflight:
             self.preflight(job)
+        store_code(job)  # the pods fetch it from the run dir: there before they start
         manifests = pin_images(dryrun.request)
         submission = submit(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours

@@ -10,6 +10,7 @@ from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
 from jobs.manifests import to_yaml
 from jobs.materialize import MaterializedJob
+from jobs.workdir import store_code
 
 MANIFEST_FILE = "manifests.yaml"
 
@@ -38,6 +39,7 @@ class RenderBackend:
     def schedule(self, dryrun: DryRun) -> str:
         job = dryrun.job
         path = self.manifest_path(job.run_id)
+        store_code(job)  # the pods fetch it from the run dir: there before the manifests
         try:
             self._write(job, path, dryrun.text)
         except OSError as err:  # validation saw a writable root; the disk said otherwise
