@@ -65,7 +65,7 @@ def materialize(
         run_id = new_run_id(job_label(cfg), now)
         with open_dict(cfg):
             cfg.run_id = run_id
-    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
+    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
     if cfg.backend.name != "local":
         from jobs.manifests import to_manifests

@@ -165,11 +165,13 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
             f"storage.root={cfg.storage.root!r} is inside the pod: checkpoints and metrics "
             "vanish with it (use s3://bucket/prefix, e.g. from stack=<name>)"
         )
+    if instance is not None:
+        warnings.extend(toy_data_warnings(cfg, f"{spec.nodes} x {spec.instance_type}"))
     return Plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
         backend=cfg.backend.name,
-        model=job_label(cfg),
+        model=model_description(cfg) if args else job_label(cfg),
         params=args.num_params() if args else None,
         nodes=spec.nodes,
         procs_per_node=spec.nproc_per_node,
@@ -186,6 +188,39 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         data=() if command else data_sources(cfg.data),
         runner=describe(cfg.runner),
     )
+
+
+def toy_data_warnings(cfg: Any, where: str) -> list[str]:
+    """GPU nodes given the bundled sample corpus or the byte tokenizer: the defaults of a CPU
+    demo, almost never what a cluster job means to train on."""
+    from jobs.validate import inside_image
+    from trainer.job_config import tokenizer_source
+
+    toy = []
+    if cfg.data.path is not None and inside_image(cfg.data.path):
+        toy.append(f"data.path={cfg.data.path} is the bundled sample corpus (a few MB)")
+    if tokenizer_source(cfg) == "byte":
+        toy.append("the tokenizer is the byte tokenizer (data.tokenizer=byte or null)")
+    if not toy:
+        return []
+    return [
+        f"{' and '.join(toy)}: on {where} that trains a demo; give your own "
+        "(data=jsonl data.path=s3://... data.tokenizer=<tokenizer dir>)"
+    ]
+
+
+def model_description(cfg: Any) -> str:
+    """The model's label, and for a preset some of whose architecture keys were changed,
+    which: `tiny (modified: dim, n_layers)` — the name alone would claim the preset's size."""
+    from trainer.job_config import model_label
+    from trainer.model.args import MODEL_PRESETS, stated_args
+
+    label = model_label(cfg)
+    preset = MODEL_PRESETS.get(cfg.model.name)
+    if preset is None:
+        return label
+    changed = [k for k, v in stated_args(cfg.model).items() if getattr(preset, k) != v]
+    return f"{label} (modified: {', '.join(changed)})" if changed else label
 
 
 def data_sources(data: Any) -> tuple[tuple[str, float], ...]:

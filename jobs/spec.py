@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from catalog import InstanceType, get_instance_type
@@ -219,10 +218,10 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     return env
 
 
-def to_job_spec(
-    cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None, now: datetime
-) -> JobSpec:
-    """The job described by composed (and validated) config `cfg`."""
+def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None) -> JobSpec:
+    """The job described by composed (and validated) config `cfg`. No clock: the same config
+    gives the same spec, so renders of it are byte-identical (the kubernetes backend stamps
+    `created-at` on what it submits)."""
     compute = cfg.compute
     local = compute.name == LOCAL_CPU
     instance = None if local else get_instance_type(compute.instance_type)
@@ -259,7 +258,6 @@ def to_job_spec(
         labels[f"{LABEL_PREFIX}/runner"] = cfg.runner.name
     annotations = {
         f"{LABEL_PREFIX}/run-dir": run_dir,
-        f"{LABEL_PREFIX}/created-at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         f"{LABEL_PREFIX}/model": job_label(cfg),
         f"{LABEL_PREFIX}/max-retries": str(cfg.job.max_retries),
     }

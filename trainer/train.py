@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer, resume_newest
+from trainer.checkpoint.fit import check_checkpoints_fit
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
@@ -60,6 +61,7 @@ def run(cfg: TrainerJobConfig) -> int:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
         raise ConfigError(f"run_dir: {exc}") from None
+    check_checkpoints_fit(storage, plan.model)  # before config.yaml, the record, is rewritten
 
     # 2. Ranks, model, optimizer.
     env = init_distributed(plan.dp_replicate, cfg.trainer.collective_timeout_s)

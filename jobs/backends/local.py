@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobs.backends import run_state
@@ -40,6 +40,7 @@ from jobs.workdir import store_code
 
 REQUEST_FILE = "job/request.json"
 CONFIG_FILE = "job/config.yaml"
+LAUNCH_FILE = "job/launch.yaml"
 LOCAL_STATE_ROOT = "runs"
 """Where state lives when the run dir itself is remote (storage.root=s3://...)."""
 
@@ -70,6 +71,13 @@ def local_value(value: str, config_path: str, state_dir: str) -> str:
     if value == SCRATCH_DIR or value.startswith(f"{SCRATCH_DIR}/"):
         return f"{state_dir}/job{value[len(SCRATCH_DIR) :]}"
     return value
+
+
+def launch_record(job: MaterializedJob) -> str:
+    """The whole composed job, as a relaunch of the run reads it back (jobs/relaunch.py)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(job.cfg, resolve=True)
 
 
 def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
@@ -126,8 +134,10 @@ class LocalBackend:
                 "cancel it or choose another run_id"
             )
         store_code(job)  # before any state: a failed store leaves no half run
-        (state_dir / "job").mkdir(parents=True, exist_ok=True)
-        (state_dir / CONFIG_FILE).write_text(request.config_text)
+        # The run's record (jobs/relaunch.py): written only now that the job validated, and
+        # atomically, so a launch that fails leaves the previous one whole.
+        run_state.write_atomic(state_dir / CONFIG_FILE, request.config_text)
+        run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
         (state_dir / REQUEST_FILE).write_text(
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
@@ -141,6 +151,7 @@ class LocalBackend:
                 "backend": self.name,
                 "state": PENDING,
                 "nodes": 1,
+                "ranks": job.spec.nproc_per_node,
                 "run_dir": job.spec.run_dir,
                 "command": request.argv,
                 "attempt": attempt,
@@ -222,7 +233,19 @@ class LocalBackend:
 def _status(state_dir: Path, state: dict) -> RunStatus:
     if state.get("state") in (PENDING, RUNNING) and not _alive(state):
         state = {**state, "state": FAILED, "message": "launcher process vanished"}
-    return run_state.to_status(state_dir, state)
+    return replace(run_state.to_status(state_dir, state), log_ranks=_ranks(state_dir, state))
+
+
+def _ranks(state_dir: Path, state: dict) -> int | None:
+    """The run's processes: state.json's `ranks`, or (runs started before it was recorded)
+    the request's PET_NPROC_PER_NODE; None when neither says."""
+    if "ranks" in state:
+        return int(state["ranks"])
+    try:
+        request = json.loads((state_dir / REQUEST_FILE).read_text())
+        return int(request["env"]["PET_NPROC_PER_NODE"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_from(path: Path, offset: int) -> bytes:

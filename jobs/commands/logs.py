@@ -20,13 +20,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         backends = backends_for(args)
         try:
-            backend, _ = find_run(backends, args.run_id)
+            backend, status = find_run(backends, args.run_id)
         except BackendError:
             # A run the cluster no longer knows may still have its logs archived.
             archives = [b for b in backends if hasattr(b, "archived_logs")]
             if args.follow or not archives:
                 raise
-            backend = archives[0]
+            backend, status = archives[0], None
+        ranks = status.log_ranks if status else None
+        if ranks is not None and not 0 <= args.rank < ranks:  # bad input: exit 2
+            has = "rank 0 only" if ranks == 1 else f"ranks 0-{ranks - 1}"
+            return fail("logs", f"--rank {args.rank}: run {args.run_id} has {has}", 2)
         for line in backend.logs(args.run_id, rank=args.rank, follow=args.follow):
             print(line, flush=True)
     except NoLogs as err:
