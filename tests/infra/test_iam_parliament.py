@@ -13,6 +13,8 @@ import parliament
 import pytest
 
 from tests.infra.pulumi_harness import StackRun
+from tests.infra.test_infra_training_api import run as run_with_api
+from tests.infra.test_infra_training_api import with_api
 
 
 @dataclass(frozen=True)
@@ -103,20 +105,52 @@ ALLOWED = [
     Allowed(
         "RESOURCE_STAR",
         "bucket-key",
-        (
-            "kms:CancelKeyDeletion,kms:CreateAlias,kms:CreateGrant,kms:Decrypt,kms:DeleteAlias,"
-            "kms:DeleteImportedKeyMaterial,kms:DeriveSharedSecret,kms:DescribeKey,"
-            "kms:DisableKey,kms:DisableKeyRotation,kms:EnableKey,kms:EnableKeyRotation,"
-            "kms:Encrypt,kms:GenerateDataKey,kms:GenerateDataKeyPair,"
-            "kms:GenerateDataKeyPairWithoutPlaintext,kms:GenerateDataKeyWithoutPlaintext,"
-            "kms:GenerateMac,kms:GetKeyPolicy,kms:GetKeyRotationStatus,"
-            "kms:GetParametersForImport,kms:GetPublicKey,kms:ImportKeyMaterial,kms:ListGrants,"
-            "kms:ListKeyPolicies,kms:ListKeyRotations,kms:ListResourceTags,kms:PutKeyPolicy,"
-            "kms:ReEncryptFrom,kms:ReEncryptTo,kms:ReplicateKey,kms:RetireGrant,kms:RevokeGrant,"
-            "kms:RotateKeyOnDemand,kms:ScheduleKeyDeletion,kms:Sign,"
-            "kms:SynchronizeMultiRegionKey,kms:TagResource,kms:UntagResource,kms:UpdateAlias,"
-            "kms:UpdateKeyDescription,kms:UpdatePrimaryRegion,kms:Verify,kms:VerifyMac"
-        ).split(","),
+        (  # every key-scoped action of kms:*, as parliament lists them
+            "kms:CancelKeyDeletion",
+            "kms:CreateAlias",
+            "kms:CreateGrant",
+            "kms:Decrypt",
+            "kms:DeleteAlias",
+            "kms:DeleteImportedKeyMaterial",
+            "kms:DeriveSharedSecret",
+            "kms:DescribeKey",
+            "kms:DisableKey",
+            "kms:DisableKeyRotation",
+            "kms:EnableKey",
+            "kms:EnableKeyRotation",
+            "kms:Encrypt",
+            "kms:GenerateDataKey",
+            "kms:GenerateDataKeyPair",
+            "kms:GenerateDataKeyPairWithoutPlaintext",
+            "kms:GenerateDataKeyWithoutPlaintext",
+            "kms:GenerateMac",
+            "kms:GetKeyPolicy",
+            "kms:GetKeyRotationStatus",
+            "kms:GetParametersForImport",
+            "kms:GetPublicKey",
+            "kms:ImportKeyMaterial",
+            "kms:ListGrants",
+            "kms:ListKeyPolicies",
+            "kms:ListKeyRotations",
+            "kms:ListResourceTags",
+            "kms:PutKeyPolicy",
+            "kms:ReEncryptFrom",
+            "kms:ReEncryptTo",
+            "kms:ReplicateKey",
+            "kms:RetireGrant",
+            "kms:RevokeGrant",
+            "kms:RotateKeyOnDemand",
+            "kms:ScheduleKeyDeletion",
+            "kms:Sign",
+            "kms:SynchronizeMultiRegionKey",
+            "kms:TagResource",
+            "kms:UntagResource",
+            "kms:UpdateAlias",
+            "kms:UpdateKeyDescription",
+            "kms:UpdatePrimaryRegion",
+            "kms:Verify",
+            "kms:VerifyMac",
+        ),
         "KMS's default key-policy statement: the account's root, so IAM policies govern the "
         "key. In a key policy Resource '*' means this key.",
     ),
@@ -175,14 +209,14 @@ def _with_resource(document: str, resource: str) -> str:
     return json.dumps(parsed)
 
 
-def documents(stack: str, run: StackRun) -> list[Document]:
+def documents(label: str, run: StackRun, stack: str) -> list[Document]:
     """Every IAM document the run declared, as parliament should read it."""
     prefix = f"trainstack-{stack}-"
     found = []
 
     def add(resource, field, text, community=True):
         name = resource.name.removeprefix(prefix)
-        found.append(Document(stack, name, field, text, community))
+        found.append(Document(label, name, field, text, community))
 
     for resource in run.resources:
         inputs = resource.inputs
@@ -226,7 +260,11 @@ def unexpected(document: Document) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def stack_documents(stack_runs) -> list[Document]:
-    return [doc for stack, run in stack_runs.items() for doc in documents(stack, run)]
+    """Both example stacks, and dev with the Training API (its pods' role)."""
+    runs = {**stack_runs, "dev+api": (run_with_api(with_api()))}
+    return [
+        doc for label, run in runs.items() for doc in documents(label, run, label.split("+")[0])
+    ]
 
 
 def test_every_kind_of_document_is_scanned(stack_documents):
@@ -239,12 +277,11 @@ def test_every_kind_of_document_is_scanned(stack_documents):
         assert (stack, "release-writers", "policy") in scanned
         assert (stack, "runs", "policy") in scanned  # the bucket's
     assert ("prod", "bucket-key", "policy") in scanned
+    assert ("dev+api", "api-inline", "policy") in scanned
 
 
 def test_no_finding_outside_the_allow_list(stack_documents):
-    problems = [
-        (d.stack, d.resource, d.field, f) for d in stack_documents for f in unexpected(d)
-    ]
+    problems = [(d.stack, d.resource, d.field, f) for d in stack_documents for f in unexpected(d)]
     assert not problems, "\n".join(map(str, problems))
 
 
@@ -259,14 +296,15 @@ def test_every_allow_list_entry_still_applies(stack_documents):
     [
         ({"Effect": "Allow", "Action": "s3:GetObjcet", "Resource": "*"}, "UNKNOWN_ACTION"),
         ({"Effect": "Allow", "Action": "s3:*", "Resource": "*"}, "RESOURCE_STAR"),
-        ({"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}, "PERMISSIONS_MANAGEMENT_ACTIONS"),
+        (
+            {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"},
+            "PERMISSIONS_MANAGEMENT_ACTIONS",
+        ),
     ],
 )
 def test_a_planted_statement_is_caught(stack_documents, planted, issue):
     """The scan can fail: a bad statement added to the trainer's policy is reported."""
-    (trainer,) = [
-        d for d in stack_documents if d.stack == "dev" and d.resource == "trainer-inline"
-    ]
+    (trainer,) = [d for d in stack_documents if d.stack == "dev" and d.resource == "trainer-inline"]
     assert not unexpected(trainer)
     parsed = json.loads(trainer.text)
     parsed["Statement"].append(planted)
