@@ -216,7 +216,61 @@ class Service:
                 checked.append(self._check(job, who))
             except ApiError as err:
                 raise ApiError(err.status, f"sweep point {index}: {err.detail}") from err
-        return sweep_id, [self._submit(c)[1] for c in checked]
+        submitted: list[Submitted] = []
+        for index, one in enumerate(checked):
+            try:
+                submitted.append(self._submit(one)[1])
+            except Exception as err:
+                # All or nothing, even when the cluster fails partway: what this request
+                # created goes again before the one error line is sent.
+                left = self._roll_back(submitted, sweep_id, who)
+                status, detail = (
+                    (err.status, err.detail) if isinstance(err, ApiError) else (500, "failed")
+                )
+                kept = f"; left in place (changed meanwhile): {', '.join(left)}" if left else ""
+                raise ApiError(
+                    status,
+                    f"sweep point {index}: {detail}; the {len(submitted)} point(s) this "
+                    f"request submitted before it were deleted{kept}",
+                ) from err
+        return sweep_id, submitted
+
+    def _roll_back(self, submitted: list[Submitted], sweep_id: str, who: Identity) -> list[str]:
+        """Delete the jobs (their ConfigMaps go with them: owner references) this request
+        created, and only those: the job must still be the one it created (uid), trainstack's,
+        this user's and of this sweep. Returns the run ids left in place."""
+        from jobs.backends.kubernetes import KubernetesBackend
+        from jobs.k8s.ownership import MANAGED_BY, MANAGER, labels_of
+        from jobs.k8s.submit import delete_job
+        from jobs.spec import LABEL_PREFIX, OWNER_LABEL
+
+        cluster = self.backend.cluster
+        left = []
+        for point in submitted:
+            if point.outcome == "already active":
+                continue  # running before this request: not its to delete
+            run_id = point.run_id
+            uid = KubernetesBackend._uids.pop(run_id, None)
+            KubernetesBackend._scheduled.pop(run_id, None)
+            try:
+                job = cluster.get_job(run_id)
+                labels = labels_of(job)
+                ours = (
+                    job is not None
+                    and uid is not None
+                    and job["metadata"].get("uid") == uid
+                    and labels.get(MANAGED_BY) == MANAGER
+                    and labels.get(OWNER_LABEL) == who.name
+                    and labels.get(f"{LABEL_PREFIX}/sweep-id") == sweep_id
+                )
+                if ours:
+                    delete_job(cluster, run_id, wait=False)
+                elif job is not None:
+                    left.append(run_id)
+                self.snapshot.refresh_run(run_id, cluster.get_job)
+            except BackendError:
+                left.append(run_id)
+        return left
 
     def _refuse_service_keys(self, overrides: list[str]) -> None:
         for key in override_keys(overrides):
