@@ -131,7 +131,8 @@ class Service:
             default = OmegaConf.select(shipped, key, throw_on_missing=False)
             if ours is not None and (key in self._service_keys or ours != default):
                 self._stack_values[key] = ours
-        self.backend = KubernetesBackend.from_config(self.cfg)
+        # The service checks owners itself (admins may act on anyone's runs).
+        self.backend = KubernetesBackend.from_config(self.cfg, check_owner=False)
         # Submissions run the preflight while checking (every point of a sweep before any is
         # submitted), so the submitting backend does not run it again.
         self._submitter = KubernetesBackend(self.backend.settings, preflight=False)
