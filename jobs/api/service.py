@@ -285,6 +285,27 @@ class Service:
         for key, ours in self._stack_values.items():
             if OmegaConf.select(cfg, key) != ours:
                 raise ApiError(422, f"{key}: set by the service, not by a request")
+        if not self._root_allowed(cfg.storage.root):
+            raise ApiError(
+                422,
+                "storage.root: a path on the API's host outside the service's storage root; "
+                "allowed: s3://bucket/prefix, or a directory under the service's storage root",
+            )
+
+    def _root_allowed(self, root: str) -> bool:
+        """A storage root a request chose (the service pins none): s3://, or local under the
+        service's own root. The API reads run dirs (metrics), so a request's local root would
+        make it read wherever the request pointed on the API's host."""
+        from pathlib import Path
+
+        ours = self.cfg.storage.root
+        if root == ours:
+            return True
+        if root.startswith("s3://"):
+            return ".." not in root.split("/")
+        if "://" in root or ours.startswith("s3://"):
+            return False
+        return Path(root).resolve().is_relative_to(Path(ours).resolve())
 
     def _check(self, job, who: Identity, resume: bool = True, dryrun: bool = False) -> Checked:
         """Everything short of writing: the request, the preflight, and the run id's owner."""
