@@ -122,7 +122,10 @@ def test_images_come_only_from_approved_registries(api, apiserver):
     assert ok.status_code == 201, ok.text
 
 
-def test_the_stacks_repository_is_approved_and_cannot_be_changed(kubeconfig, token_dir, tmp_path):
+def test_the_stacks_repository_is_approved_and_cannot_be_changed(
+    kubeconfig, token_dir, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the service's storage root (runs) holds the run dirs
     repository = "registry.internal.example/trainstack/trainer"
     server, api = start_api(
         kubeconfig, token_dir, tmp_path / "runs", overrides=(f"job.image_repository={repository}",)
@@ -141,7 +144,8 @@ def test_the_stacks_repository_is_approved_and_cannot_be_changed(kubeconfig, tok
         server.stop()
 
 
-def test_only_approved_secrets_are_mounted(kubeconfig, token_dir, tmp_path, apiserver):
+def test_only_approved_secrets_are_mounted(kubeconfig, token_dir, tmp_path, apiserver, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the service's storage root (runs) holds the run dirs
     server, api = start_api(
         kubeconfig, token_dir, tmp_path / "runs", overrides=("cluster.approved_secrets=[hf-read]",)
     )
