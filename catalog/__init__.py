@@ -5,6 +5,6 @@ templates, node groups, stack cost). Keep it free of heavy imports: both sides i
 start-up.
 """
 
-from catalog.instances import INSTANCE_TYPES, InstanceType, get_instance_type
+from catalog.instances import INSTANCE_TYPES, SPOT_DISCOUNT, InstanceType, get_instance_type
 
-__all__ = ["INSTANCE_TYPES", "InstanceType", "get_instance_type"]
+__all__ = ["INSTANCE_TYPES", "SPOT_DISCOUNT", "InstanceType", "get_instance_type"]

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PRICES_AS_OF = "2026-11"
+SPOT_DISCOUNT = 0.6
+"""Spot estimate: on-demand less this share. A stated assumption (GPU spot prices move by
+region, zone and hour, typically 50-70% below on-demand); `compute.hourly_usd` overrides."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class InstanceType:
     @property
     def has_efa(self) -> bool:
         return self.efa_interfaces > 0
+
+    @property
+    def spot_hourly_usd(self) -> float:
+        return round(self.hourly_usd * (1 - SPOT_DISCOUNT), 3)
 
 
 INSTANCE_TYPES: dict[str, InstanceType] = {

@@ -6,6 +6,7 @@ Run by `pulumi up` (Pulumi.yaml points here); tests run it under Pulumi's mocks.
 import pulumi
 
 from infra.autoscaler import ClusterAutoscaler
+from infra.bucket_layout import DATA_PREPARE, TRAINING, published_grants
 from infra.ci import ImageBuild
 from infra.cluster import Cluster
 from infra.cluster_addons import ClusterAddons
@@ -27,7 +28,7 @@ config = load_stack_config()  # raises ConfigError before any resource exists
 name = config.cluster.name
 
 network = Network(name, config.network, config.region)
-registry = Registry(name, config.repository_name, config.untagged_image_days)
+registry = Registry(name, config.repository_name, config.untagged_image_days, config.protection)
 storage = RunStorage(name, config.protection, config.runs_kms_key_arn)
 cluster = Cluster(
     name,
@@ -74,6 +75,10 @@ image_build = (
         config.ci,
         config.region,
         config.cluster.partition,
+        account_id=config.cluster.account_id,
+        preview_secret_arns=(
+            (config.training_api.token_hashes_secret_arn,) if config.training_api else ()
+        ),
         repository_arn=registry.repository_arn,
         repository_url=registry.repository_url,
         repository_name=registry.repository_name,
@@ -131,13 +136,17 @@ identity = TrainingIdentity(
     name,
     cluster_name=cluster.name,
     namespace=addons.namespace,
-    service_account=config.service_account,
+    service_accounts={
+        TRAINING: config.service_account,
+        DATA_PREPARE: config.data_prepare_service_account,
+    },
     partition=config.cluster.partition,
     account_id=config.cluster.account_id,
-    bucket_arn=storage.bucket_arn,
+    bucket=storage.bucket,
     bucket_key_arn=storage.key_arn,
     repository_arn=registry.repository_arn,
     k8s_provider=addons.provider,
+    data_access=config.data_access,
 )
 training_api = (
     TrainingApi(
@@ -187,6 +196,11 @@ outputs = {
     "namespace": addons.namespace,
     "service_account": identity.service_account,
     "training_role_arn": identity.role_arn,
+    "data_prepare_service_account": identity.service_accounts[DATA_PREPARE],
+    "data_prepare_role_arn": identity.role_arns[DATA_PREPARE],
+    # What each pod role may read or write (infra/bucket_layout.py); stack files carry it so
+    # jobs refuse at launch a URL their pods could not reach.
+    "s3_grants": storage.bucket.apply(lambda b: published_grants(b, config.data_access)),
     "gpu_node_groups": [group_summary(g) for g in config.gpu_node_groups],
     "gpu_hourly_usd_idle": hourly_usd(config.gpu_node_groups, idle=True),
     "gpu_hourly_usd_at_max": hourly_usd(config.gpu_node_groups),

@@ -72,6 +72,7 @@ class ImageBuild(pulumi.ComponentResource):
         config: CiConfig,
         region: str,
         partition: str,
+        account_id: str,
         repository_arn: pulumi.Input[str],
         repository_url: pulumi.Input[str],
         repository_name: pulumi.Input[str],
@@ -82,10 +83,15 @@ class ImageBuild(pulumi.ComponentResource):
         artifacts_bucket_arn: pulumi.Input[str],
         artifacts_key_arn: pulumi.Input[str],
         log_retention_days: int,
+        preview_secret_arns: tuple[str, ...] = (),
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:ImageBuild", name, None, opts)
         self._name, self._config, self._region = name, config, region
+        self._account_id = account_id
+        # Service roles trust their service for this account's own resource only (confused
+        # deputy): Pulumi auto-names each `<logical name>-<7 random>`.
+        arn_of = f"arn:{partition}:{{service}}:{region}:{account_id}:{{kind}}/{name}-{{suffix}}-*"
         self._log_retention_days = log_retention_days
         child = pulumi.ResourceOptions(parent=self)
 
@@ -102,6 +108,8 @@ class ImageBuild(pulumi.ComponentResource):
                 artifacts_bucket_arn,
                 artifacts_key_arn,
             ).apply(lambda a: release_build_policy(*a, connection_arn=config.connection_arn)),
+            source_account=account_id,
+            source_arn=arn_of.format(service="codebuild", kind="project", suffix="image"),
         )
         for repo, label in ((repository_name, "release"), (cache_repository_name, "cache")):
             aws.ecr.RepositoryPolicy(
@@ -128,7 +136,11 @@ class ImageBuild(pulumi.ComponentResource):
             },
             encryption_key=artifacts_key_arn,
         )
-        self._nightly(project, partition)
+        self._nightly(
+            project,
+            partition,
+            arn_of.format(service="events", kind="rule", suffix="nightly"),
+        )
         self.project_name = project.name
         self.github = GithubRoles(
             f"{name}-gha",
@@ -137,6 +149,7 @@ class ImageBuild(pulumi.ComponentResource):
             project_arn=project.arn,
             log_group_arn=release_logs.arn,
             repository_arn=repository_arn,
+            preview_secret_arns=preview_secret_arns,
             opts=child,
         )
 
@@ -151,6 +164,8 @@ class ImageBuild(pulumi.ComponentResource):
                 inline_policy=pulumi.Output.all(cache_repository_arn, pr_logs.arn).apply(
                     lambda a: pull_request_build_policy(*a, connection_arn=config.connection_arn)
                 ),
+                source_account=account_id,
+                source_arn=arn_of.format(service="codebuild", kind="project", suffix="pr-image"),
             )
             pr_project = self._project(
                 "pr-image",
@@ -240,7 +255,7 @@ class ImageBuild(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-    def _nightly(self, project: aws.codebuild.Project, partition: str) -> None:
+    def _nightly(self, project: aws.codebuild.Project, partition: str, rule_arn: str) -> None:
         """Rebuild main every night even if it did not change, so base-image and apt security
         fixes arrive; tagged nightly-YYYYMMDD-<sha>, which no deploy picks unless asked."""
         child = pulumi.ResourceOptions(parent=self)
@@ -250,6 +265,8 @@ class ImageBuild(pulumi.ComponentResource):
             self,
             partition,
             inline_policy=project.arn.apply(start_build_policy),
+            source_account=self._account_id,
+            source_arn=rule_arn,
         )
         nightly = aws.cloudwatch.EventRule(
             f"{self._name}-nightly",

@@ -127,23 +127,6 @@ def only_writer_repository_policy(writer_role_arn: str) -> str:
 
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
-DATA_READ_ACTIONS = [
-    "dynamodb:GetItem",
-    "dynamodb:Query",
-    "dynamodb:Scan",
-    "ecr:BatchGetImage",
-    "ecr:GetDownloadUrlForLayer",
-    "kms:Decrypt",
-    "logs:GetLogEvents",
-    "s3:GetObject",
-    "s3:GetObjectVersion",
-    "secretsmanager:GetSecretValue",
-    "ssm:GetParameter",
-    "ssm:GetParameters",
-    "ssm:GetParametersByPath",
-]
-"""What AWS's ReadOnlyAccess allows that reads data rather than configuration; the preview role
-(code from a pull request runs with it) is denied all of it."""
 
 
 def github_trust_policy(provider_arn: str, subjects: list[str]) -> str:
@@ -163,23 +146,49 @@ def github_trust_policy(provider_arn: str, subjects: list[str]) -> str:
     )
 
 
-def deny_data_reads_policy() -> str:
-    return _document(
-        [
+def preview_policy(secret_arns: tuple[str, ...] = ()) -> str:
+    """What `pulumi preview` of these stacks reads, and nothing more: code from a pull request
+    runs with it. A preview without --refresh diffs the program against the saved state and
+    reads no resource from AWS; the providers only ask who they are (sts:GetCallerIdentity),
+    and the program's one lookup is the Training API's token-hash secret
+    (`aws.secretsmanager.get_secret_version`, infra/training_api.py), named here exactly."""
+    statements = [
+        {
+            "Sid": "ProviderIdentity",
+            "Effect": "Allow",
+            "Action": "sts:GetCallerIdentity",
+            "Resource": "*",
+        }
+    ]
+    if secret_arns:
+        statements.append(
             {
-                "Sid": "NoDataReads",
-                "Effect": "Deny",
-                "Action": DATA_READ_ACTIONS,
-                "Resource": "*",
+                "Sid": "TrainingApiTokenHashes",
+                "Effect": "Allow",
+                "Action": "secretsmanager:GetSecretValue",
+                "Resource": sorted(secret_arns),
             }
-        ]
-    )
+        )
+    return _document(statements)
+
+
+def no_buildspec_override(project_arn: str) -> dict:
+    """The build runs the repository's buildspec, never commands sent with the request
+    (`codebuild:source.buildspec` is present only then)."""
+    return {
+        "Sid": "NoBuildspecOverride",
+        "Effect": "Deny",
+        "Action": ["codebuild:StartBuild", "codebuild:StartBuildBatch"],
+        "Resource": project_arn,
+        "Condition": {"Null": {"codebuild:source.buildspec": "false"}},
+    }
 
 
 def start_release_build_policy(project_arn: str, log_group_arn: str, repository_arn: str) -> str:
     """The deploy workflow's image job: start and follow the release build, read its digest."""
     return _document(
         [
+            no_buildspec_override(project_arn),
             {
                 "Sid": "ReleaseBuild",
                 "Effect": "Allow",
@@ -255,14 +264,7 @@ def in_vpc_deploy_policy(repository_arn: str, project_arn: str, log_group_arn: s
                 "Action": "logs:GetLogEvents",
                 "Resource": [log_group_arn, f"{log_group_arn}:*"],
             },
-            {
-                # The build runs the repository's infra/deploy/buildspec.yml, never commands
-                # sent with the request (`codebuild:source.buildspec` is present only then).
-                "Sid": "NoBuildspecOverride",
-                "Effect": "Deny",
-                "Action": "codebuild:StartBuild",
-                "Resource": project_arn,
-                "Condition": {"Null": {"codebuild:source.buildspec": "false"}},
-            },
+            # The build runs the repository's infra/deploy/buildspec.yml.
+            no_buildspec_override(project_arn),
         ]
     )

@@ -7,6 +7,8 @@ entry for the admin role (the creator gets no implicit admin).
 
 from __future__ import annotations
 
+import json
+
 import pulumi
 import pulumi_aws as aws
 
@@ -24,6 +26,10 @@ ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # NCCL/EFA faults, kernel) that GPU node groups' auto repair acts on.
 EARLY_ADDONS = ("eks-pod-identity-agent", "kube-proxy")
 LATE_ADDONS = ("coredns", "eks-node-monitoring-agent")
+
+
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+"""The vpc-cni add-on's configuration values (its JSON schema wants the string "true")."""
 
 
 class Cluster(pulumi.ComponentResource):
@@ -153,6 +159,9 @@ class Cluster(pulumi.ComponentResource):
                 pod_identity_associations=[
                     {"role_arn": cni_role.arn, "service_account": "aws-node"}
                 ],
+                # The CNI's network policy agent enforces NetworkPolicy objects (off by default:
+                # without it the training namespace's default deny would be ignored).
+                configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
             )
         )
 

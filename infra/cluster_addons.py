@@ -25,6 +25,9 @@ POD_SECURITY_LABELS = {
 GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 
 
+DEFAULT_DENY_POLICY = "default-deny-ingress"
+
+
 def only_on(label: str) -> dict:
     """Node affinity requiring `label=true` (replaces the charts' own default affinity)."""
     return {
@@ -98,6 +101,14 @@ class ClusterAddons(pulumi.ComponentResource):
         training_ns = k8s.core.v1.Namespace(
             f"{name}-training",
             metadata={"name": namespace, "labels": POD_SECURITY_LABELS},
+            opts=in_cluster,
+        )
+        # No pod in the namespace accepts a connection unless a policy says so: each run brings
+        # one for its own pods (jobs/network_policy.py), the Training API one for its port.
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-training-default-deny",
+            metadata={"name": DEFAULT_DENY_POLICY, "namespace": training_ns.metadata.name},
+            spec={"podSelector": {}, "policyTypes": ["Ingress"]},
             opts=in_cluster,
         )
         helm_release(name, NVIDIA_DEVICE_PLUGIN, "kube-system", nvidia_plugin_values(), in_cluster)

@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 
 from catalog import INSTANCE_TYPES
+from infra.bucket_layout import ACCESS_LEVELS, READ, Grant
 from infra.ci_policies import GITHUB_OIDC_HOST
 from infra.config_reader import NAMESPACE, ConfigError, SettingsReader, fail
 from infra.config_sections import CONNECTION_ARN as _CONNECTION_ARN
@@ -100,7 +101,12 @@ TOP_LEVEL_KEYS = (
     "runsKmsKeyArn",
     "kueue",
     "trainingApi",
+    "dataAccess",
+    "dataPrepareServiceAccount",
 )
+DATA_ACCESS_KEYS = ("bucket", "prefix", "access", "kmsKeyArn")
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_KEY_PREFIX = re.compile(r"^[\w.=-]+(/[\w.=-]+)*$")
 KUEUE_KEYS = ("enabled", "clusterQueue", "localQueue", "priorityClasses")
 DEFAULT_PRIORITY_CLASSES = (("high", 1000), ("default", 100), ("low", 10))
 GPU_GROUP_KEYS = (
@@ -126,6 +132,7 @@ CI_KEYS = (
     "pullRequestActorIds",
     "githubOidcProviderArn",
     "deployPolicyArns",
+    "releaseEnvironment",
 )
 
 
@@ -242,6 +249,34 @@ def _parse_fsx(reader: SettingsReader) -> FsxConfig | None:
     return FsxConfig(capacity, throughput, prefix)
 
 
+def _parse_data_access(reader: SettingsReader) -> tuple[Grant, ...]:
+    """`trainstack:dataAccess`: extra buckets or prefixes both pod roles may read (or write)."""
+    items = reader.raw("dataAccess")
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise fail(reader.key("dataAccess"), "expected a list of {bucket, prefix, access}")
+    grants = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise fail(f"{reader.key('dataAccess')}[{index}]", "expected {bucket, prefix, access}")
+        entry = SettingsReader(item, f"{reader.key('dataAccess')}[{index}].", DATA_ACCESS_KEYS)
+        bucket = entry.get_str("bucket", required=True)
+        if not _BUCKET_NAME.match(bucket):
+            raise fail(entry.key("bucket"), f"{bucket!r} is not an S3 bucket name")
+        prefix = entry.get_str("prefix", "").strip("/")
+        if "*" in prefix or (prefix and not _KEY_PREFIX.match(prefix)):
+            raise fail(entry.key("prefix"), f"{prefix!r}: a key prefix (no wildcards), or empty")
+        access = entry.get_str("access", READ)
+        if access not in ACCESS_LEVELS:
+            raise fail(entry.key("access"), f"{access!r}; allowed: {', '.join(ACCESS_LEVELS)}")
+        key = entry.get_str("kmsKeyArn")
+        if key is not None and not _KMS_KEY_ARN.match(key):
+            raise fail(entry.key("kmsKeyArn"), f"{key!r} is not a KMS key ARN")
+        grants.append(Grant(bucket, prefix, access, key))
+    return tuple(grants)
+
+
 def _parse_ci(reader: SettingsReader) -> CiConfig | None:
     values = reader.get_object("ci")
     if values is None:
@@ -275,7 +310,16 @@ def _parse_ci(reader: SettingsReader) -> CiConfig | None:
         actors,
         provider,
         deploy_policy_arns=policy_arns(ci, "deployPolicyArns"),
+        release_environment=_github_environment(ci, "releaseEnvironment", "release"),
     )
+
+
+def _github_environment(reader: SettingsReader, key: str, default: str) -> str:
+    name = reader.get_str(key, default)
+    # An OIDC `sub` claim is matched with StringLike: no wildcard may widen it.
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,255}", name):
+        raise fail(reader.key(key), f"{name!r}: a GitHub environment name (letters, digits, . _ -)")
+    return name
 
 
 def _parse_image(reader: SettingsReader, key: str, repository: str) -> str | None:
@@ -405,9 +449,19 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         raise fail(reader.key("repositoryName"), f"{repository!r} is not an ECR repository name")
     namespace = reader.get_str("namespace", "training")
     service_account = reader.get_str("serviceAccount", "trainer")
-    for key, value in (("namespace", namespace), ("serviceAccount", service_account)):
+    prepare_account = reader.get_str("dataPrepareServiceAccount", "data-prepare")
+    for key, value in (
+        ("namespace", namespace),
+        ("serviceAccount", service_account),
+        ("dataPrepareServiceAccount", prepare_account),
+    ):
         if not _DNS_LABEL.match(value):
             raise fail(reader.key(key), f"{value!r} is not a DNS-1123 label")
+    if prepare_account == service_account:
+        raise fail(
+            reader.key("dataPrepareServiceAccount"),
+            f"{prepare_account!r} is trainstack:serviceAccount too; each pod role needs its own",
+        )
 
     runs_key = reader.get_str("runsKmsKeyArn")
     if runs_key is not None and not _KMS_KEY_ARN.match(runs_key):
@@ -438,6 +492,8 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         image=_parse_image(reader, "image", repository),
         last_good_image=_parse_image(reader, "lastGoodImage", repository),
         service_account=service_account,
+        data_prepare_service_account=prepare_account,
+        data_access=_parse_data_access(reader),
         protection=parse_protection(reader),
         autoscaler=parse_autoscaler(reader),
         deploy=parse_deploy(reader, cluster),

@@ -196,6 +196,8 @@ class DeployRunner(pulumi.ComponentResource):
                 )
             ),
             source_account=account_id,
+            # Pulumi auto-names the project `<name>-deploy-<7 random>`.
+            source_arn=f"arn:{partition}:codebuild:{region}:{account_id}:project/{name}-deploy-*",
         )
         for index, policy_arn in enumerate(config.policy_arns):
             aws.iam.RolePolicyAttachment(

@@ -1,11 +1,12 @@
 """The roles GitHub Actions assumes through OIDC (no keys anywhere), each trusting one kind of
 workflow run of this repository only:
 
-- preview: the pull-request `pulumi preview` (job environment `preview`). ReadOnlyAccess minus
-  every data read (objects, secrets, parameters, decryption, logs, image layers): code from a
-  pull request runs with it, so it must see configuration, never content.
-- build: the deploy workflow's image job on main or a `v*` tag: start and follow the release
-  build, read image tags. Nothing else; the build's own role pushes.
+- preview: the pull-request `pulumi preview` (job environment `preview`): an explicit allow-list
+  of what a preview of these stacks reads (ci_policies.preview_policy), no managed policy: code
+  from a pull request runs with it, so it sees no content and no more configuration than that.
+- build: the deploy workflow's image job in the protected `ci.releaseEnvironment` (its branch
+  and tag rules and reviewers are the environment's): start and follow the release build, read
+  image tags, never override its buildspec. Nothing else; the build's own role pushes.
 Each stack's deploy role is its own (infra/github_deploy.py), for this provider.
 """
 
@@ -18,8 +19,8 @@ import pulumi_aws as aws
 
 from infra.ci_policies import (
     GITHUB_OIDC_HOST,
-    deny_data_reads_policy,
     github_trust_policy,
+    preview_policy,
     start_release_build_policy,
 )
 from infra.settings import CiConfig
@@ -34,8 +35,10 @@ def preview_subjects(slug: str) -> list[str]:
     return [f"repo:{slug}:environment:preview"]
 
 
-def build_subjects(slug: str, branch: str) -> list[str]:
-    return [f"repo:{slug}:ref:refs/heads/{branch}", f"repo:{slug}:ref:refs/tags/v*"]
+def build_subjects(slug: str, environment: str) -> list[str]:
+    """Only jobs of the protected environment: anyone who can push a tag or a branch could
+    otherwise drive the one build that writes the release repository."""
+    return [f"repo:{slug}:environment:{environment}"]
 
 
 class GithubRoles(pulumi.ComponentResource):
@@ -51,6 +54,7 @@ class GithubRoles(pulumi.ComponentResource):
         project_arn: pulumi.Input[str],
         log_group_arn: pulumi.Input[str],
         repository_arn: pulumi.Input[str],
+        preview_secret_arns: tuple[str, ...] = (),
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:GithubRoles", name, None, opts)
@@ -75,21 +79,20 @@ class GithubRoles(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        aws.iam.RolePolicyAttachment(
-            f"{name}-preview-readonly",
-            role=preview.name,
-            policy_arn=f"arn:{partition}:iam::aws:policy/ReadOnlyAccess",
-            opts=child,
-        )
         aws.iam.RolePolicy(
-            f"{name}-preview-inline", role=preview.id, policy=deny_data_reads_policy(), opts=child
+            f"{name}-preview-inline",
+            role=preview.id,
+            policy=preview_policy(preview_secret_arns),
+            opts=child,
         )
 
         build = aws.iam.Role(
             f"{name}-build",
             description="deploy workflow: start and follow the release image build",
             assume_role_policy=pulumi.Output.from_input(provider_arn).apply(
-                lambda arn: github_trust_policy(arn, build_subjects(slug, config.branch))
+                lambda arn: github_trust_policy(
+                    arn, build_subjects(slug, config.release_environment)
+                )
             ),
             opts=child,
         )

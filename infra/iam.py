@@ -19,13 +19,14 @@ def service_role(
     *,
     tag_session: bool = False,
     source_account: str | None = None,
+    source_arn: str | None = None,
 ) -> aws.iam.Role:
     """`managed_policies` are AWS-managed policy names (arn:aws:iam::aws:policy/<name>)."""
     child = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(
         name,
         assume_role_policy=assume_role_policy(
-            service, tag_session=tag_session, source_account=source_account
+            service, tag_session=tag_session, source_account=source_account, source_arn=source_arn
         ),
         opts=child,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from infra.bucket_layout import READWRITE, RUNS, Grant
+
 ECR_PULL_ACTIONS = [
     "ecr:BatchCheckLayerAvailability",
     "ecr:BatchGetImage",
@@ -23,9 +25,9 @@ ECR_PUSH_ACTIONS = [
 ]
 ECR_LOGIN = {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
 
-# The runs bucket's prefixes, each owned by one writer that the policies below scope to.
-RUNS_PREFIX = "runs"
-"""`storage.root` for jobs is s3://<bucket>/runs; the training role may touch only this."""
+# The runs bucket's prefixes, each owned by one writer (infra/bucket_layout.py).
+RUNS_PREFIX = RUNS
+"""`storage.root` for jobs is s3://<bucket>/runs."""
 BUILD_ARTIFACTS_PREFIX = "image-builds"
 """Bucket prefix for the build's artifact (image.json: URI and digest of each pushed image)."""
 RESERVED_PREFIXES = (RUNS_PREFIX, BUILD_ARTIFACTS_PREFIX)
@@ -36,14 +38,24 @@ def _document(statements: list[dict]) -> str:
 
 
 def assume_role_policy(
-    service: str, *, tag_session: bool = False, source_account: str | None = None
+    service: str,
+    *,
+    tag_session: bool = False,
+    source_account: str | None = None,
+    source_arn: str | None = None,
 ) -> str:
-    """Trust policy letting one AWS service principal assume the role; with `source_account`,
-    only on behalf of that account (the confused-deputy guard AWS asks for on Pod Identity)."""
+    """Trust policy letting one AWS service principal assume the role; with `source_account`
+    (and `source_arn`, wildcards allowed), only on behalf of that account (and resource): the
+    confused-deputy guard AWS asks for on every service role."""
     actions = ["sts:AssumeRole", "sts:TagSession"] if tag_session else "sts:AssumeRole"
     statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+    condition: dict = {}
     if source_account:
-        statement["Condition"] = {"StringEquals": {"aws:SourceAccount": source_account}}
+        condition["StringEquals"] = {"aws:SourceAccount": source_account}
+    if source_arn:
+        condition["ArnLike"] = {"aws:SourceArn": source_arn}
+    if condition:
+        statement["Condition"] = condition
     return _document([statement])
 
 
@@ -58,29 +70,71 @@ def _list_runs(bucket_arn: str, prefix: str) -> dict:
     }
 
 
-def training_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
-    """Pods of training jobs: read/write `<bucket>/<prefix>/*` only, and pull the one image."""
+OBJECT_READ_ACTIONS = ["s3:GetObject"]
+OBJECT_WRITE_ACTIONS = ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:PutObject"]
+
+
+def _objects(partition: str, grant: Grant) -> str:
+    key = f"{grant.prefix}/*" if grant.prefix else "*"
+    return f"arn:{partition}:s3:::{grant.bucket}/{key}"
+
+
+def grant_statements(partition: str, grants: list[Grant], bucket_key_arn: str) -> list[dict]:
+    """S3 and KMS statements for `grants`: reads on every granted prefix, writes on read-write
+    ones, listing each bucket only under its granted prefixes. A grant without its own KMS key
+    is in the stack's bucket, encrypted with `bucket_key_arn`."""
+    readable = sorted({_objects(partition, g) for g in grants})
+    writable = sorted({_objects(partition, g) for g in grants if g.access == READWRITE})
+    statements = [
+        {
+            "Sid": "ReadObjects",
+            "Effect": "Allow",
+            "Action": OBJECT_READ_ACTIONS,
+            "Resource": readable,
+        }
+    ]
+    if writable:
+        statements.append(
+            {
+                "Sid": "WriteObjects",
+                "Effect": "Allow",
+                "Action": OBJECT_WRITE_ACTIONS,
+                "Resource": writable,
+            }
+        )
+    for index, bucket in enumerate(sorted({g.bucket for g in grants})):
+        prefixes = sorted({g.prefix for g in grants if g.bucket == bucket})
+        listing = {
+            "Sid": f"List{index}",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": f"arn:{partition}:s3:::{bucket}",
+        }
+        if "" not in prefixes:
+            patterns = [p for prefix in prefixes for p in (f"{prefix}/", f"{prefix}/*")]
+            listing["Condition"] = {"StringLike": {"s3:prefix": patterns}}
+        statements.append(listing)
+    # SSE-KMS objects need their key: Decrypt to read, GenerateDataKey to write.
+    keys: dict[str, set[str]] = {}
+    for grant in grants:
+        actions = keys.setdefault(grant.kms_key_arn or bucket_key_arn, {"kms:Decrypt"})
+        if grant.access == READWRITE:
+            actions.add("kms:GenerateDataKey")
+    for index, (key, actions) in enumerate(sorted(keys.items())):
+        statements.append(
+            {"Sid": f"Key{index}", "Effect": "Allow", "Action": sorted(actions), "Resource": key}
+        )
+    return statements
+
+
+def training_policy(
+    partition: str, grants: list[Grant], bucket_key_arn: str, repository_arn: str
+) -> str:
+    """A pod role (training or data-prepare): its grants of the bucket layout
+    (infra/bucket_layout.py) and `trainstack:dataAccess`, and pulling the one image."""
     return _document(
         [
-            {
-                "Sid": "RunObjects",
-                "Effect": "Allow",
-                "Action": [
-                    "s3:AbortMultipartUpload",
-                    "s3:DeleteObject",
-                    "s3:GetObject",
-                    "s3:PutObject",
-                ],
-                "Resource": f"{bucket_arn}/{prefix}/*",
-            },
-            _list_runs(bucket_arn, prefix),
-            {
-                # SSE-KMS objects need the bucket's key to be written and read.
-                "Sid": "BucketKey",
-                "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-                "Resource": kms_key_arn,
-            },
+            *grant_statements(partition, grants, bucket_key_arn),
             {
                 "Sid": "PullTrainerImage",
                 "Effect": "Allow",

@@ -16,6 +16,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from infra.protection import stateful
+from infra.settings import DataProtection
+
 BUILD_CACHE_TAG = "buildcache"
 """The cache repository's one tag: must match BUILD_CACHE_TAG in images/build.sh."""
 CACHE_REPOSITORY_SUFFIX = "-buildcache"
@@ -58,8 +61,11 @@ class Registry(pulumi.ComponentResource):
         name: str,
         repository_name: str,
         untagged_days: int,
+        protection: DataProtection | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """`protection`: the images key is stateful (every image is encrypted with it), so it is
+        protected and retained like the runs bucket's key."""
         super().__init__("trainstack:infra:Registry", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         key = aws.kms.Key(
@@ -67,7 +73,7 @@ class Registry(pulumi.ComponentResource):
             description=f"ECR encryption for {repository_name}",
             enable_key_rotation=True,
             deletion_window_in_days=30,
-            opts=child,
+            opts=stateful(self, protection) if protection else child,
         )
         encryption = [{"encryption_type": "KMS", "kms_key": key.arn}]
         repository = aws.ecr.Repository(

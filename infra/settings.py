@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from catalog import InstanceType
+from infra.bucket_layout import Grant
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class CiConfig:
     deploy_policy_arns: tuple[str, ...] = ()
     """IAM policies for the AWS side of `pulumi up` when the deploy workflow's runner deploys
     this stack (no `deploy` section: public endpoint); empty: no runner deploy role."""
+    release_environment: str = "release"
+    """The protected GitHub environment whose jobs alone may start the release build (its OIDC
+    `sub` is repo:OWNER/REPO:environment:NAME): branch and tag rules live on the environment."""
 
 
 @dataclass(frozen=True)
@@ -198,3 +202,6 @@ class StackConfig:
     """None: `trainstack:kueue.enabled` is false (no Kueue, jobs go straight to the nodes)."""
     training_api: TrainingApiConfig | None = None
     """None: no Training API in this stack (`trainstack:trainingApi` unset)."""
+    data_prepare_service_account: str = "data-prepare"
+    data_access: tuple[Grant, ...] = ()
+    """`trainstack:dataAccess`: buckets or prefixes beyond the layout, for both pod roles."""

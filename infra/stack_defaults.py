@@ -7,8 +7,9 @@ Writes `stack/<stack>.yaml` in the user's config dir (jobs/config_path.py: the f
 $TRAINSTACK_CONFIG_PATH, else ~/.config/trainstack; never inside the installed package;
 `# @package _global_`, setting only `cluster.*` (with `approved_images`/`approved_secrets`
 when the stack exports them: `launch` then checks images and Secrets as the Training API does),
-`job.image_repository`, `job.image` (the deployed digest, when the stack has one) and
-`storage.root`; select it with `trainstack launch stack=<stack>`),
+`job.image_repository`, `job.image` (the deployed digest, when the stack has one),
+`storage.root`, `storage.grants` (what the pods may reach on S3, checked at launch) and
+`storage.fsx_claim`; select it with `trainstack launch stack=<stack>`),
 and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
 `cluster.kubeconfig`; the kubeconfig's content never enters the config tree. Everything is
 checked before anything is written; a bad input exits 2 with one message.
@@ -81,6 +82,15 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
         if absent:
             raise StackOutputError(f"stack output 'gpu_node_groups[{index}]' lacks {absent[0]!r}")
         node_groups.append({key: group[key] for key in NODE_GROUP_KEYS})
+    storage = {"root": root}
+    grants = outputs.get("s3_grants")
+    if grants is not None:
+        storage["grants"] = _grants(grants)
+    # Always written (null when the stack has none): `storage.fsx=true` is refused without it.
+    storage["fsx_claim"] = outputs.get("fsx_claim")
+    cluster_extra = {}
+    if outputs.get("data_prepare_service_account"):
+        cluster_extra["data_prepare_service_account"] = outputs["data_prepare_service_account"]
     approved = {}
     for key in APPROVAL_OUTPUTS:  # optional: the stack's approved registries and job Secrets
         value = outputs.get(key)
@@ -98,12 +108,32 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
             "service_account": outputs["service_account"],
             "kubernetes_version": str(outputs["kubernetes_version"]),
             "node_groups": node_groups,
+            **cluster_extra,
             **approved,
         },
         "job": job_image(outputs)
         | ({"queue": outputs["local_queue"]} if outputs.get("local_queue") else {}),
-        "storage": {"root": root},
+        "storage": storage,
     }
+
+
+def _grants(grants: Any) -> dict[str, list[dict[str, str]]]:
+    """`s3_grants` as `storage.grants`: role -> [{url: s3://bucket/prefix/, access}]."""
+    if not isinstance(grants, dict):
+        raise StackOutputError("stack output 's3_grants' must be an object of role -> grants")
+    checked: dict[str, list[dict[str, str]]] = {}
+    for role, items in grants.items():
+        if role not in ("training", "data_prepare") or not isinstance(items, list):
+            raise StackOutputError(f"stack output 's3_grants.{role}': unknown role or not a list")
+        for index, item in enumerate(items):
+            ok = isinstance(item, dict) and str(item.get("url", "")).startswith("s3://")
+            if not ok or item.get("access") not in ("read", "readwrite"):
+                raise StackOutputError(
+                    f"stack output 's3_grants.{role}[{index}]' needs url: s3://... and access: "
+                    "read|readwrite"
+                )
+        checked[role] = [{"url": i["url"], "access": i["access"]} for i in items]
+    return checked
 
 
 def render(defaults: dict[str, Any], stack: str) -> str:

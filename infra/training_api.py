@@ -284,6 +284,18 @@ class TrainingApi(pulumi.ComponentResource):
             if settings.internal_load_balancer
             else {}
         )
+        # The training namespace denies ingress by default: open the API's port, to its pods only
+        # (the Service and its internal load balancer forward there; nothing reaches the jobs).
+        k8s.networking.v1.NetworkPolicy(
+            app,
+            metadata={"name": app, "namespace": namespace, "labels": labels},
+            spec={
+                "podSelector": {"matchLabels": labels},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"port": PORT, "protocol": "TCP"}]}],
+            },
+            opts=child,
+        )
         if settings.certificate_arn:  # the NLB ends TLS with the stack's ACM certificate
             annotations = {
                 **annotations,

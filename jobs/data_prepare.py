@@ -20,7 +20,7 @@ from typing import Any
 
 from catalog import INSTANCE_TYPES
 from jobs.manifest_checks import ManifestError, check_restricted_pod, check_schema
-from jobs.manifests import INSTANCE_TYPE_LABEL, drop_none, security_contexts
+from jobs.manifests import INSTANCE_TYPE_LABEL, drop_none, scratch_volume, security_contexts
 from jobs.naming import run_id_problem
 
 CONTAINER_NAME = "prepare"
@@ -78,6 +78,7 @@ def indexed_job(spec: PrepareJobSpec) -> dict:
     """The Indexed Job as the plain dict the API takes (like jobs/manifests.py: no client
     models, so rendering needs no Kubernetes client)."""
     pod_security, container_security = security_contexts()
+    scratch, scratch_mount, scratch_env = scratch_volume()
     amounts = {"cpu": str(spec.cpus), "memory": spec.memory}
     container = {
         "name": CONTAINER_NAME,
@@ -87,9 +88,11 @@ def indexed_job(spec: PrepareJobSpec) -> dict:
         "env": [
             {"name": "PYTHONUNBUFFERED", "value": "1"},
             {"name": "AWS_REGION", "value": spec.region},
+            *scratch_env,
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
         "securityContext": container_security,
+        "volumeMounts": [scratch_mount],
     }
     off_gpu_nodes = {
         "matchExpressions": [
@@ -97,6 +100,7 @@ def indexed_job(spec: PrepareJobSpec) -> dict:
         ]
     }
     pod = {
+        "automountServiceAccountToken": False,
         "containers": [container],
         "restartPolicy": "Never",  # the Job retries (per index); podFailurePolicy needs Never
         "serviceAccountName": spec.service_account,
@@ -109,6 +113,7 @@ def indexed_job(spec: PrepareJobSpec) -> dict:
             }
         },
         "securityContext": pod_security,
+        "volumes": [scratch],
     }
     labels = {"app.kubernetes.io/managed-by": "trainstack", COMPONENT_LABEL: COMPONENT}
     failure_policy = {

@@ -13,6 +13,9 @@ from typing import Any
 import yaml
 
 from jobs.manifest_checks import check_manifests
+from jobs.network_policy import job_network_policy
+from jobs.runner import SCRATCH_DIR as RUNNER_DIR
+from jobs.runner import TRAINSTACK
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
 
 CONTAINER_NAME = "pytorch"
@@ -20,9 +23,28 @@ CONTAINER_NAME = "pytorch"
 RESTART_POLICY = "ExitCode"
 """Retry exit codes 128-255 (SIGTERM preemption: the trainer resumes), fail on 1-127."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
+"""Set by EKS on managed node groups' nodes: ON_DEMAND or SPOT."""
 GPU_TAINT = "nvidia.com/gpu"
 IMAGE_UID = 10001
 """The trainer image's user (images/trainer/Dockerfile: `USER 10001:10001`)."""
+
+
+SCRATCH_DIR = "/tmp"
+SCRATCH_ENV = {"HOME": f"{SCRATCH_DIR}/home", "TMPDIR": SCRATCH_DIR}
+"""The root filesystem is read-only: temporary files, the tokenizer staging dir, torch.compile's
+and Triton's caches and everything a library keeps under HOME (Hugging Face, CUDA JIT, config)
+go to the scratch emptyDir. `python -m trainer.smoke` checks each of them is writable."""
+SCRATCH_SIZE = "50Gi"
+"""The scratch emptyDir's sizeLimit (node-local ephemeral storage; inductor caches are GBs)."""
+
+
+def scratch_volume() -> tuple[dict, dict, list[dict]]:
+    """(volume, mount, env) giving a read-only-root pod the writable paths it needs."""
+    volume = {"emptyDir": {"sizeLimit": SCRATCH_SIZE}, "name": "scratch"}
+    mount = {"mountPath": SCRATCH_DIR, "name": "scratch"}
+    env = [{"name": k, "value": v} for k, v in SCRATCH_ENV.items()]
+    return volume, mount, env
 
 
 def config_map_name(run_id: str) -> str:
@@ -84,6 +106,7 @@ def security_contexts() -> tuple[dict, dict]:
     container = {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
         "runAsNonRoot": True,
         "runAsUser": IMAGE_UID,
         "seccompProfile": dict(seccomp),
@@ -91,13 +114,39 @@ def security_contexts() -> tuple[dict, dict]:
     return pod, container
 
 
-def pod_template(spec: JobSpec) -> dict:
+MODEL_INITIALIZER_WAIT_S = 6 * 3600
+"""How long a pod that does not download waits for the model cache (large models, slow links)."""
+
+
+def model_initializer(spec: JobSpec, wait: bool, security: dict) -> dict:
+    """The init container putting a Hub model into the run storage cache (once: it skips a
+    complete cache); with `wait` it only waits for another pod to finish it."""
+    source, cache = spec.model_cache  # type: ignore[misc]
+    command = ["python", "-m", "trainer.hf.hub_cache", source, cache]
+    if wait:
+        command += ["--wait", str(MODEL_INITIALIZER_WAIT_S)]
+    return {
+        "command": command,
+        "env": _env(spec),
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "name": "model-initializer",
+        "resources": {
+            "limits": {"cpu": "2", "memory": "4Gi"},
+            "requests": {"cpu": "1", "memory": "2Gi"},
+        },
+        "securityContext": dict(security),
+    }
+
+
+def pod_template(spec: JobSpec, wait_for_model: bool = False) -> dict:
     """The pod template of every replica, as the plain dict the API takes (no client models:
     importing the Kubernetes client costs half a second that rendering does not need)."""
     pod_security, container_security = security_contexts()
+    scratch, scratch_mount, scratch_env = scratch_volume()
     container = {
         "command": list(spec.command),
-        "env": _env(spec),
+        "env": _env(spec) + scratch_env,
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "name": CONTAINER_NAME,
@@ -106,6 +155,7 @@ def pod_template(spec: JobSpec) -> dict:
         "volumeMounts": [
             {"mountPath": CONFIG_MOUNT_DIR, "name": "trainer-config", "readOnly": True},
             {"mountPath": "/dev/shm", "name": "dshm"},
+            scratch_mount,
         ],
     }
     volumes = [
@@ -121,16 +171,32 @@ def pod_template(spec: JobSpec) -> dict:
             "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size},
             "name": "dshm",
         },
+        scratch,
     ]
+    if spec.runner != TRAINSTACK:
+        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        container["volumeMounts"].append({"mountPath": RUNNER_DIR, "name": "runner"})
+        volumes.append({"emptyDir": {}, "name": "runner"})
+    if spec.fsx:
+        claim, mount_path = spec.fsx
+        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})
+        container["volumeMounts"].append({"mountPath": mount_path, "name": "fsx"})
+    selector = {INSTANCE_TYPE_LABEL: spec.instance_type}
+    if spec.capacity_type:
+        selector[CAPACITY_TYPE_LABEL] = spec.capacity_type
     pod = {
+        # The trainer never calls the Kubernetes API; AWS comes through Pod Identity's own token.
+        "automountServiceAccountToken": False,
         "containers": [container],
-        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type},
+        "nodeSelector": selector,
         "securityContext": pod_security,
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
         "tolerations": [{"effect": "NoSchedule", "key": GPU_TAINT, "operator": "Exists"}],
         "volumes": volumes,
     }
+    if spec.model_cache is not None:
+        pod["initContainers"] = [model_initializer(spec, wait_for_model, container_security)]
     # Kueue's labels belong on the job only: Kueue admits the job, never its pods one by one.
     labels = {k: v for k, v in spec.labels.items() if not k.startswith("kueue.x-k8s.io/")}
     meta = {"annotations": dict(spec.annotations), "labels": labels}
@@ -148,6 +214,8 @@ def _metadata(spec: JobSpec, name: str) -> dict:
 
 def pytorch_job(spec: JobSpec) -> dict:
     template = pod_template(spec)
+    # The master fills the model cache; workers wait for it (all fill it without a master).
+    worker_template = pod_template(spec, wait_for_model=bool(spec.master_replicas))
     replicas = {}
     if spec.master_replicas:
         replicas["Master"] = {
@@ -159,7 +227,7 @@ def pytorch_job(spec: JobSpec) -> dict:
         replicas["Worker"] = {
             "replicas": spec.worker_replicas,
             "restartPolicy": RESTART_POLICY,
-            "template": template,
+            "template": worker_template,
         }
     elastic = None
     if spec.elastic:
@@ -200,8 +268,15 @@ def config_map(spec: JobSpec) -> dict:
 
 
 def to_manifests(spec: JobSpec) -> list[dict]:
-    """[ConfigMap, PyTorchJob] as plain dicts, validated (raises `ManifestError`)."""
-    manifests = [drop_none(config_map(spec)), drop_none(pytorch_job(spec))]
+    """[ConfigMap, PyTorchJob, NetworkPolicy] as plain dicts, validated (raises
+    `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in. The
+    submitter creates it before the job; applied in file order it lands after the job, which
+    the namespace's default deny keeps closed meanwhile."""
+    manifests = [
+        drop_none(config_map(spec)),
+        drop_none(pytorch_job(spec)),
+        job_network_policy(spec),
+    ]
     check_manifests(manifests, spec.kubernetes_version)
     return manifests
 

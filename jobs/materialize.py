@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
 from jobs.spec import JobSpec, to_job_spec
 from jobs.validate import validate_job
+
+if TYPE_CHECKING:
+    from jobs.workdir import PackedWorkdir
 
 
 @dataclass
@@ -20,10 +23,27 @@ class MaterializedJob:
     plan: Plan
     manifests: list[dict] | None = None
     """PyTorchJob + ConfigMap, validated; built only for backends that need them."""
+    code: PackedWorkdir | None = None
+    """The packed runner.workdir; the backend stores it at `spec.code.uri` when scheduling."""
 
     @property
     def run_id(self) -> str:
         return self.spec.name
+
+
+def default_tokenizer_to_checkpoint(cfg: Any) -> None:
+    """With model.init_from set, a data option leaving data.tokenizer mandatory (`data=jsonl`)
+    takes the checkpoint's own tokenizer (null: the trainer reads init_from's files), as every
+    other data option does."""
+    from omegaconf import OmegaConf
+
+    from jobs.schema import REQUIRED
+
+    model, data = cfg.model, cfg.data
+    init_from = None if OmegaConf.is_missing(model, "init_from") else model._get_node("init_from")
+    given = init_from is not None and init_from._value() not in (None, REQUIRED)
+    if given and OmegaConf.is_missing(data, "tokenizer"):
+        data.tokenizer = None
 
 
 def materialize(
@@ -36,24 +56,33 @@ def materialize(
 ) -> MaterializedJob:
     """Validate `cfg`, name the run and build its spec (and manifests unless local).
 
-    Raises `jobs.validate.JobConfigError` naming the offending key; nothing is written.
+    Raises `jobs.validate.JobConfigError` naming the offending key; nothing is written (a
+    runner.workdir is packed in memory here, and stored by the backend).
     """
     from omegaconf import open_dict
 
-    from trainer.job_config import model_label
+    from jobs.runner import job_label
 
     sweep_id = sweep_id or cfg.sweep_id
     run_id = run_id or cfg.run_id
     with open_dict(cfg):
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
+    default_tokenizer_to_checkpoint(cfg)
     trainer_plan = validate_job(cfg, git_sha=git_sha)
+    code = None
+    if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
+        from jobs.workdir import pack
+
+        code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb)
+    with open_dict(cfg):
+        cfg.runner.code = code.sha256 if code else None
     if run_id is None:  # named after validation: the name reads the model's keys
-        run_id = new_run_id(model_label(cfg), now)
+        run_id = new_run_id(job_label(cfg), now)
         with open_dict(cfg):
             cfg.run_id = run_id
-    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
-    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan))
+    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
+    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
     if cfg.backend.name != "local":
         from jobs.manifests import to_manifests
 

@@ -18,13 +18,18 @@ from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from trainer.config import DataConfig, ModelConfig, TrainerConfig
 from trainer.model.args import ARCH_FIELDS
+from trainer.runners.hf.settings import PeftSettings
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
 
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
 BACKENDS = ("local", "render", "kubernetes")
+RUNNERS = ("trainstack", "command", "hf")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
+CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "any": None}
+"""compute.capacity -> the value of EKS managed node groups' `eks.amazonaws.com/capacityType`
+label the pods select (any: no selector)."""
 
 
 @dataclass
@@ -40,7 +45,11 @@ class ComputeConfig:
     procs_per_node: int = 2
     """Trainer processes per node on `local_cpu` (gloo on CPU); GPU types use gpus_per_node."""
     hourly_usd: float | None = None
-    """USD per node-hour for the estimate; null takes the catalog's on-demand price."""
+    """USD per node-hour for the estimate; null takes the catalog's price (on-demand, or its
+    spot estimate for `capacity=spot`)."""
+    capacity: str = "any"
+    """on-demand, spot or any: the nodes' capacity type the pods select (node selector
+    `eks.amazonaws.com/capacityType`); any schedules on either. The plan prices it."""
     step_time_s: float | None = None
     """Seconds per optimizer step for the estimate (e.g. measured); null estimates it from
     FLOPs/token and the GPU's peak at an assumed MFU."""
@@ -64,10 +73,34 @@ class BackendConfig:
 
 
 @dataclass
+class GrantConfig:
+    url: str = MISSING
+    """`s3://bucket/prefix/` the pods' role may use."""
+    access: str = "read"
+    """read or readwrite."""
+
+
+@dataclass
+class GrantsConfig:
+    """The stack's `s3_grants` (set by a stack file): what each pod role may reach on S3. Empty:
+    unknown, nothing checked at launch (jobs/grants.py)."""
+
+    training: list[GrantConfig] = field(default_factory=list)
+    data_prepare: list[GrantConfig] = field(default_factory=list)
+
+
+@dataclass
 class StorageConfig:
     root: str = MISSING
     """A local directory or `s3://bucket/prefix`; the run dir is `<root>/<run_id>`. Set by the
     storage group (`local`: runs) or a stack; `storage=s3` alone leaves it to you."""
+    grants: GrantsConfig = field(default_factory=GrantsConfig)
+    fsx: bool = False
+    """Mount the stack's FSx for Lustre file system (its PVC, `fsx_claim`) at `fsx_mount` in
+    every pod: prepared data and checkpoints can live there; the run dir stays `root`."""
+    fsx_claim: str | None = None
+    """The stack's FSx PersistentVolumeClaim (stack output fsx_claim; null: the stack has none)."""
+    fsx_mount: str = "/fsx"
 
 
 @dataclass
@@ -94,6 +127,33 @@ class SecretsConfig:
     """Exposed to the trainer as WANDB_API_KEY."""
     hf_token: SecretRef = field(default_factory=SecretRef)
     """Exposed to the trainer as HF_TOKEN."""
+
+
+@dataclass
+class RunnerConfig:
+    """What runs in every process of the job (the `runner` group). Which keys belong to which
+    runner is `jobs.runner.RUNNER_KEYS`; a key set for another runner is refused."""
+
+    name: str = "trainstack"
+    """trainstack (the built-in trainer), command (your program), hf (transformers.Trainer)."""
+    command: list[str] | None = None
+    """command: the program and its arguments, e.g. [python, -u, train.py]."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """command: appended as `--key=value` in key order (`+runner.args.lr=1e-4` sweeps them)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """command, hf: extra environment of every process (not TRAINSTACK_*/PET_*)."""
+    torchrun: bool = True
+    """command: start one process per GPU (CPU slot) through torchrun with the job's nodes and
+    rendezvous; false runs the command once per node as is (accelerate launch, NeMo)."""
+    workdir: str | None = None
+    """command: a local directory shipped with the job (packed, hashed, unpacked in the pod);
+    the program starts in its copy."""
+    workdir_max_mb: int = 100
+    """command: refuse a packed workdir larger than this many MiB (compressed)."""
+    code: str | None = None
+    """Set by the launcher, never by hand: sha256 of the packed workdir (the run record)."""
+    peft: PeftSettings = field(default_factory=PeftSettings)
+    """hf: optional LoRA."""
 
 
 @dataclass
@@ -152,6 +212,8 @@ class ClusterConfig:
     context: str | None = None
     namespace: str = "training"
     service_account: str = "trainer"
+    data_prepare_service_account: str = "data-prepare"
+    """The service account `data prepare` Jobs run as (its role writes datasets/)."""
     kubernetes_version: str = KUBERNETES_VERSION
     """Pod templates are validated against this version's schemas; a stack's outputs set its
     cluster's version (the stack file), the default is what new clusters run."""
@@ -187,6 +249,7 @@ class JobsConfig:
     from you: `data=jsonl` and cluster experiments leave them mandatory, so a job never
     trains on the bundled sample by accident."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

@@ -9,12 +9,21 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from catalog import InstanceType, get_instance_type
-from jobs.schema import LOCAL_CPU, plain
-from trainer.job_config import model_label
+from jobs.runner import (
+    COMMAND,
+    HF,
+    RUNNER_KEYS,
+    TRAINSTACK,
+    CodeArchive,
+    RunnerProgram,
+    code_archive,
+    job_label,
+    runner_program,
+)
+from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
 CONFIG_FILE = "config.yaml"
@@ -94,8 +103,13 @@ class JobSpec:
     image: str | None
     """None for `local_cpu` (runs from this checkout)."""
     command: tuple[str, ...]
-    """python -m trainer.launch (torchrun) ... -m trainer --config POD_CONFIG_PATH; node
-    topology comes from PET_* env."""
+    """`program.argv`: e.g. python -m trainer.launch (torchrun) ... -m trainer --config
+    POD_CONFIG_PATH; node topology comes from PET_* env."""
+    program: RunnerProgram
+    """The runner's (command, args, env), as `jobs.runner.runner_program` made them."""
+    runner: str
+    code: CodeArchive | None
+    """The packed runner.workdir the pod fetches, or None."""
     env: dict[str, str]
     secret_env: tuple[SecretEnv, ...]
     nodes: int
@@ -115,6 +129,13 @@ class JobSpec:
     """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
     config_hash: str
     kubernetes_version: str
+    capacity_type: str | None = None
+    """`eks.amazonaws.com/capacityType` the pods select (ON_DEMAND, SPOT), or None: any."""
+    fsx: tuple[str, str] | None = None
+    """(claim, mount path) of the stack's FSx volume mounted in every pod, or None."""
+    model_cache: tuple[str, str] | None = None
+    """(hf://org/name[@rev], its run storage cache) when a model initializer fills the cache
+    before the trainer starts; the trainer config's init_from is then the cache."""
 
 
 def elastic_of(cfg: Any) -> Elastic | None:
@@ -131,14 +152,16 @@ def procs_per_node(compute: Any) -> int:
 
 
 def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
-    """The trainer's `--config` file: run_dir, seed, model, data, trainer; nothing else."""
-    return {
-        "run_dir": run_dir,
-        "seed": cfg.seed,
-        "model": plain(cfg.model),
-        "data": plain(cfg.data),
-        "trainer": plain(cfg.trainer),
-    }
+    """The `--config` file: run_dir, seed, model, data, trainer (exactly what the built-in
+    trainer reads). runner=hf reads those too, plus its `runner` section; runner=command gets
+    run_dir, seed and `runner` only (the run record: which program, args and code ran)."""
+    config: dict[str, Any] = {"run_dir": run_dir, "seed": cfg.seed}
+    if cfg.runner.name != COMMAND:
+        config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=plain(cfg.trainer))
+    if cfg.runner.name != TRAINSTACK:
+        keys = RUNNER_KEYS[cfg.runner.name] | {"code"}
+        config["runner"] = {k: v for k, v in plain(cfg.runner).items() if k in keys}
+    return config
 
 
 def config_hash(trainer_cfg: dict[str, Any]) -> str:
@@ -157,7 +180,10 @@ def image_for(cfg: Any, git_sha: str | None) -> str | None:
     if cfg.job.image:
         return cfg.job.image
     if cfg.job.image_repository and git_sha:
-        return f"{cfg.job.image_repository}:{git_sha}"
+        # runner=hf needs transformers, accelerate and peft: the image's `hf` variant
+        # (images/build.sh IMAGE_KIND=trainer-hf), built from the same commit.
+        variant = "hf-" if cfg.runner.name == HF else ""
+        return f"{cfg.job.image_repository}:{variant}{git_sha}"
     return None
 
 
@@ -195,39 +221,40 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     return env
 
 
-def torchrun_command(
-    shutdown_timeout_s: int, max_restarts: int, config_path: str = POD_CONFIG_PATH
-) -> tuple[str, ...]:
-    """torchrun through `trainer.launch`, which exits with the trainer's code (143 preempted,
-    129 peer lost: the `ExitCode` restart policy retries; 2 bad input: it doesn't) where plain
-    torchrun exits 1, and restarts a node's ranks together up to `max_restarts` times (never
-    after bad input). Nodes, ranks, rendezvous and processes per node come from the PET_*
-    variables the operator sets (and the local backend sets the same way)."""
-    return (
-        "python",
-        "-m",
-        "trainer.launch",
-        f"--shutdown-timeout={shutdown_timeout_s}",
-        f"--max-restarts={max_restarts}",
-        "-m",
-        "trainer",
-        "--config",
-        config_path,
-    )
+def hub_cache_uri(storage_root: str, source: str) -> str:
+    """Where a cluster run keeps a Hub model: one copy per repo and revision under the storage
+    root, shared by every run that names them."""
+    from trainer.hf.hub import parse_hub
+
+    return f"{storage_root.rstrip('/')}/models/{parse_hub(source).cache_key}"
 
 
-def to_job_spec(
-    cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None, now: datetime
-) -> JobSpec:
-    """The job described by composed (and validated) config `cfg`."""
+def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None) -> JobSpec:
+    """The job described by composed (and validated) config `cfg`. No clock: the same config
+    gives the same spec, so renders of it are byte-identical (the kubernetes backend stamps
+    `created-at` on what it submits)."""
     compute = cfg.compute
     local = compute.name == LOCAL_CPU
     instance = None if local else get_instance_type(compute.instance_type)
     run_dir = run_dir_for(cfg.storage.root, run_id)
     trainer_cfg = trainer_config(cfg, run_dir)
+    model_cache = None
+    source = cfg.model.init_from
+    if not local and source is not None and source.startswith("hf://"):
+        model_cache = (source, hub_cache_uri(cfg.storage.root, source))
+        trainer_cfg["model"]["init_from"] = model_cache[1]
     digest = config_hash(trainer_cfg)
     grace = cfg.job.termination_grace_period_seconds
     elastic = elastic_of(cfg)
+    code = code_archive(run_dir, cfg.runner.code)
+    program = runner_program(
+        cfg.runner,
+        run_dir=run_dir,
+        shutdown_timeout_s=max(grace - TORCHRUN_EXIT_MARGIN_S, 1),
+        max_restarts=cfg.job.max_restarts,
+        config_path=POD_CONFIG_PATH,
+        code=code,
+    )
     labels = {
         "app.kubernetes.io/name": "trainstack",
         "app.kubernetes.io/managed-by": "trainstack",
@@ -243,10 +270,11 @@ def to_job_spec(
         labels[QUEUE_LABEL] = cfg.job.queue
     if cfg.job.priority:
         labels[PRIORITY_LABEL] = cfg.job.priority
+    if cfg.runner.name != TRAINSTACK:  # golden manifests of the built-in trainer unchanged
+        labels[f"{LABEL_PREFIX}/runner"] = cfg.runner.name
     annotations = {
         f"{LABEL_PREFIX}/run-dir": run_dir,
-        f"{LABEL_PREFIX}/created-at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        f"{LABEL_PREFIX}/model": model_label(cfg),
+        f"{LABEL_PREFIX}/model": job_label(cfg),
         f"{LABEL_PREFIX}/max-retries": str(cfg.job.max_retries),
     }
     secrets = tuple(
@@ -259,8 +287,11 @@ def to_job_spec(
         namespace=cfg.cluster.namespace,
         run_dir=run_dir,
         image=image_for(cfg, git_sha),
-        command=torchrun_command(max(grace - TORCHRUN_EXIT_MARGIN_S, 1), cfg.job.max_restarts),
-        env=job_env(cfg, run_id, run_dir, instance),
+        command=program.argv,
+        program=program,
+        runner=cfg.runner.name,
+        code=code,
+        env={**job_env(cfg, run_id, run_dir, instance), **program.env},
         secret_env=secrets,
         nodes=compute.nodes,
         nproc_per_node=procs_per_node(compute),
@@ -283,4 +314,7 @@ def to_job_spec(
         trainer_config=trainer_cfg,
         config_hash=digest,
         kubernetes_version=str(cfg.cluster.kubernetes_version),
+        capacity_type=None if local else CAPACITY_TYPES[compute.capacity],
+        fsx=(cfg.storage.fsx_claim, cfg.storage.fsx_mount) if cfg.storage.fsx else None,
+        model_cache=model_cache,
     )

@@ -16,8 +16,10 @@ from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
-from jobs.schema import BACKENDS, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
-from jobs.spec import elastic_of, pod_resources, procs_per_node
+from jobs.runner import COMMAND, TRAINSTACK
+from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
+from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
+from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -77,6 +79,11 @@ def check_compute(cfg: Any) -> None:
                 f"local_cpu runs on this machine; allowed: null (or compute=<one of {gpu_types}>)",
             )
         return
+    if compute.capacity not in CAPACITY_TYPES:
+        raise JobConfigError(
+            "compute.capacity",
+            f"{compute.capacity!r} is not allowed; allowed: {_allowed(CAPACITY_TYPES)}",
+        )
     if compute.instance_type not in INSTANCE_TYPES:
         raise JobConfigError(
             "compute.instance_type",
@@ -169,14 +176,30 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         # GET with the caller's credentials); otherwise the trainer reads it and checks it
         # against model.name, so rendering a named model needs no AWS access.
         init_from = trainer_cfg.model.init_from
-        remote = init_from is not None and "://" in init_from
+        # On the stack's FSx mount: read in the pod, like s3://.
+        remote = init_from is not None and ("://" in init_from or on_fsx(cfg, init_from))
         wanted = init_from is not None and (not remote or trainer_cfg.model.name is None)
         hf_config = read_hf_config(init_from) if wanted else None
+        if init_from is not None and init_from.startswith("hf://"):
+            check_hub_access(cfg, init_from)
         plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         raise JobConfigError(key, problem) from None
     return plans[cfg.compute.nodes * procs_per_node(cfg.compute)]
+
+
+def check_hub_access(cfg: Any, source: str) -> None:
+    """A Hub model exists at its revision, and a gated one has a token: job.secrets.hf_token
+    on a cluster; locally also the caller's own (HF_TOKEN or `hf auth login`)."""
+    from trainer.hf.hub import check_access
+
+    has_token = cfg.job.secrets.hf_token.name is not None
+    if cfg.backend.name == "local" and not has_token:
+        from huggingface_hub import get_token
+
+        has_token = get_token() is not None
+    check_access(source, has_token)
 
 
 def check_image(cfg: Any, git_sha: str | None) -> None:
@@ -212,8 +235,34 @@ def check_storage(cfg: Any) -> None:
             f"a multi-node job needs storage every node "
             f"shares; allowed: s3://bucket/prefix, got {root!r}",
         )
-    if root.startswith("s3://") and not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", root):
-        raise JobConfigError("storage.root", f"{root!r} is not s3://bucket[/prefix]")
+    if root.startswith("s3://"):
+        bucket = root.removeprefix("s3://").split("/", 1)[0]
+        problem = bucket_name_problem(bucket)
+        if problem:
+            raise JobConfigError(
+                "storage.root",
+                f"{root!r}: bucket {bucket!r} {problem}; allowed: s3://bucket[/prefix], the "
+                "bucket 3-63 characters of a-z, 0-9, '.' and '-', starting and ending with a "
+                "letter or digit",
+            )
+
+
+S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """Why `bucket` cannot be an S3 bucket name (AWS's general-purpose naming rules), or
+    None."""
+    if not bucket:
+        return "is missing"
+    if not 3 <= len(bucket) <= 63:
+        count = f"{len(bucket)} character" + ("s" if len(bucket) != 1 else "")
+        return f"is {count} long (S3 bucket names are 3-63)"
+    if not S3_BUCKET_NAME.match(bucket):
+        return "has a character S3 bucket names do not allow, or starts or ends with one"
+    if ".." in bucket:
+        return "has two dots in a row"
+    return None
 
 
 IMAGE_WORKDIR = "/workspace"
@@ -235,8 +284,8 @@ def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     for index, source in enumerate(cfg.data.mixture):
         allowed = "a prepared dataset (its manifest.json or directory) or s3://bucket/prefix"
         paths.append((f"data.mixture[{index}].path", source.path, allowed))
-    if cfg.model.init_from is not None:
-        allowed = "a Hugging Face model directory or s3://bucket/prefix"
+    if cfg.model.init_from is not None and not cfg.model.init_from.startswith("hf://"):
+        allowed = "a Hugging Face model directory, s3://bucket/prefix or hf://org/name[@rev]"
         paths.append(("model.init_from", cfg.model.init_from, allowed))
     if cfg.data.tokenizer not in (None, "byte"):
         allowed = "byte, or a local Hugging Face tokenizer directory, or s3://bucket/prefix"
@@ -244,13 +293,51 @@ def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     return paths
 
 
+def check_fsx(cfg: Any) -> None:
+    """storage.fsx mounts the stack's FSx volume: there must be one, and pods to mount it in."""
+    storage = cfg.storage
+    if not storage.fsx:
+        return
+    if cfg.backend.name == "local":
+        raise JobConfigError(
+            "storage.fsx", "FSx is mounted in cluster pods; allowed with backend=local: false"
+        )
+    if not storage.fsx_claim:
+        raise JobConfigError(
+            "storage.fsx",
+            "the stack has no FSx file system (its output fsx_claim is null: set trainstack:fsx "
+            "and re-run `python -m infra.stack_defaults`); allowed: false",
+        )
+    for key, value in (("storage.fsx_claim", storage.fsx_claim),):
+        if not DNS1123_SUBDOMAIN.match(value):
+            raise JobConfigError(key, f"{value!r} is not allowed; allowed: a DNS-1123 name")
+    if not re.fullmatch(r"/[\w.-]+(/[\w.-]+)*", storage.fsx_mount) or storage.fsx_mount in (
+        "/tmp",
+        "/dev/shm",
+        CONFIG_MOUNT_DIR,
+    ):
+        raise JobConfigError(
+            "storage.fsx_mount",
+            f"{storage.fsx_mount!r} is not allowed; allowed: an absolute path other than /tmp, "
+            f"/dev/shm and {CONFIG_MOUNT_DIR}",
+        )
+
+
+def on_fsx(cfg: Any, path: str) -> bool:
+    mount = cfg.storage.fsx_mount.rstrip("/")
+    return bool(cfg.storage.fsx) and (path == mount or path.startswith(f"{mount}/"))
+
+
 def check_pod_paths(cfg: Any) -> None:
-    """render/kubernetes: every input must be readable in the pod — s3://, or a file the
-    image carries; a path on this machine would fail the pod at start."""
+    """render/kubernetes: every input must be readable in the pod — s3://, a file the image
+    carries, or (storage.fsx) a path on the stack's FSx mount; a path on this machine would
+    fail the pod at start."""
     if cfg.backend.name == "local":
         return
     for key, value, _ in input_paths(cfg):
         if value.startswith("s3://") or (key == "data.path" and inside_image(value)):
+            continue
+        if on_fsx(cfg, value):
             continue
         raise JobConfigError(
             key,
@@ -258,6 +345,19 @@ def check_pod_paths(cfg: Any) -> None:
             f"only {', '.join(IMAGE_FILES)}); allowed for backend={cfg.backend.name}: "
             "s3://bucket/prefix",
         )
+
+
+def check_grants(cfg: Any) -> None:
+    """render/kubernetes: every s3:// URL the pods read, and the run dirs they write, must be
+    inside the stack's grants for training pods (jobs/grants.py)."""
+    if cfg.backend.name == "local":
+        return
+    from jobs.grants import check_urls
+    from jobs.schema import plain
+
+    urls = [(key, value, False) for key, value, _ in input_paths(cfg)]
+    urls.append(("storage.root", f"{cfg.storage.root.rstrip('/')}/", True))
+    check_urls(plain(cfg.storage.grants)["training"], "training", urls)
 
 
 def check_local_files(cfg: Any) -> None:
@@ -323,7 +423,9 @@ def check_names(cfg: Any) -> None:
 
 _MANDATORY_HINTS = {
     "data.path": "a JSONL corpus, e.g. data.path=s3://bucket/train.jsonl",
-    "data.tokenizer": "a Hugging Face tokenizer directory, e.g. data.tokenizer=/path/to/tok",
+    "data.tokenizer": "data.tokenizer=byte (the built-in byte tokenizer), a Hugging Face "
+    "tokenizer directory (data.tokenizer=/path/to/tok or s3://...), or data.tokenizer=null "
+    "with model.init_from (the checkpoint's own)",
     "storage.root": "e.g. storage.root=s3://bucket/runs or stack=<name>",
     "model.init_from": "a Hugging Face checkpoint, e.g. model.init_from=s3://bucket/models/x",
     "data.mixture": "prepared datasets by weight, e.g. 'data.mixture=[{path: s3://b/web, "
@@ -336,12 +438,22 @@ def check_mandatory(cfg: Any) -> None:
     wants your weights and data: jobs.schema.REQUIRED) by the composition are named before
     anything reads them."""
     missing = sorted(_mandatory_keys(cfg))
-    if missing:
-        key = missing[0]
-        hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
-        if key.removeprefix("model.") in ARCH_FIELDS:
-            hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
+    if not missing:
+        return
+    key = missing[0]
+    hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
+    if all(k.removeprefix("model.") in ARCH_FIELDS for k in missing):
+        hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
+    elif len(missing) > 1:
+        hint = "; ".join(_MANDATORY_HINTS.get(k, f"set {k}=...") for k in missing)
+    if len(missing) == 1:
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
+    # All at once: a model file missing three keys is one fix, not three launches.
+    error = JobConfigError(
+        ", ".join(missing), f"Missing mandatory values: this job needs them set; {hint}"
+    )
+    error.key = key
+    raise error
 
 
 def _mandatory_keys(cfg: Any) -> Iterator[str]:
@@ -362,15 +474,20 @@ def _mandatory_keys(cfg: Any) -> Iterator[str]:
     return walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
-def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
+def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     """Raise JobConfigError for the first problem in composed config `cfg`; return the
-    trainer's plan at the job's size (the launch plan reuses its model and batch figures)."""
+    trainer's plan at the job's size (the launch plan reuses its model and batch figures), or
+    None when another runner than the built-in trainer runs (its model is not ours to size)."""
     check_mandatory(cfg)
     check_names(cfg)
+    check_runner(cfg)
     check_compute(cfg)
     check_elastic(cfg)
-    check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
-    trainer_plan = check_trainer(cfg)
+    check_fsx(cfg)
+    builtin = cfg.runner.name == TRAINSTACK
+    if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
+        check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
+    trainer_plan = check_trainer(cfg) if builtin else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
@@ -378,7 +495,9 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
     check_storage(cfg)
-    check_local_files(cfg)
+    check_grants(cfg)
+    if cfg.runner.name != COMMAND:
+        check_local_files(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)
     return trainer_plan

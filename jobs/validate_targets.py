@@ -75,6 +75,11 @@ def check_cluster_names(cfg: Any) -> None:
     for key, value, problem_of in (
         ("cluster.namespace", cluster.namespace, dns1123_label_problem),
         ("cluster.service_account", cluster.service_account, dns1123_subdomain_problem),
+        (
+            "cluster.data_prepare_service_account",
+            cluster.data_prepare_service_account,
+            dns1123_subdomain_problem,
+        ),
     ):
         problem = problem_of(value)
         if problem:

@@ -13,6 +13,8 @@ and what was found, and the exit code is 1. What it checks:
   `FI_PROVIDER=efa`): `fi_info -p efa` must list it, and the aws-ofi-nccl plugin must be there.
 - every module of the trainer package imports (a dependency missing from the image's lock
   shows up here, not in the first pod);
+- every directory written at run time (temporary files, compile, Triton, Hugging Face and CUDA
+  caches) is writable, as it must be under the pods' read-only root filesystem;
 - a tiny forward/backward of the trainer's own model on the device present, and a one-rank
   all-reduce through the collective backend the trainer would use (NCCL on CUDA, gloo on CPU).
 
@@ -322,12 +324,59 @@ def check_collective(opts: SmokeOptions) -> str:
     return f"{backend} all_reduce on {device.type} ok"
 
 
+def cache_dirs() -> dict[str, str]:
+    """Where the trainer and its libraries write at run time, as this environment resolves it:
+    temporary files (tokenizer staging), torch.compile's and Triton's caches, the Hugging Face
+    cache, CUDA's JIT cache."""
+    import getpass
+    import tempfile
+
+    home = os.path.expanduser("~")
+    env = os.environ.get
+    try:
+        temporary = tempfile.gettempdir()
+    except FileNotFoundError:
+        temporary = env("TMPDIR") or "/tmp"
+    xdg_cache = env("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    return {
+        "TMPDIR": temporary,
+        "TORCHINDUCTOR_CACHE_DIR": env("TORCHINDUCTOR_CACHE_DIR")
+        or os.path.join(temporary, f"torchinductor_{getpass.getuser()}"),
+        "TRITON_CACHE_DIR": env("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache"),
+        "HF_HOME": env("HF_HOME") or os.path.join(xdg_cache, "huggingface"),
+        "CUDA_CACHE_PATH": env("CUDA_CACHE_PATH") or os.path.join(home, ".nv", "ComputeCache"),
+    }
+
+
+def _writable(path: str) -> bool:
+    """Whether `path` can be written, or made under its nearest existing ancestor (nothing is
+    created: access(2) answers EROFS on a read-only filesystem, even for root)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    return os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)
+
+
+def check_writable_dirs(opts: SmokeOptions) -> str:
+    """Pods run with a read-only root filesystem (jobs/manifests.py): every directory written
+    at run time must be on a writable mount (the pod's /tmp emptyDir, HOME under it)."""
+    for variable, path in cache_dirs().items():
+        if not _writable(path):
+            raise SmokeFailure(
+                f"{path} ({variable}) is not writable: with a read-only root filesystem it "
+                "must be under a writable mount (the pods mount an emptyDir at /tmp and set "
+                "HOME=/tmp/home)"
+            )
+    return "temporary and cache directories writable"
+
+
 CHECKS: tuple[tuple[str, Callable[[SmokeOptions], str]], ...] = (
     ("versions", check_versions),
     ("nccl", check_nccl),
     ("trainer_imports", check_trainer_imports),
     ("efa", check_efa),
     ("memlock", check_memlock),
+    ("writable_dirs", check_writable_dirs),
     ("device", check_device),
     ("train_step", check_train_step),
     ("collective", check_collective),

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer, resume_newest
+from trainer.checkpoint.fit import check_checkpoints_fit
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
@@ -28,12 +29,14 @@ from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
 from trainer.hf.config import read_hf_config
 from trainer.hf.export import export_run
+from trainer.hf.hub import download, is_hub
 from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
 from trainer.job_config import Plan, make_plan, tokenizer_source
 from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
 from trainer.mfu import device_peak_flops, mfu_percent
+from trainer.model.lora import add_lora
 from trainer.model.model import Transformer
 from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
 from trainer.parallelize import parallelize
@@ -48,6 +51,9 @@ from trainer.train_state import Progress, checkpoint_state, restore
 def run(cfg: TrainerJobConfig) -> int:
     # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
     stop = StopSignal()
+    hub_id = cfg.model.init_from if is_hub(cfg.model.init_from) else None
+    if hub_id:  # fetched once into the Hugging Face cache, then read like any directory
+        cfg.model.init_from = download(hub_id)
     init_from = cfg.model.init_from
     hf_config = read_hf_config(init_from) if init_from else None
     plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")), hf_config=hf_config)
@@ -60,6 +66,7 @@ def run(cfg: TrainerJobConfig) -> int:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
         raise ConfigError(f"run_dir: {exc}") from None
+    check_checkpoints_fit(storage, plan.model)  # before config.yaml, the record, is rewritten
 
     # 2. Ranks, model, optimizer.
     env = init_distributed(plan.dp_replicate, cfg.trainer.collective_timeout_s)
@@ -67,6 +74,9 @@ def run(cfg: TrainerJobConfig) -> int:
         torch.manual_seed(cfg.seed)
         with torch.device("meta"):
             model = Transformer(plan.model)
+        lora = cfg.model.lora
+        if lora.rank:
+            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
         parallelize(
             model,
             env.mesh,
@@ -79,6 +89,8 @@ def run(cfg: TrainerJobConfig) -> int:
         # The record states the architecture built, also where the config left it to a
         # preset or to init_from's config.json: the run dir describes its model alone.
         resolved["model"].update(asdict(plan.model))  # type: ignore[index, union-attr]
+        if hub_id:
+            resolved["model"]["init_from"] = hub_id  # type: ignore[index]
         metrics = MetricsLogger(
             storage,
             cfg.trainer.metrics,
@@ -116,13 +128,16 @@ def _initialize(
     checkpointer: Checkpointer,
 ) -> str | None:
     """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
-    yet (a resumed run loads its own checkpoint later), else seeded random ones."""
-    source = cfg.model.init_from
-    if source is None or checkpointer.has_committed():
+    yet (a resumed run loads its own checkpoint later), else seeded random ones. A LoRA run's
+    checkpoints hold only its adapters: its frozen base is always init_from's."""
+    source, lora = cfg.model.init_from, bool(cfg.model.lora.rank)
+    if source is None or (checkpointer.has_committed() and not lora):
         model.init_weights(cfg.seed)
         return None
     started = time.perf_counter()
     read = load_init_from(model, source, plan.model, env)
+    if lora:
+        model.init_weights(cfg.seed, adapters_only=True)
     model.init_rope()
     took = time.perf_counter() - started
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"

@@ -9,10 +9,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer
+from trainer.model.model import plain_name
 
 
 @dataclass
@@ -35,6 +40,21 @@ def _rng_states(device: torch.device) -> dict[str, torch.Tensor]:
     return states
 
 
+def _options(model: nn.Module) -> StateDictOptions | None:
+    """A model with frozen parameters (LoRA's base) saves and loads only the trained ones:
+    the base comes from model.init_from on every start."""
+    if all(p.requires_grad for p in model.parameters()):
+        return None
+    return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
+def trained_only(model: nn.Module, model_sd: dict[str, Any]) -> dict[str, Any]:
+    """`model_sd` without frozen entries: ignore_frozen_params keeps the tied alias of a
+    frozen table (output.weight), which would put the whole embedding in every checkpoint."""
+    trained = {plain_name(n) for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in model_sd.items() if k in trained}
+
+
 def checkpoint_state(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -44,7 +64,10 @@ def checkpoint_state(
     rank: int,
     device: torch.device,
 ) -> dict[str, Any]:
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    options = _options(model)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+    if options is not None:
+        model_sd = trained_only(model, model_sd)
     train = {"progress": asdict(progress), "scheduler": scheduler.state_dict()}
     return {
         "model": model_sd,
@@ -73,7 +96,11 @@ def restore(
         del state["rng"]
     checkpointer.load(step, state)
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=_options(model),
     )
     train = json.loads(state["train"])
     scheduler.load_state_dict(train["scheduler"])

@@ -96,6 +96,16 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
                 "and write shards through s3:// URIs only"
             )
     tokenizer = data["tokenizer"]
+    from jobs.errors import JobConfigError
+    from jobs.grants import check_urls
+    from jobs.schema import plain
+
+    urls = [("--to", args.to, True), ("data.path", data["path"], False)]
+    urls.append(("data.tokenizer", tokenizer, False))
+    try:
+        check_urls(plain(cfg.storage.grants)["data_prepare"], "data_prepare", urls)
+    except JobConfigError as err:
+        raise ValueError(str(err)) from None
     if tokenizer != "byte" and not (tokenizer.startswith("s3://") or Path(tokenizer).is_absolute()):
         raise ValueError(
             f"data.tokenizer: {tokenizer!r}; a pod needs byte, s3://bucket/prefix or an absolute "
@@ -109,12 +119,17 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
             "job.image: the pods need the trainer image; set job.image or select a stack "
             "(job.image_repository)"
         )
+    if cfg.backend.name == "kubernetes" and not args.dryrun:
+        from jobs.k8s.ecr import resolve_digest
+
+        # Pinned as a training job's pods are: every index and retry runs the same bits.
+        image = resolve_digest(image)
     slices = args.slices or DEFAULT_SLICES
     spec = PrepareJobSpec(
         name=job_name(data, args.to, slices),
         namespace=cfg.cluster.namespace,
         image=image,
-        service_account=cfg.cluster.service_account,
+        service_account=cfg.cluster.data_prepare_service_account,
         data=data,
         to=args.to,
         slices=slices,

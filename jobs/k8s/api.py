@@ -90,6 +90,8 @@ class Cluster:
     extensions: Any
     """kubernetes.client.ApiextensionsV1Api"""
     namespace: str
+    networking: Any = None
+    """kubernetes.client.NetworkingV1Api (each run's NetworkPolicy)"""
     retry: RetryPolicy = field(default_factory=lambda: DEFAULT_RETRY)
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
@@ -218,5 +220,6 @@ def connect(
         core=client.CoreV1Api(api_client),
         extensions=client.ApiextensionsV1Api(api_client),
         namespace=namespace,
+        networking=client.NetworkingV1Api(api_client),
         retry=retry or DEFAULT_RETRY,
     )

@@ -1,24 +1,29 @@
-"""Idempotent submission of a run: ConfigMap(s) first, the PyTorchJob second, owner-linked.
+"""Idempotent submission of a run: ConfigMap(s) and the run's NetworkPolicy first, the
+PyTorchJob second, owner-linked.
 
 The run id is the job's name, so submitting it again can never make a second job: an active
 job is reported and left alone; a finished one (Succeeded, Failed, Cancelled) is deleted and
 created again under the same name, and the trainer resumes from the latest checkpoint in its
 run dir (the run dir itself is never touched here). If creating the job fails, the ConfigMaps
-this call created are deleted again, so nothing is left half-submitted. Once the job exists,
-it becomes each ConfigMap's owner, so deleting the job deletes them with it.
+(and the NetworkPolicy) this call created are deleted again, so nothing is left half-submitted.
+Once the job exists, it becomes the owner of each, so deleting the job deletes them with it.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
 from jobs.k8s.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
+COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")
+"""Objects created before the job and owned by it once it exists."""
 
 
 @dataclass(frozen=True)
@@ -33,19 +38,20 @@ class Submission:
 def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Submission:
     """Apply one run's manifests (one PyTorchJob plus ConfigMaps); see the module docstring."""
     job = copy.deepcopy(next(m for m in manifests if m.get("kind") == "PyTorchJob"))
-    config_maps = [m for m in manifests if m.get("kind") == "ConfigMap"]
-    unsupported = sorted({m.get("kind") for m in manifests} - {"PyTorchJob", "ConfigMap"})
+    companions = [m for m in manifests if m.get("kind") in COMPANION_KINDS]
+    unsupported = sorted({m.get("kind") for m in manifests} - {"PyTorchJob", *COMPANION_KINDS})
     if unsupported:
         raise ClusterError(
-            f"cannot submit manifests of kind {unsupported}: only PyTorchJob and ConfigMap"
+            f"cannot submit manifests of kind {unsupported}: only PyTorchJob, "
+            f"{', '.join(COMPANION_KINDS)}"
         )
     name = job["metadata"]["name"]
     outcome = CREATED
     existing = cluster.get_job(name)
     ensure_ours("PyTorchJob", cluster.namespace, name, existing)
-    for cm in config_maps:  # all checked before anything is written
-        cm_name = cm["metadata"]["name"]
-        ensure_ours("ConfigMap", cluster.namespace, cm_name, _read_config_map(cluster, cm_name))
+    for companion in companions:  # all checked before anything is written
+        kind, cm_name = companion["kind"], companion["metadata"]["name"]
+        ensure_ours(kind, cluster.namespace, cm_name, _read_companion(cluster, kind, cm_name))
     if existing is not None:
         if not is_final(job_state(existing)):
             return Submission(name, ALREADY_ACTIVE, existing)
@@ -53,7 +59,7 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
         outcome = RESUMED
     job["metadata"].setdefault("annotations", {})[RETRIES_ANNOTATION] = str(retries)
 
-    created_maps = [_apply_config_map(cluster, cm) for cm in config_maps]
+    created_maps = [_apply_companion(cluster, cm) for cm in companions]
     try:
         created = cluster.call(
             f"create PyTorchJob {cluster.namespace}/{name}",
@@ -68,16 +74,16 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
     except Exception as exc:
         winner = cluster.get_job(name) if status_of(exc) == 409 else None
         if winner is not None and labels_of(winner).get(MANAGED_BY) != MANAGER:
-            for cm_name in created_maps:
-                _delete_config_map(cluster, cm_name)
+            for companion in created_maps:
+                _delete_companion(cluster, companion)
             ensure_ours("PyTorchJob", cluster.namespace, name, winner)
         if winner is not None:
             # Another submitter created the same run id between our check and our create:
             # theirs is the run. The ConfigMaps hold the same run's config; give them its owner.
             _own(cluster, created_maps, winner)
             return Submission(name, ALREADY_ACTIVE, winner)
-        for cm_name in created_maps:
-            _delete_config_map(cluster, cm_name)
+        for companion in created_maps:
+            _delete_companion(cluster, companion)
         if isinstance(exc, ClusterError):
             raise
         raise ClusterError(
@@ -115,52 +121,63 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool
         delay = min(delay * 2, 2.0)
 
 
-def _apply_config_map(cluster: Cluster, config_map: dict) -> str:
-    """Create the ConfigMap; replace a leftover of an earlier submission of the same run."""
-    name = config_map["metadata"]["name"]
-    body = copy.deepcopy(config_map)
+def _verbs(cluster: Cluster, kind: str) -> dict[str, Callable[..., Any]]:
+    """The client methods for a companion kind: create, read, replace, patch, delete."""
+    if kind == "ConfigMap":
+        api, suffix = cluster.core, "config_map"
+    else:
+        api, suffix = cluster.networking, "network_policy"
+    return {
+        verb: getattr(api, f"{verb}_namespaced_{suffix}")
+        for verb in ("create", "read", "replace", "patch", "delete")
+    }
+
+
+def _apply_companion(cluster: Cluster, companion: dict) -> tuple[str, str]:
+    """Create the ConfigMap (or NetworkPolicy); replace a leftover of an earlier submission of
+    the same run. Returns (kind, name)."""
+    kind, name = companion["kind"], companion["metadata"]["name"]
+    body = copy.deepcopy(companion)
     body["metadata"].pop("ownerReferences", None)
-    action = f"create ConfigMap {cluster.namespace}/{name}"
+    action = f"create {kind} {cluster.namespace}/{name}"
     try:
         cluster.call(
-            action,
-            cluster.core.create_namespaced_config_map,
-            cluster.namespace,
-            body,
-            expect=(409,),
+            action, _verbs(cluster, kind)["create"], cluster.namespace, body, expect=(409,)
         )
     except Exception as exc:
         if status_of(exc) != 409:
             raise
         # Left by a submission whose job is gone (or going): ours replaces it, and dropping the
         # stale owner reference keeps the garbage collector from deleting it under the new job.
-        _replace_config_map(cluster, name, body)
-    return name
+        _replace_companion(cluster, kind, name, body)
+    return kind, name
 
 
-def _read_config_map(cluster: Cluster, name: str):
+def _read_companion(cluster: Cluster, kind: str, name: str):
     return cluster.call_or_none(
-        f"get ConfigMap {cluster.namespace}/{name}",
-        cluster.core.read_namespaced_config_map,
+        f"get {kind} {cluster.namespace}/{name}",
+        _verbs(cluster, kind)["read"],
         name,
         cluster.namespace,
     )
 
 
-def _replace_config_map(cluster: Cluster, name: str, body: dict, attempts: int = 3) -> None:
+def _replace_companion(
+    cluster: Cluster, kind: str, name: str, body: dict, attempts: int = 3
+) -> None:
     """An update must name the resourceVersion it replaces; a concurrent change (409
     Conflict) means read it again and retry. Only ever one of ours (managed-by)."""
-    action = f"replace ConfigMap {cluster.namespace}/{name}"
+    action = f"replace {kind} {cluster.namespace}/{name}"
     for attempt in range(1, attempts + 1):
-        current = _read_config_map(cluster, name)
+        current = _read_companion(cluster, kind, name)
         if current is None:
             raise ClusterError(f"{action} failed: it was deleted meanwhile; submit again")
-        ensure_ours("ConfigMap", cluster.namespace, name, current)
+        ensure_ours(kind, cluster.namespace, name, current)
         body["metadata"]["resourceVersion"] = current.metadata.resource_version
         try:
             cluster.call(
                 action,
-                cluster.core.replace_namespaced_config_map,
+                _verbs(cluster, kind)["replace"],
                 name,
                 cluster.namespace,
                 body,
@@ -174,7 +191,7 @@ def _replace_config_map(cluster: Cluster, name: str, body: dict, attempts: int =
                 raise ClusterError(f"{action} failed: {describe(exc)}") from exc
 
 
-def _own(cluster: Cluster, config_maps: list[str], job: dict) -> None:
+def _own(cluster: Cluster, companions: list[tuple[str, str]], job: dict) -> None:
     owner = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "PyTorchJob",
@@ -182,20 +199,21 @@ def _own(cluster: Cluster, config_maps: list[str], job: dict) -> None:
         "uid": job["metadata"]["uid"],
         "blockOwnerDeletion": True,
     }
-    for name in config_maps:
+    for kind, name in companions:
         cluster.call(
-            f"patch ConfigMap {cluster.namespace}/{name}",
-            cluster.core.patch_namespaced_config_map,
+            f"patch {kind} {cluster.namespace}/{name}",
+            _verbs(cluster, kind)["patch"],
             name,
             cluster.namespace,
             {"metadata": {"ownerReferences": [owner]}},
         )
 
 
-def _delete_config_map(cluster: Cluster, name: str) -> None:
+def _delete_companion(cluster: Cluster, companion: tuple[str, str]) -> None:
+    kind, name = companion
     cluster.call_or_none(
-        f"delete ConfigMap {cluster.namespace}/{name}",
-        cluster.core.delete_namespaced_config_map,
+        f"delete {kind} {cluster.namespace}/{name}",
+        _verbs(cluster, kind)["delete"],
         name,
         cluster.namespace,
     )

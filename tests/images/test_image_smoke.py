@@ -130,3 +130,66 @@ def test_trainer_dependency_missing_from_the_image_fails(capsys, monkeypatch):
     assert code == smoke.EXIT_FAILED
     assert "FAIL trainer_imports: trainer modules fail to import: " in out
     assert "import of omegaconf halted" in out
+
+
+READ_ONLY_ROOT = (
+    # A private mount namespace: the root filesystem read-only, as `readOnlyRootFilesystem`
+    # makes it, and a fresh tmpfs at each emptyDir mount path the rendered pod has.
+    "mount --bind / / && mount -o remount,ro,bind / && for dir in $MOUNTS; do "
+    'mount -t tmpfs -o size=256m tmpfs "$dir"; done && exec "$@"'
+)
+
+
+def rendered_trainer_pod() -> tuple[dict[str, str], list[str]]:
+    """The env and emptyDir mount paths of a rendered training pod's container."""
+    from tests.jobs.conftest import CLUSTER, build
+
+    job = next(
+        m for m in build([*CLUSTER, "compute=g5.12xlarge"]).manifests if m["kind"] == "PyTorchJob"
+    )
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    mounts = [m["mountPath"] for m in container["volumeMounts"] if m["name"] in empty_dirs]
+    # The node's side (EFA, NCCL) is not this machine's: keep the rest of the pod's env.
+    env = {
+        e["name"]: e["value"]
+        for e in container["env"]
+        if "value" in e and not e["name"].startswith(("FI_", "NCCL_", "TORCH_NCCL_"))
+    }
+    return env, [m for m in mounts if m != "/dev/shm"]  # /dev/shm: tmpfs here already
+
+
+def smoke_under_read_only_root(env: dict[str, str], mounts: list[str]):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_SMOKE_")}
+    command = [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", "cpu"]
+    namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", READ_ONLY_ROOT]
+    return subprocess.run(
+        [*namespace, "sh", *command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**base, **env, "MOUNTS": " ".join(mounts)},
+    )
+
+
+def test_self_test_passes_with_the_pods_read_only_root_and_fails_without_its_mounts():
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind / /"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode:
+        pytest.skip(f"no mount namespaces here (unshare: {probe.stderr.decode().strip()})")
+    env, mounts = rendered_trainer_pod()
+    assert mounts == ["/tmp"] and env["HOME"].startswith("/tmp/")
+    result = smoke_under_read_only_root(env, mounts)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok   writable_dirs" in result.stdout
+    # The same image without the pod's HOME: the caches under the image's HOME are read-only.
+    home = str(Path.home())
+    result = smoke_under_read_only_root({**env, "HOME": home}, mounts)
+    assert result.returncode == smoke.EXIT_FAILED
+    assert f"{home}/" in result.stdout and "is not writable" in result.stdout, result.stdout

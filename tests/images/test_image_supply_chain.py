@@ -196,7 +196,7 @@ def test_trainer_code_is_a_small_last_layer_apart_from_the_dependencies():
     wheel_install = next(i for i, line in enumerate(runtime) if "from=trainer-wheel" in line)
     assert venv < wheel_install
     later = [line.split()[0] for line in runtime[wheel_install + 1 :] if line and line[0] != "#"]
-    assert set(later) <= {"ENV", "WORKDIR", "USER", "ENTRYPOINT", "CMD"}, later
+    assert set(later) <= {"ENV", "WORKDIR", "USER", "HEALTHCHECK", "ENTRYPOINT", "CMD"}, later
 
 
 def test_nightly_rebuilds_pick_up_apt_fixes_of_the_base_packages():
@@ -206,3 +206,52 @@ def test_nightly_rebuilds_pick_up_apt_fixes_of_the_base_packages():
 @pytest.mark.parametrize("name", ["constraints.txt", "build-tools.txt"])
 def test_lock_files_are_in_the_build_context(name):
     assert f"!images/trainer/{name}" in (REPO / ".dockerignore").read_text()
+
+
+# ---- the Training API image ------------------------------------------------------------------
+
+API_DIR = REPO / "images/api"
+
+
+def pins_of(path: Path) -> dict[str, str]:
+    """Normalized name -> version of a requirements file's pins."""
+    return {lock.normalize(n): v for n, v in lock.parse_pins(path.read_text()).items()}
+
+
+API_DOCKERFILE = (API_DIR / "Dockerfile").read_text()
+
+
+def test_api_image_base_is_the_trainers_pinned_base_and_its_locks_are_hashed():
+    (base,) = re.findall(r"^ARG BASE_IMAGE=(\S+)$", API_DOCKERFILE, re.M)
+    assert lock.PINNED_REFERENCE.fullmatch(base), base
+    assert re.findall(r"^ARG CUDA_BASE_IMAGE=(\S+)$", DOCKERFILE, re.M) == [base]
+    assert re.findall(r"^FROM (\S+)", API_DOCKERFILE, re.M) == ["${BASE_IMAGE}"]
+    assert API_DOCKERFILE.splitlines()[0] == DOCKERFILE.splitlines()[0]  # the syntax pin
+    for name in ("constraints.txt", "build-tools.txt"):
+        text = (API_DIR / name).read_text()
+        pins, hashes = lock.parse_pins(text), lock.parse_hashes(text)
+        assert pins and set(pins) == set(hashes), name
+        assert all(len(h) == 1 for h in hashes.values()), name
+        assert "torch" not in {lock.normalize(n) for n in pins}
+    # Same libraries as developer machines (constraints.txt) wherever both pin them.
+    dev, api = pins_of(REPO / "constraints.txt"), pins_of(API_DIR / "constraints.txt")
+    assert {n: v for n, v in api.items() if n in dev and dev[n] != v} == {}
+    installs = re.findall(r"pip install[^&]*", re.sub(r"\\\n\s*", " ", API_DOCKERFILE))
+    locked = [i for i in installs if " -r " in i]
+    assert [i.split(" -r ")[1].split()[0] for i in locked] == [
+        "/tmp/lock/build-tools.txt",
+        "/tmp/lock/constraints.txt",
+    ]
+    for command in installs:
+        assert "--no-deps" in command, command
+        assert " -r " not in command or "--require-hashes" in command, command
+    (project,) = [i for i in installs if " -r " not in i]
+    assert project.rstrip().endswith("-e .")
+
+
+def test_the_trainer_image_carries_wandb_at_the_developer_pin():
+    """`trainer.metrics.wandb_project` on a cluster run logs instead of warning that wandb is
+    missing: the image's lock has it, at the version developer machines run."""
+    image, dev = pins_of(IMAGE_DIR / "constraints.txt"), pins_of(REPO / "constraints.txt")
+    assert image["wandb"] == dev["wandb"]
+    assert "wandb" in lock.IMAGE_EXTRAS

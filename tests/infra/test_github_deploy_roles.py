@@ -90,7 +90,7 @@ def test_prod_deploy_role_only_starts_and_follows_the_deploy_project(stack_runs)
     assert statements["NoBuildspecOverride"] == {
         "Sid": "NoBuildspecOverride",
         "Effect": "Deny",
-        "Action": "codebuild:StartBuild",
+        "Action": ["codebuild:StartBuild", "codebuild:StartBuildBatch"],
         "Resource": project.state["arn"],
         "Condition": {"Null": {"codebuild:source.buildspec": "false"}},
     }

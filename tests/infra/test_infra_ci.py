@@ -4,13 +4,15 @@ pull request's build can write, who can trigger a privileged builder, which tags
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from infra.ci import PR_EVENTS, pull_request_filter_groups
 from infra.ci_policies import ECR_WRITE_ACTIONS, only_writer_repository_policy
 from infra.config import ConfigError, parse_stack_config
-from tests.infra.pulumi_harness import StackRun, run_program, stack_file_config
+from tests.infra.iam_eval import allowed
+from tests.infra.pulumi_harness import REPO, StackRun, run_program, stack_file_config
 
 PROJECT = "aws:codebuild/project:Project"
 WEBHOOK = "aws:codebuild/webhook:Webhook"
@@ -217,9 +219,19 @@ def trust(run: StackRun, suffix: str) -> dict:
     return statement
 
 
+DATA_READS = [
+    line
+    for line in (Path(__file__).parent / "data" / "readonly_data_reads.txt")
+    .read_text()
+    .splitlines()
+    if line and not line.startswith("#")
+]
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_preview_role_is_read_only_and_trusts_only_the_preview_environment(stack_runs, stack):
-    """`pulumi preview` runs a pull request's code: its role reads configuration only."""
+    """`pulumi preview` runs a pull request's code: its role is an explicit allow-list of what a
+    preview reads, and no data-reading action of ReadOnlyAccess is allowed on anything."""
     run = stack_runs[stack]
     statement = trust(run, "-gha-preview")
     assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
@@ -233,30 +245,59 @@ def test_preview_role_is_read_only_and_trusts_only_the_preview_environment(stack
         for a in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
         if a.name.startswith(role(run, "-gha-preview").name)
     ]
-    assert attached == ["arn:aws:iam::aws:policy/ReadOnlyAccess"]
-    (deny,) = statements(run, "-gha-preview")
-    assert deny["Effect"] == "Deny" and deny["Resource"] == "*"
-    for action in ("s3:GetObject", "secretsmanager:GetSecretValue", "kms:Decrypt"):
-        assert action in deny["Action"]
+    assert attached == []  # no managed policy: ReadOnlyAccess reads logs, queues, tables...
+    granted = statements(run, "-gha-preview")
+    assert all(s["Effect"] == "Allow" for s in granted)
+    assert {a for s in granted for a in as_list(s["Action"])} == {"sts:GetCallerIdentity"}
+    documents = [{"Statement": granted}]
+    bucket = run.outputs["bucket"]
+    for action in DATA_READS:
+        service = action.split(":")[0]
+        for resource in (
+            "*",
+            f"arn:aws:{service}:us-east-1:123456789012:anything",
+            f"arn:aws:s3:::{bucket}/runs/r1/checkpoint/step-1/model.safetensors",
+        ):
+            assert not allowed(documents, action, resource), (action, resource)
     assert run.outputs["github_preview_role_arn"].endswith("-gha-preview")
 
 
+def test_preview_reads_the_training_api_secret_it_looks_up_and_no_other():
+    """The program's one lookup (the API's token hashes) is granted by its ARN alone."""
+    from tests.infra.test_infra_training_api import SECRET_ARN, with_api
+    from tests.infra.test_infra_training_api import run as run_with_api
+
+    config = with_api()
+    run = run_with_api(config)
+    assert run.invokes == ["aws:secretsmanager/getSecretVersion:getSecretVersion"]
+    documents = [{"Statement": statements(run, "-gha-preview")}]
+    assert allowed(documents, "secretsmanager:GetSecretValue", SECRET_ARN)
+    other = SECRET_ARN.rsplit(":", 1)[0] + ":other-AbCdEf"
+    assert not allowed(documents, "secretsmanager:GetSecretValue", other)
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_build_role_trusts_main_and_tags_and_can_only_start_the_release_build(stack_runs, stack):
+def test_build_role_trusts_only_the_release_environment_and_starts_only_the_release_build(
+    stack_runs, stack
+):
     run = stack_runs[stack]
     subjects = trust(run, "-gha-build")["Condition"]["StringLike"][
         "token.actions.githubusercontent.com:sub"
     ]
-    assert subjects == [
-        "repo:example-org/trainstack:ref:refs/heads/main",
-        "repo:example-org/trainstack:ref:refs/tags/v*",
-    ]
+    # Not refs: anyone who can push a v* tag would drive the build that writes the release
+    # repository. The protected environment's rules and reviewers decide.
+    assert subjects == ["repo:example-org/trainstack:environment:release"]
     granted = statements(run, "-gha-build")
     start = next(s for s in granted if s["Sid"] == "ReleaseBuild")
     assert "codebuild:StartBuild" in start["Action"]
     assert start["Resource"].endswith("-image")  # never the pull-request project
-    actions = {a for s in granted for a in as_list(s["Action"])}
+    actions = {a for s in granted if s["Effect"] == "Allow" for a in as_list(s["Action"])}
     assert not actions & set(ECR_WRITE_ACTIONS)
+    documents = [{"Statement": granted}]
+    project = start["Resource"]
+    assert allowed(documents, "codebuild:StartBuild", project)
+    override = {"codebuild:source.buildspec": "version: 0.2"}
+    assert not allowed(documents, "codebuild:StartBuild", project, override)
     provider = run.one("aws:iam/openIdConnectProvider:OpenIdConnectProvider").inputs
     assert provider["url"] == "https://token.actions.githubusercontent.com"
 
@@ -268,3 +309,49 @@ def test_an_existing_oidc_provider_is_used_not_duplicated():
     run = run_program(config, "dev")
     assert not run.of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider")
     assert trust(run, "-gha-build")["Principal"] == {"Federated": provider}
+
+
+def test_the_image_job_runs_in_the_environment_the_build_role_trusts():
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github/workflows/deploy.yml").read_text())
+    assert workflow["jobs"]["image"]["environment"] == "release"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_service_role_trusts_its_service_for_this_account_and_resource_only(
+    stack_runs, stack
+):
+    """Confused deputy: CodeBuild (release, pull-request, deploy), EventBridge and Pod Identity
+    may assume a role only for this account's own project, rule or cluster."""
+    run = stack_runs[stack]
+    account = "123456789012"
+    seen = {}
+    for declared in run.of_type("aws:iam/role:Role"):
+        for statement in json.loads(declared.inputs["assumeRolePolicy"])["Statement"]:
+            service = (statement.get("Principal") or {}).get("Service")
+            # EC2 (instance profiles) and the EKS control plane do not send the source keys
+            # when they assume a role: a condition on them would lock the nodes and cluster out.
+            if service in (None, "ec2.amazonaws.com", "eks.amazonaws.com"):
+                continue
+            condition = statement.get("Condition", {})
+            assert condition.get("StringEquals", {}).get("aws:SourceAccount") == account, (
+                declared.name,
+                statement,
+            )
+            if service in ("codebuild.amazonaws.com", "events.amazonaws.com"):
+                source = condition["ArnLike"]["aws:SourceArn"]
+                assert f":{account}:" in source and source.endswith("-*"), source
+                seen[declared.name] = source
+    suffixes = {name.rsplit("-", 1)[-1] for name in seen}
+    assert {"codebuild", "schedule"} <= suffixes, seen
+    if stack == "prod":
+        assert "deploy" in suffixes
+
+
+def test_prod_images_key_is_protected_and_retained(stack_runs):
+    for stack, protected in (("prod", True), ("dev", False)):
+        (key,) = [
+            k for k in stack_runs[stack].of_type("aws:kms/key:Key") if k.name.endswith("-images")
+        ]
+        assert (key.opts.protect, key.opts.retain_on_delete) == (protected, protected), stack

@@ -24,9 +24,9 @@ ASG_TAG = "aws:autoscaling/tag:Tag"
 
 
 def stateful(run: StackRun) -> list:
-    """The runs bucket, every KMS key the stack creates outside the registry, and FSx."""
-    keys = [k for k in run.of_type(KEY) if not k.name.endswith("-images")]
-    return [*run.of_type(BUCKET), *keys, *run.of_type(FSX)]
+    """The runs bucket, every KMS key the stack creates (the images key too: every image is
+    encrypted with it), and FSx."""
+    return [*run.of_type(BUCKET), *run.of_type(KEY), *run.of_type(FSX)]
 
 
 def deploy_project(run: StackRun):
@@ -41,7 +41,8 @@ def test_prod_protects_and_retains_what_holds_data(stack_runs):
     run = stack_runs["prod"]
     protected = stateful(run)
     assert {r.type for r in protected} == {BUCKET, KEY, FSX}
-    assert len([r for r in protected if r.type == KEY]) == 2  # runs bucket, EKS secrets
+    # runs bucket, EKS secrets, images
+    assert len([r for r in protected if r.type == KEY]) == 3
     for resource in protected:
         assert resource.opts.protect and resource.opts.retain_on_delete, resource.name
     for key in run.of_type(KEY):
@@ -123,10 +124,10 @@ def test_external_runs_key_is_used_not_created():
         for p in run.of_type("aws:iam/rolePolicy:RolePolicy")
         if p.name.endswith("-trainer-inline")
     )
-    bucket_key = next(
-        s for s in json.loads(trainer.inputs["policy"])["Statement"] if s["Sid"] == "BucketKey"
-    )
-    assert bucket_key["Resource"] == key_arn
+    keys = [
+        s for s in json.loads(trainer.inputs["policy"])["Statement"] if s["Sid"].startswith("Key")
+    ]
+    assert [k["Resource"] for k in keys] == [key_arn]
 
 
 def test_without_bucket_keys_the_context_is_the_object_arn():
@@ -411,6 +412,6 @@ def test_pod_identity_roles_trust_only_this_account(stack_runs, stack):
         for r in stack_runs[stack].of_type("aws:iam/role:Role")
         if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]
     ]
-    assert len(pod_roles) == 3  # VPC CNI, trainer, cluster-autoscaler
+    assert len(pod_roles) == 4  # VPC CNI, trainer, data-prepare, cluster-autoscaler
     for (statement,) in pod_roles:
         assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}

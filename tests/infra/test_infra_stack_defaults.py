@@ -45,8 +45,10 @@ def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_run
     defaults = yaml.safe_load(text)
     assert set(defaults) == {"cluster", "job", "storage"}
     assert set(defaults["job"]) == {"image_repository", "queue"}
-    assert set(defaults["storage"]) == {"root"}
+    assert set(defaults["storage"]) == {"root", "grants", "fsx_claim"}
     outputs = stack_runs["dev"].outputs
+    assert defaults["storage"]["grants"] == outputs["s3_grants"]
+    assert defaults["cluster"]["data_prepare_service_account"] == "data-prepare"
     assert defaults["storage"]["root"] == f"s3://{outputs['bucket']}/runs"
     assert defaults["job"]["image_repository"] == outputs["repository_url"]
     assert defaults["job"]["queue"] == outputs["local_queue"] == "training"  # the LocalQueue
@@ -121,3 +123,89 @@ def test_module_command_reads_piped_outputs(tmp_path, dev_outputs):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "conf" / "dev.yaml").exists()
+
+
+def launch(tmp_path, monkeypatch, capsys, *overrides):
+    """`trainstack launch stack=dev backend=render ...` with the stack file written above."""
+    from jobs.cli import main as cli_main
+
+    monkeypatch.setenv("TRAINSTACK_CONFIG_PATH", str(tmp_path / "conf-root"))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    monkeypatch.chdir(work)
+    try:
+        code = cli_main(
+            ["launch", "stack=dev", "backend=render", "compute=g5.12xlarge", *overrides]
+        )
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err, work
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "url"),
+    [
+        ("data.path=s3://{bucket}/train.jsonl", "data.path", "s3://{bucket}/train.jsonl"),
+        ("model.init_from=s3://other-bucket/models/x", "model.init_from", "s3://other-bucket"),
+        ("storage.root=s3://{bucket}/datasets/runs", "storage.root", "s3://{bucket}/datasets"),
+    ],
+)
+def test_launch_refuses_a_url_the_pods_cannot_reach(
+    tmp_path, dev_outputs, stack_runs, monkeypatch, capsys, exec_in_process, override, key, url
+):
+    bucket = stack_runs["dev"].outputs["bucket"]
+    assert (
+        main(
+            [
+                "--stack",
+                "dev",
+                "--outputs",
+                str(dev_outputs),
+                "--conf-dir",
+                str(tmp_path / "conf-root" / "stack"),
+                "--kube-dir",
+                str(tmp_path / "kube"),
+            ]
+        )
+        == 0
+    )
+    base = [
+        "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
+        f"data.path=s3://{bucket}/raw/train.jsonl",
+        f"data.tokenizer=s3://{bucket}/tokenizers/llama3",
+    ]
+    code, err, work = launch(tmp_path, monkeypatch, capsys, *base)
+    assert code == 0, err  # inside the layout: rendered
+    rendered = sorted(work.rglob("manifests.yaml"))
+    assert len(rendered) == 1
+    code, err, _ = launch(tmp_path, monkeypatch, capsys, *base, override.format(bucket=bucket))
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.split(": ", 2)[1] == key or f"{key}: " in line, line
+    assert url.format(bucket=bucket) in line and "trainstack:dataAccess" in line, line
+    assert sorted(work.rglob("manifests.yaml")) == rendered  # nothing new written
+
+
+def test_fsx_claim_comes_from_the_stack_and_a_stack_without_fsx_refuses_it(
+    tmp_path, dev_outputs, stack_runs, monkeypatch, capsys, exec_in_process
+):
+    prod = tmp_path / "prod.json"
+    prod.write_text(json.dumps(stack_runs["prod"].outputs))
+    assert run(tmp_path, prod, stack="prod") == 0
+    claim = yaml.safe_load((tmp_path / "conf" / "prod.yaml").read_text())["storage"]["fsx_claim"]
+    assert claim == stack_runs["prod"].outputs["fsx_claim"] and claim
+    conf = ["--conf-dir", str(tmp_path / "conf-root" / "stack"), "--kube-dir", str(tmp_path / "k")]
+    assert main(["--stack", "dev", "--outputs", str(dev_outputs), *conf]) == 0
+    bucket = stack_runs["dev"].outputs["bucket"]
+    code, err, work = launch(
+        tmp_path,
+        monkeypatch,
+        capsys,
+        "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
+        f"data.path=s3://{bucket}/raw/train.jsonl",
+        f"data.tokenizer=s3://{bucket}/tokenizers/llama3",
+        "storage.fsx=true",
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("trainstack launch: storage.fsx: the stack has no FSx"), err
+    assert not list(work.rglob("manifests.yaml"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
 from tests.k8s.fake_operator import FakeOperator, JobPlan
+from tests.s3_server import s3_env
 
 NAMESPACE = "training"
 GPU_TYPE = "p4d.24xlarge"
@@ -166,3 +168,30 @@ def config_map(name: str) -> dict:
         "metadata": {"name": f"{name}-config", "labels": dict(MANAGED)},
         "data": {"config.yaml": "seed: 0\n"},
     }
+
+
+ACCOUNT = "123456789012"  # moto's default account
+REGISTRY = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
+
+
+@pytest.fixture
+def ecr(moto_s3, monkeypatch):
+    """boto3's ECR client in this process talks to moto; a repository with tag v1 pushed."""
+    import boto3
+
+    for name, value in s3_env(moto_s3.url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_ECR", moto_s3.url)
+    client = boto3.client("ecr", region_name="us-east-1")
+    client.create_repository(repositoryName="trainstack/trainer")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {"digest": "sha256:" + "1" * 64, "size": 1, "mediaType": "x"},
+        "layers": [],
+    }
+    pushed = client.put_image(
+        repositoryName="trainstack/trainer", imageManifest=json.dumps(manifest), imageTag="v1"
+    )
+    yield pushed["image"]["imageId"]["imageDigest"]
+    client.delete_repository(repositoryName="trainstack/trainer", force=True)

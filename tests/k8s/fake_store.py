@@ -33,6 +33,7 @@ KINDS = {
     "localqueues": "LocalQueue",
     "clusterqueues": "ClusterQueue",
     "jobs": "Job",
+    "networkpolicies": "NetworkPolicy",
 }
 
 

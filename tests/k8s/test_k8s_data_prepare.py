@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.data.prepared import load, read_s3, texts, write_jsonl
-from tests.k8s.conftest import NAMESPACE
+from tests.k8s.conftest import NAMESPACE, REGISTRY
 from tests.k8s.fake_batch import FakeBatchController
 from tests.s3_server import FaultProxy, Link, s3_env
 
@@ -87,9 +87,56 @@ def test_render_writes_a_checked_indexed_job(trainstack, tmp_path, capsys):
     (container,) = pod["containers"]
     assert container["image"] == IMAGE and "nvidia.com/gpu" not in container["resources"]["limits"]
     assert container["command"][:3] == ["python", "-m", "trainer.data.prepare"]
-    assert pod["serviceAccountName"] == "trainer" and "tolerations" not in pod
+    assert pod["serviceAccountName"] == "data-prepare" and "tolerations" not in pod
     off_gpus = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert "p5.48xlarge" in off_gpus["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+
+
+GRANTS = (
+    "storage.grants.data_prepare=[{url: 's3://b/datasets/', access: readwrite},"
+    " {url: 's3://b/raw/', access: read}]"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "to", "refused"),
+    [
+        (
+            "s3://b/raw/web/",
+            "s3://b/ds",
+            "--to: 's3://b/ds' is outside the data-prepare pods' readwrite grants",
+        ),
+        ("s3://b/in/", "s3://b/datasets/web", "data.path: 's3://b/in/' is outside"),
+        ("s3://b/raw/web/", "s3://b/datasets/web", None),
+    ],
+)
+def test_a_stack_with_grants_refuses_an_ungranted_url(
+    trainstack, tmp_path, capsys, source, to, refused
+):
+    rendered = tmp_path / "rendered"
+    args = prepare_args(source, to, f"backend.output_root={rendered}", GRANTS, backend="render")
+    code = trainstack(*args)
+    err = capsys.readouterr().err
+    if refused is None:
+        assert code == 0, err
+        assert len(list(rendered.glob("*/manifests.yaml"))) == 1
+        return
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"trainstack data prepare: {refused}"), err
+    assert "trainstack:dataAccess" in err
+    assert not rendered.exists()
+
+
+def test_submit_pins_an_ecr_image_to_its_digest(trainstack, apiserver, ecr, capsys):
+    image = f"{REGISTRY}/trainstack/trainer:v1"
+    code = trainstack(*prepare_args("s3://b/in/", "b"), f"job.image={image}")
+    assert code == 0, capsys.readouterr().err
+    (job,) = apiserver.list("jobs", NAMESPACE, None)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
+    # The pods never mount an API token and write only to their scratch emptyDir.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_a_local_output_is_refused_for_the_cluster(trainstack, capsys):

@@ -2,40 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from jobs.k8s.api import ClusterError
 from jobs.k8s.ecr import pin_images, resolve_digest
-from tests.k8s.conftest import pytorch_job
-from tests.s3_server import s3_env
-
-ACCOUNT = "123456789012"  # moto's default account
-REGISTRY = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
-
-
-@pytest.fixture
-def ecr(moto_s3, monkeypatch):
-    """boto3's ECR client in this process talks to moto; a repository with tag v1 pushed."""
-    import boto3
-
-    for name, value in s3_env(moto_s3.url).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_ECR", moto_s3.url)
-    client = boto3.client("ecr", region_name="us-east-1")
-    client.create_repository(repositoryName="trainstack/trainer")
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {"digest": "sha256:" + "1" * 64, "size": 1, "mediaType": "x"},
-        "layers": [],
-    }
-    pushed = client.put_image(
-        repositoryName="trainstack/trainer", imageManifest=json.dumps(manifest), imageTag="v1"
-    )
-    yield pushed["image"]["imageId"]["imageDigest"]
-    client.delete_repository(repositoryName="trainstack/trainer", force=True)
+from tests.k8s.conftest import REGISTRY, pytorch_job
 
 
 def test_ecr_tag_is_pinned_to_its_digest(ecr):
@@ -74,3 +45,15 @@ def test_launch_submits_the_pinned_image(ecr, apiserver, trainstack):
     job = apiserver.get("pytorchjobs", "e2", "training")
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert master["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
+
+
+def test_a_render_carries_the_digest_the_kubernetes_backend_would_submit(ecr, monkeypatch):
+    from jobs.backends import render
+    from jobs.backends.render import RenderBackend
+    from tests.jobs.conftest import CLUSTER, build
+
+    monkeypatch.setattr(render, "_PINNED", {})
+    job = build(["compute=g5.12xlarge", *CLUSTER, f"job.image={REGISTRY}/trainstack/trainer:v1"])
+    text = RenderBackend("unused").dryrun(job).text
+    assert f"image: {REGISTRY}/trainstack/trainer@{ecr}" in text
+    assert "trainer:v1" not in text

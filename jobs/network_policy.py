@@ -1,0 +1,38 @@
+"""The NetworkPolicy each run brings: its pods accept connections only from pods of the same run.
+
+torchrun's c10d rendezvous store has no authentication and the dynamic rendezvous unpickles what
+it reads from it, so a pod that can reach the master's port runs code with the trainer's role.
+The training namespace denies all ingress by default (infra/cluster_addons.py); this policy opens
+every port (the rendezvous port, and NCCL's and gloo's sockets, which take ephemeral ports) between
+the pods labelled with this run's id, and nothing else. It is created before the job and owned by
+it, so it lives and goes with the run. Pure: the same spec gives the same dict.
+"""
+
+from __future__ import annotations
+
+from jobs.spec import LABEL_PREFIX, JobSpec
+
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+
+
+def network_policy_name(run_id: str) -> str:
+    return f"{run_id}-peers"
+
+
+def job_network_policy(spec: JobSpec) -> dict:
+    same_run = {"matchLabels": {RUN_ID_LABEL: spec.name}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "annotations": dict(spec.annotations),
+            "labels": dict(spec.labels),
+            "name": network_policy_name(spec.name),
+            "namespace": spec.namespace,
+        },
+        "spec": {
+            "podSelector": same_run,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": same_run}]}],
+        },
+    }
