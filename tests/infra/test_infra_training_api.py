@@ -201,7 +201,7 @@ def test_a_secret_that_is_not_hashes_stops_the_deploy(secret):
         (
             {"colour": "red"},
             "trainingApi.colour",
-            "unknown setting; allowed: certificateArn, cpu, image",
+            "unknown setting; allowed: admins, certificateArn, cpu, image",
         ),
         ({"tlsSecretName": None}, "trainingApi.certificateArn", "serves TLS only"),
         ({"certificateArn": CERTIFICATE_ARN}, "trainingApi.certificateArn", "internal NLB"),
