@@ -9,7 +9,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer
@@ -83,3 +88,11 @@ def restore(
         if "cuda" in rng:
             torch.cuda.set_rng_state(rng["cuda"], device)
     return Progress(**train["progress"]), rng_saved
+
+
+def restore_weights(checkpointer: Checkpointer, step: int, model: nn.Module) -> None:
+    """Load only the model weights of checkpoint `step` (`trainer.resume_weights_only`): DCP
+    reads just the `model.*` entries; optimizer, schedule, progress and RNG stay as built."""
+    state = {"model": get_model_state_dict(model)}
+    checkpointer.load(step, state)
+    set_model_state_dict(model, state["model"])
