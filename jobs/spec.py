@@ -135,13 +135,18 @@ def procs_per_node(compute: Any) -> int:
 
 
 def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
-    """The trainer's `--config` file: run_dir, seed, model, data, trainer; nothing else."""
+    """The trainer's `--config` file: run_dir, seed, model, data, trainer; nothing else.
+    `trainer.resume_from=RUN[/step-N]` becomes the path under storage.root it names."""
+    from jobs.resume_from import resume_from_path
+
+    trainer = plain(cfg.trainer)
+    trainer["resume_from"] = resume_from_path(cfg)
     return {
         "run_dir": run_dir,
         "seed": cfg.seed,
         "model": plain(cfg.model),
         "data": plain(cfg.data),
-        "trainer": plain(cfg.trainer),
+        "trainer": trainer,
     }
 
 
