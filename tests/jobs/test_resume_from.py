@@ -117,3 +117,18 @@ def test_s3_run_names_resolve_and_are_checked_on_s3(s3_direct, s3_bucket):
         build([*cluster, "trainer.resume_from=src/step-8"])
     with pytest.raises(ValueError, match=r"trainer.resume_from: .*src/nope' has no checkpoints"):
         build([*cluster, f"trainer.resume_from=s3://{s3_bucket}/runs/src/nope"])
+
+
+def test_the_launch_check_needs_no_torch(runs: Path):
+    """The API image validates launches and carries no torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from jobs.resume_from import check_resume_from; "
+        "from trainer.checkpoint.source import locate; "
+        f"locate({str(runs / 'src')!r}); assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
