@@ -38,10 +38,15 @@ def check_resume_from(cfg: Any) -> None:
     """The checkpoint exists and is committed (one listing; no torch). Skipped once the run
     itself has a committed checkpoint: the trainer resumes from its own then. Whether the
     checkpoint's files are whole and fit the model is the trainer's check at start (exit 2):
-    it needs torch, which the API image does not carry."""
+    it needs torch, which the API image does not carry. A path on the FSx mount is checked
+    by the trainer alone."""
     path = resume_from_path(cfg)
     if path is None:
         return
+    from jobs.validate import on_fsx
+
+    if cfg.backend.name != "local" and on_fsx(cfg, path):
+        return  # on the stack's FSx mount: only the pods see it, and the trainer checks it
     from trainer.checkpoint.layout import committed_steps
     from trainer.checkpoint.source import locate
     from trainer.errors import ConfigError

@@ -132,3 +132,18 @@ def test_the_launch_check_needs_no_torch(runs: Path):
     repo = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_source_on_the_fsx_mount_is_left_to_the_pods():
+    """Only the pods see FSx: the launch resolves the run name and leaves the check to the
+    trainer; a path on this machine is still refused for a cluster backend."""
+    fsx = ["storage.fsx=true", "storage.fsx_claim=fsx-claim", "compute=g5.12xlarge", *CLUSTER]
+    job = build([*fsx, "trainer.resume_from=/fsx/runs/src/checkpoints/step-00000004"])
+    assert (
+        job.spec.trainer_config["trainer"]["resume_from"]
+        == "/fsx/runs/src/checkpoints/step-00000004"
+    )
+    with pytest.raises(
+        ValueError, match=r"^trainer.resume_from: '/elsewhere/src' is a path on this"
+    ):
+        build([*fsx, "trainer.resume_from=/elsewhere/src"])
