@@ -2,7 +2,13 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two installs: `make run` needs the `local` extra only (torch, Hydra, the trainer's and the
+# local CLI's dependencies); `make test` and `make install` everything the suite needs (`all`).
 STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.installed-local-stamp
+# A venv that already has everything needs no second install for `make run`.
+RUN_DEPS := $(if $(wildcard $(STAMP)),$(STAMP),$(RUN_STAMP))
+PIP_INSTALL := $(BIN)/python -m pip install --progress-bar on -c constraints.txt
 
 .PHONY: install browser bytecode run test bench lint format clean
 
@@ -15,12 +21,19 @@ browser:
 		apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
-# Reinstall only when the dependency pins change; -e keeps conf/ and the code live.
+# Reinstall only when the dependency pins change; -e keeps conf/ and the code live. pip's
+# own progress (each package, download bars) shows: the full install is large.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all]'
+	$(PIP_INSTALL) -e '.[all]'
 	$(MAKE) --no-print-directory bytecode
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) -e '.[local]'
+	$(MAKE) --no-print-directory bytecode
+	touch $(RUN_STAMP)
 
 # pip byte-compiles what it installs, but not an editable checkout: without this every
 # `trainstack` start compiles the project's modules again when PYTHONDONTWRITEBYTECODE is set.
@@ -28,8 +41,16 @@ $(STAMP): pyproject.toml constraints.txt
 bytecode:
 	$(BIN)/python -m compileall -q -j 0 catalog hydra_plugins infra jobs trainer
 
-run: $(STAMP)
-	$(BIN)/trainstack launch
+# `trainstack` lives in the venv: the last lines say how to put it on PATH (also after a
+# failed run, which is when `trainstack logs` is wanted).
+run: $(RUN_DEPS)
+	@$(BIN)/trainstack launch; status=$$?; \
+	echo; \
+	echo "trainstack is installed in $(VENV): activate it, then look at the run:"; \
+	echo "  . $(VENV)/bin/activate"; \
+	echo "  trainstack runs                 # every run here, with its state, step and loss"; \
+	echo "  trainstack status <run>         # trainstack logs <run>, trainstack plot <run>"; \
+	exit $$status
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .

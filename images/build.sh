@@ -23,16 +23,18 @@
 # Output: image.json (the artifact) and image.env (IMAGE_URI, IMAGE_DIGEST for exported-variables).
 set -euo pipefail
 
-# IMAGE_KIND: trainer (default) or api (images/api: the Training API, no torch). The API image
-# goes to the same repository under its own tags (api-<sha>, api-nightly-..., api-X.Y.Z) and
-# writes api-image.json / api-image.env, so one build runs both without either clobbering
-# the other's outputs.
+# IMAGE_KIND: trainer (default), trainer-hf (runner=hf's variant: images/trainer-hf, built on
+# the trainer image this build just pushed, named by its digest from image.json) or api (images/api: the Training API, no torch). The others go to the
+# same repository under their own tags (hf-<sha>, api-<sha>, api-nightly-..., api-X.Y.Z) and
+# write <prefix>image.json / <prefix>image.env, so one build runs all without any clobbering
+# another's outputs.
 readonly IMAGE_KIND=${IMAGE_KIND:-trainer}
 case $IMAGE_KIND in
   trainer) readonly TAG_PREFIX="" OUTPUT_PREFIX="" ;;
+  trainer-hf) readonly TAG_PREFIX="hf-" OUTPUT_PREFIX="hf-" ;;
   api) readonly TAG_PREFIX="api-" OUTPUT_PREFIX="api-" ;;
   *)
-    echo "build.sh: IMAGE_KIND=$IMAGE_KIND; allowed: trainer, api" >&2
+    echo "build.sh: IMAGE_KIND=$IMAGE_KIND; allowed: trainer, trainer-hf, api" >&2
     exit 1
     ;;
 esac
@@ -128,6 +130,18 @@ source_date_epoch() {
   fi
 }
 
+# The trainer image the hf variant builds on: the one this build pushed (image.json's "image":
+# REPOSITORY@sha256:...), else (pull-request: nothing pushed) the one it loaded, by its tag.
+trainer_image() {
+  local image tag
+  image=$(sed -n 's/.*"image": "\([^"]*\)".*/\1/p' image.json 2>/dev/null)
+  if [[ $image != *@sha256:* ]]; then
+    tag=$(image_tag)
+    image="$REPOSITORY_URI:${tag#"$TAG_PREFIX"}"
+  fi
+  echo "$image"
+}
+
 # Build flags shared by the self-test build and the push build, so both produce one image.
 build_args() {
   local sha=$1 version=$2 kind=$3 tag epoch
@@ -139,6 +153,9 @@ build_args() {
     --build-arg "SOURCE_URL=${CODEBUILD_SOURCE_REPO_URL:-unknown}" \
     --build-arg "IMAGE_VERSION=${version:-$tag}" \
     --build-arg "SOURCE_DATE_EPOCH=$epoch"
+  if [[ $IMAGE_KIND == trainer-hf ]]; then
+    printf '%s\n' --build-arg "TRAINER_IMAGE=$(trainer_image)"
+  fi
   if [[ $kind == nightly ]]; then
     printf '%s\n' --pull --no-cache
   else
@@ -192,6 +209,9 @@ cmd_selftest() {
     # The service's modules import, and torch is nowhere in the image.
     docker run --rm --entrypoint python "$REPOSITORY_URI:$tag" -c \
       "import importlib.util, jobs.api.app, jobs.plot.png; assert not importlib.util.find_spec('torch')"
+  elif [[ $IMAGE_KIND == trainer-hf ]]; then
+    docker run --rm "$REPOSITORY_URI:$tag" python -m trainer.smoke
+    docker run --rm "$REPOSITORY_URI:$tag" python -c "import accelerate, peft, transformers"
   else
     docker run --rm "$REPOSITORY_URI:$tag" python -m trainer.smoke
   fi

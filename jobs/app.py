@@ -247,17 +247,21 @@ def _writable(cfg: Any) -> Any:
 
 
 def run_single(cfg: Any) -> int:
+    from hydra.core.hydra_config import HydraConfig
+
     from jobs.backends import backend_for
     from jobs.backends.base import BackendError
     from jobs.errors import one_line
     from jobs.manifest_checks import ManifestError
     from jobs.materialize import materialize
+    from jobs.relaunch import relaunch_config
     from jobs.run import run_job
     from jobs.submission import git_sha, utc_now
     from jobs.validate import JobConfigError
 
     try:
-        job = materialize(_writable(cfg), now=utc_now(), git_sha=git_sha())
+        cfg, record = relaunch_config(_writable(cfg), list(HydraConfig.get().overrides.task))
+        job = materialize(cfg, now=utc_now(), git_sha=git_sha())
     except (JobConfigError, ManifestError) as err:
         return fail(str(err))
     except Exception as err:  # an OmegaConf interpolation error met while validating
@@ -266,6 +270,8 @@ def run_single(cfg: Any) -> int:
         if isinstance(err, OmegaConfBaseException):
             return fail(one_line(err))
         raise
+    if record:
+        print(f"run {job.run_id}: its recorded config ({record}) with this command line's changes")
     try:
         return run_job(backend_for(job.cfg), job, dryrun=FLAGS.dryrun)
     except BackendError as err:

@@ -39,7 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if argv[:1] in (["-sc"], ["--shell-completion"]):
-        argv = ["launch", *argv]  # the completion script Hydra installed asks `trainstack -sc`
+        # The completion script Hydra installed asks `trainstack -sc query=<shell>`: answered
+        # here for every line but `trainstack launch ...`, which is Hydra's (jobs/completion.py).
+        from jobs.completion import query
+
+        answer = query(argv, os.environ.get("COMP_LINE"), os.environ.get("COMP_POINT"))
+        if answer is not None:
+            print(answer)
+            return 0
+        argv = ["launch", *argv]
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv)  # prints usage and exits 2
     name, rest = argv[0], argv[1:]

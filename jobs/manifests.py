@@ -14,6 +14,8 @@ import yaml
 
 from jobs.manifest_checks import check_manifests
 from jobs.network_policy import job_network_policy
+from jobs.runner import SCRATCH_DIR as RUNNER_DIR
+from jobs.runner import TRAINSTACK
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
 
 CONTAINER_NAME = "pytorch"
@@ -146,6 +148,10 @@ def pod_template(spec: JobSpec) -> dict:
         },
         scratch,
     ]
+    if spec.runner != TRAINSTACK:
+        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        container["volumeMounts"].append({"mountPath": RUNNER_DIR, "name": "runner"})
+        volumes.append({"emptyDir": {}, "name": "runner"})
     if spec.fsx:
         claim, mount_path = spec.fsx
         volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})

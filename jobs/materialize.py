@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
 from jobs.spec import JobSpec, to_job_spec
 from jobs.validate import validate_job
+
+if TYPE_CHECKING:
+    from jobs.workdir import PackedWorkdir
 
 
 @dataclass
@@ -20,6 +23,8 @@ class MaterializedJob:
     plan: Plan
     manifests: list[dict] | None = None
     """PyTorchJob + ConfigMap, validated; built only for backends that need them."""
+    code: PackedWorkdir | None = None
+    """The packed runner.workdir; the backend stores it at `spec.code.uri` when scheduling."""
 
     @property
     def run_id(self) -> str:
@@ -36,11 +41,12 @@ def materialize(
 ) -> MaterializedJob:
     """Validate `cfg`, name the run and build its spec (and manifests unless local).
 
-    Raises `jobs.validate.JobConfigError` naming the offending key; nothing is written.
+    Raises `jobs.validate.JobConfigError` naming the offending key; nothing is written (a
+    runner.workdir is packed in memory here, and stored by the backend).
     """
     from omegaconf import open_dict
 
-    from trainer.job_config import model_label
+    from jobs.runner import job_label
 
     sweep_id = sweep_id or cfg.sweep_id
     run_id = run_id or cfg.run_id
@@ -48,12 +54,19 @@ def materialize(
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
     trainer_plan = validate_job(cfg, git_sha=git_sha)
+    code = None
+    if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
+        from jobs.workdir import pack
+
+        code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb)
+    with open_dict(cfg):
+        cfg.runner.code = code.sha256 if code else None
     if run_id is None:  # named after validation: the name reads the model's keys
-        run_id = new_run_id(model_label(cfg), now)
+        run_id = new_run_id(job_label(cfg), now)
         with open_dict(cfg):
             cfg.run_id = run_id
-    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha, now=now)
-    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan))
+    spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
+    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
     if cfg.backend.name != "local":
         from jobs.manifests import to_manifests
 

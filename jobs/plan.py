@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from catalog import SPOT_DISCOUNT, get_instance_type
 from trainer.gpu_peaks import gpu_peak_flops
-from trainer.job_config import model_label
 
 if TYPE_CHECKING:
     from jobs.spec import JobSpec
@@ -28,13 +27,15 @@ class Plan:
     sweep_id: str | None
     backend: str
     model: str
-    params: int
+    params: int | None
+    """None when another runner than the built-in trainer sizes the model."""
     nodes: int
     procs_per_node: int
     instance_type: str | None
     gpu_model: str | None
-    tokens_per_step: int
-    max_steps: int
+    tokens_per_step: int | None
+    max_steps: int | None
+    """None for runner=command: the program decides."""
     hourly_usd: float | None
     """For the whole job (all nodes)."""
     hourly_source: str
@@ -44,10 +45,14 @@ class Plan:
     warnings: tuple[str, ...] = ()
     data: tuple[tuple[str, float], ...] = ()
     """(path, share of samples) of each training source: one, or a mixture's."""
+    runner: str = "trainstack (built-in trainer)"
+    """Which runner and what it runs (`jobs.runner.describe`)."""
 
     @property
     def hours(self) -> float | None:
-        return None if self.step_time_s is None else self.max_steps * self.step_time_s / 3600
+        if self.step_time_s is None or self.max_steps is None:
+            return None
+        return self.max_steps * self.step_time_s / 3600
 
     @property
     def cost_usd(self) -> float | None:
@@ -60,6 +65,7 @@ class Plan:
         return {
             "run_id": self.run_id,
             "model": self.model,
+            "runner": self.runner,
             "params": self.params,
             "nodes": self.nodes,
             "procs_per_node": self.procs_per_node,
@@ -75,7 +81,8 @@ class Plan:
     def one_line(self) -> str:
         where = f"{self.nodes} x {self.instance_type}" if self.instance_type else "local"
         cost = "" if self.cost_usd is None else f", est. ${self.cost_usd:,.2f}"
-        return f"{self.run_id}: {self.model}, {where}, {self.max_steps} steps{cost}"
+        steps = "" if self.max_steps is None else f", {self.max_steps} steps"
+        return f"{self.run_id}: {self.model}, {where}{steps}{cost}"
 
     def __str__(self) -> str:
         where = (
@@ -84,11 +91,19 @@ class Plan:
             else f"this machine, {self.procs_per_node} CPU processes"
         )
         lines = [
-            f"run      {self.run_id}" + (f"  (sweep {self.sweep_id})" if self.sweep_id else ""),
-            f"model    {self.model}, {self.params / 1e6:,.1f}M parameters",
-            f"compute  {where}, backend={self.backend}",
-            f"steps    {self.max_steps} x {self.tokens_per_step:,} tokens",
+            f"run      {self.run_id}" + (f"  (sweep {self.sweep_id})" if self.sweep_id else "")
         ]
+        if not self.runner.startswith("trainstack"):
+            lines.append(f"runner   {self.runner}")
+        if self.params is not None:
+            lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters")
+        elif not self.runner.startswith("command"):
+            lines.append(f"model    {self.model}")
+        lines.append(f"compute  {where}, backend={self.backend}")
+        if self.tokens_per_step is not None:
+            lines.append(f"steps    {self.max_steps} x {self.tokens_per_step:,} tokens")
+        elif self.max_steps is not None:
+            lines.append(f"steps    {self.max_steps}")
         if self.hourly_usd is not None:
             lines.append(f"price    ${self.hourly_usd:,.2f}/hour ({self.hourly_source})")
         if self.step_time_s is not None:
@@ -96,7 +111,7 @@ class Plan:
                 f"estimate {self.step_time_s:.3g} s/step ({self.step_time_source}) -> "
                 f"{self.hours:.3g} h, ${self.cost_usd or 0:,.2f}"
             )
-        else:
+        elif self.max_steps is not None:
             lines.append(f"estimate {self.step_time_source}")
         if len(self.data) == 1:
             lines.append(f"data     {self.data[0][0]}")
@@ -108,12 +123,15 @@ class Plan:
         return "\n".join(lines)
 
 
-def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
+def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan:
     """`trainer_plan`: the trainer's own figures (model, tokens per step) at the job's size,
-    from validation."""
-    args = trainer_plan.model
+    from validation; None for other runners (no size or step estimate: the price per hour)."""
+    from jobs.runner import COMMAND, describe, job_label
+
+    args = trainer_plan.model if trainer_plan else None
     world = spec.nodes * spec.nproc_per_node
-    tokens = trainer_plan.tokens_per_step
+    tokens = trainer_plan.tokens_per_step if trainer_plan else None
+    command = cfg.runner.name == COMMAND
     compute = cfg.compute
     instance = get_instance_type(spec.instance_type) if spec.instance_type else None
     hourly, hourly_source = None, "local: no charge"
@@ -132,10 +150,12 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
             hourly_source += " (capacity=any: at most this; spot nodes cost less)"
     step_time, step_source = compute.step_time_s, "compute.step_time_s"
     known_gpu = gpu_peak_flops(instance.gpu_model) if instance is not None else None
-    if step_time is None and known_gpu is not None:
+    if step_time is None and known_gpu is not None and args is not None:
         flops = args.training_flops_per_token(cfg.data.seq_len) * tokens
         step_time = flops / (known_gpu[1] * world * ASSUMED_MFU)
         step_source = f"estimated: FLOPs/token at {ASSUMED_MFU:.0%} MFU of {instance.gpu_model}"
+    elif step_time is None and args is None:
+        step_source = f"runner={cfg.runner.name}: set compute.step_time_s for an estimate"
     elif step_time is None:
         device = f"{instance.gpu_model} (no known peak)" if instance else "CPU"
         step_source = f"no step time on {device}: set compute.step_time_s for an estimate"
@@ -145,26 +165,62 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan) -> Plan:
             f"storage.root={cfg.storage.root!r} is inside the pod: checkpoints and metrics "
             "vanish with it (use s3://bucket/prefix, e.g. from stack=<name>)"
         )
+    if instance is not None:
+        warnings.extend(toy_data_warnings(cfg, f"{spec.nodes} x {spec.instance_type}"))
     return Plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
         backend=cfg.backend.name,
-        model=model_label(cfg),
-        params=args.num_params(),
+        model=model_description(cfg) if args else job_label(cfg),
+        params=args.num_params() if args else None,
         nodes=spec.nodes,
         procs_per_node=spec.nproc_per_node,
         instance_type=spec.instance_type,
         gpu_model=instance.gpu_model if instance else None,
         tokens_per_step=tokens,
-        max_steps=cfg.trainer.max_steps,
+        max_steps=None if command else cfg.trainer.max_steps,
         hourly_usd=hourly,
         hourly_source=hourly_source,
         step_time_s=step_time,
         step_time_source=step_source,
         run_dir=spec.run_dir,
         warnings=tuple(warnings),
-        data=data_sources(cfg.data),
+        data=() if command else data_sources(cfg.data),
+        runner=describe(cfg.runner),
     )
+
+
+def toy_data_warnings(cfg: Any, where: str) -> list[str]:
+    """GPU nodes given the bundled sample corpus or the byte tokenizer: the defaults of a CPU
+    demo, almost never what a cluster job means to train on."""
+    from jobs.validate import inside_image
+    from trainer.job_config import tokenizer_source
+
+    toy = []
+    if cfg.data.path is not None and inside_image(cfg.data.path):
+        toy.append(f"data.path={cfg.data.path} is the bundled sample corpus (a few MB)")
+    if tokenizer_source(cfg) == "byte":
+        toy.append("the tokenizer is the byte tokenizer (data.tokenizer=byte or null)")
+    if not toy:
+        return []
+    return [
+        f"{' and '.join(toy)}: on {where} that trains a demo; give your own "
+        "(data=jsonl data.path=s3://... data.tokenizer=<tokenizer dir>)"
+    ]
+
+
+def model_description(cfg: Any) -> str:
+    """The model's label, and for a preset some of whose architecture keys were changed,
+    which: `tiny (modified: dim, n_layers)` — the name alone would claim the preset's size."""
+    from trainer.job_config import model_label
+    from trainer.model.args import MODEL_PRESETS, stated_args
+
+    label = model_label(cfg)
+    preset = MODEL_PRESETS.get(cfg.model.name)
+    if preset is None:
+        return label
+    changed = [k for k, v in stated_args(cfg.model).items() if getattr(preset, k) != v]
+    return f"{label} (modified: {', '.join(changed)})" if changed else label
 
 
 def data_sources(data: Any) -> tuple[tuple[str, float], ...]:

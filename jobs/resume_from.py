@@ -43,7 +43,14 @@ def check_resume_from(cfg: Any) -> None:
     path = resume_from_path(cfg)
     if path is None:
         return
+    from jobs.runner import TRAINSTACK
     from jobs.validate import on_fsx
+
+    if cfg.runner.name != TRAINSTACK:  # the other runners never read it: refuse, not ignore
+        raise JobConfigError(
+            "trainer.resume_from",
+            f"read by the built-in trainer only; allowed with runner={cfg.runner.name}: null",
+        )
 
     if cfg.backend.name != "local" and on_fsx(cfg, path):
         return  # on the stack's FSx mount: only the pods see it, and the trainer checks it

@@ -44,6 +44,9 @@ def run_job(
     if _exists(backend, job.run_id):
         print(f"run {job.run_id} exists: resuming from its latest checkpoint", flush=True)
     run_id = backend.schedule(request)
+    if backend.name == "render":  # written, not run: nothing is scheduled anywhere
+        print(f"rendered to {request.extra['path']}")
+        return 0
     if "path" in request.extra:
         print(f"wrote {request.extra['path']}")
     if not follows(job):

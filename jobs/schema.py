@@ -18,12 +18,14 @@ from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from trainer.config import DataConfig, ModelConfig, TrainerConfig
 from trainer.model.args import ARCH_FIELDS
+from trainer.runners.hf.settings import PeftSettings
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
 
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
 BACKENDS = ("local", "render", "kubernetes")
+RUNNERS = ("trainstack", "command", "hf")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "any": None}
 """compute.capacity -> the value of EKS managed node groups' `eks.amazonaws.com/capacityType`
@@ -125,6 +127,33 @@ class SecretsConfig:
 
 
 @dataclass
+class RunnerConfig:
+    """What runs in every process of the job (the `runner` group). Which keys belong to which
+    runner is `jobs.runner.RUNNER_KEYS`; a key set for another runner is refused."""
+
+    name: str = "trainstack"
+    """trainstack (the built-in trainer), command (your program), hf (transformers.Trainer)."""
+    command: list[str] | None = None
+    """command: the program and its arguments, e.g. [python, -u, train.py]."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """command: appended as `--key=value` in key order (`+runner.args.lr=1e-4` sweeps them)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """command, hf: extra environment of every process (not TRAINSTACK_*/PET_*)."""
+    torchrun: bool = True
+    """command: start one process per GPU (CPU slot) through torchrun with the job's nodes and
+    rendezvous; false runs the command once per node as is (accelerate launch, NeMo)."""
+    workdir: str | None = None
+    """command: a local directory shipped with the job (packed, hashed, unpacked in the pod);
+    the program starts in its copy."""
+    workdir_max_mb: int = 100
+    """command: refuse a packed workdir larger than this many MiB (compressed)."""
+    code: str | None = None
+    """Set by the launcher, never by hand: sha256 of the packed workdir (the run record)."""
+    peft: PeftSettings = field(default_factory=PeftSettings)
+    """hf: optional LoRA."""
+
+
+@dataclass
 class JobConfig:
     image: str | None = None
     """Full image reference; null builds `<image_repository>:<git sha>`."""
@@ -217,6 +246,7 @@ class JobsConfig:
     from you: `data=jsonl` and cluster experiments leave them mandatory, so a job never
     trains on the bundled sample by accident."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

@@ -9,12 +9,21 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from catalog import InstanceType, get_instance_type
+from jobs.runner import (
+    COMMAND,
+    HF,
+    RUNNER_KEYS,
+    TRAINSTACK,
+    CodeArchive,
+    RunnerProgram,
+    code_archive,
+    job_label,
+    runner_program,
+)
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
-from trainer.job_config import model_label
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
 CONFIG_FILE = "config.yaml"
@@ -94,8 +103,13 @@ class JobSpec:
     image: str | None
     """None for `local_cpu` (runs from this checkout)."""
     command: tuple[str, ...]
-    """python -m trainer.launch (torchrun) ... -m trainer --config POD_CONFIG_PATH; node
-    topology comes from PET_* env."""
+    """`program.argv`: e.g. python -m trainer.launch (torchrun) ... -m trainer --config
+    POD_CONFIG_PATH; node topology comes from PET_* env."""
+    program: RunnerProgram
+    """The runner's (command, args, env), as `jobs.runner.runner_program` made them."""
+    runner: str
+    code: CodeArchive | None
+    """The packed runner.workdir the pod fetches, or None."""
     env: dict[str, str]
     secret_env: tuple[SecretEnv, ...]
     nodes: int
@@ -135,19 +149,21 @@ def procs_per_node(compute: Any) -> int:
 
 
 def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
-    """The trainer's `--config` file: run_dir, seed, model, data, trainer; nothing else.
+    """The `--config` file: run_dir, seed, model, data, trainer (exactly what the built-in
+    trainer reads). runner=hf reads those too, plus its `runner` section; runner=command gets
+    run_dir, seed and `runner` only (the run record: which program, args and code ran).
     `trainer.resume_from=RUN[/step-N]` becomes the path under storage.root it names."""
     from jobs.resume_from import resume_from_path
 
-    trainer = plain(cfg.trainer)
-    trainer["resume_from"] = resume_from_path(cfg)
-    return {
-        "run_dir": run_dir,
-        "seed": cfg.seed,
-        "model": plain(cfg.model),
-        "data": plain(cfg.data),
-        "trainer": trainer,
-    }
+    config: dict[str, Any] = {"run_dir": run_dir, "seed": cfg.seed}
+    if cfg.runner.name != COMMAND:
+        trainer = plain(cfg.trainer)
+        trainer["resume_from"] = resume_from_path(cfg)
+        config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=trainer)
+    if cfg.runner.name != TRAINSTACK:
+        keys = RUNNER_KEYS[cfg.runner.name] | {"code"}
+        config["runner"] = {k: v for k, v in plain(cfg.runner).items() if k in keys}
+    return config
 
 
 def config_hash(trainer_cfg: dict[str, Any]) -> str:
@@ -166,7 +182,10 @@ def image_for(cfg: Any, git_sha: str | None) -> str | None:
     if cfg.job.image:
         return cfg.job.image
     if cfg.job.image_repository and git_sha:
-        return f"{cfg.job.image_repository}:{git_sha}"
+        # runner=hf needs transformers, accelerate and peft: the image's `hf` variant
+        # (images/build.sh IMAGE_KIND=trainer-hf), built from the same commit.
+        variant = "hf-" if cfg.runner.name == HF else ""
+        return f"{cfg.job.image_repository}:{variant}{git_sha}"
     return None
 
 
@@ -204,31 +223,10 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     return env
 
 
-def torchrun_command(
-    shutdown_timeout_s: int, max_restarts: int, config_path: str = POD_CONFIG_PATH
-) -> tuple[str, ...]:
-    """torchrun through `trainer.launch`, which exits with the trainer's code (143 preempted,
-    129 peer lost: the `ExitCode` restart policy retries; 2 bad input: it doesn't) where plain
-    torchrun exits 1, and restarts a node's ranks together up to `max_restarts` times (never
-    after bad input). Nodes, ranks, rendezvous and processes per node come from the PET_*
-    variables the operator sets (and the local backend sets the same way)."""
-    return (
-        "python",
-        "-m",
-        "trainer.launch",
-        f"--shutdown-timeout={shutdown_timeout_s}",
-        f"--max-restarts={max_restarts}",
-        "-m",
-        "trainer",
-        "--config",
-        config_path,
-    )
-
-
-def to_job_spec(
-    cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None, now: datetime
-) -> JobSpec:
-    """The job described by composed (and validated) config `cfg`."""
+def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None) -> JobSpec:
+    """The job described by composed (and validated) config `cfg`. No clock: the same config
+    gives the same spec, so renders of it are byte-identical (the kubernetes backend stamps
+    `created-at` on what it submits)."""
     compute = cfg.compute
     local = compute.name == LOCAL_CPU
     instance = None if local else get_instance_type(compute.instance_type)
@@ -237,6 +235,15 @@ def to_job_spec(
     digest = config_hash(trainer_cfg)
     grace = cfg.job.termination_grace_period_seconds
     elastic = elastic_of(cfg)
+    code = code_archive(run_dir, cfg.runner.code)
+    program = runner_program(
+        cfg.runner,
+        run_dir=run_dir,
+        shutdown_timeout_s=max(grace - TORCHRUN_EXIT_MARGIN_S, 1),
+        max_restarts=cfg.job.max_restarts,
+        config_path=POD_CONFIG_PATH,
+        code=code,
+    )
     labels = {
         "app.kubernetes.io/name": "trainstack",
         "app.kubernetes.io/managed-by": "trainstack",
@@ -252,10 +259,11 @@ def to_job_spec(
         labels[QUEUE_LABEL] = cfg.job.queue
     if cfg.job.priority:
         labels[PRIORITY_LABEL] = cfg.job.priority
+    if cfg.runner.name != TRAINSTACK:  # golden manifests of the built-in trainer unchanged
+        labels[f"{LABEL_PREFIX}/runner"] = cfg.runner.name
     annotations = {
         f"{LABEL_PREFIX}/run-dir": run_dir,
-        f"{LABEL_PREFIX}/created-at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        f"{LABEL_PREFIX}/model": model_label(cfg),
+        f"{LABEL_PREFIX}/model": job_label(cfg),
         f"{LABEL_PREFIX}/max-retries": str(cfg.job.max_retries),
     }
     secrets = tuple(
@@ -268,8 +276,11 @@ def to_job_spec(
         namespace=cfg.cluster.namespace,
         run_dir=run_dir,
         image=image_for(cfg, git_sha),
-        command=torchrun_command(max(grace - TORCHRUN_EXIT_MARGIN_S, 1), cfg.job.max_restarts),
-        env=job_env(cfg, run_id, run_dir, instance),
+        command=program.argv,
+        program=program,
+        runner=cfg.runner.name,
+        code=code,
+        env={**job_env(cfg, run_id, run_dir, instance), **program.env},
         secret_env=secrets,
         nodes=compute.nodes,
         nproc_per_node=procs_per_node(compute),

@@ -17,8 +17,10 @@ from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
+from jobs.runner import COMMAND, TRAINSTACK
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
 from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
+from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -219,8 +221,34 @@ def check_storage(cfg: Any) -> None:
             f"a multi-node job needs storage every node "
             f"shares; allowed: s3://bucket/prefix, got {root!r}",
         )
-    if root.startswith("s3://") and not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", root):
-        raise JobConfigError("storage.root", f"{root!r} is not s3://bucket[/prefix]")
+    if root.startswith("s3://"):
+        bucket = root.removeprefix("s3://").split("/", 1)[0]
+        problem = bucket_name_problem(bucket)
+        if problem:
+            raise JobConfigError(
+                "storage.root",
+                f"{root!r}: bucket {bucket!r} {problem}; allowed: s3://bucket[/prefix], the "
+                "bucket 3-63 characters of a-z, 0-9, '.' and '-', starting and ending with a "
+                "letter or digit",
+            )
+
+
+S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """Why `bucket` cannot be an S3 bucket name (AWS's general-purpose naming rules), or
+    None."""
+    if not bucket:
+        return "is missing"
+    if not 3 <= len(bucket) <= 63:
+        count = f"{len(bucket)} character" + ("s" if len(bucket) != 1 else "")
+        return f"is {count} long (S3 bucket names are 3-63)"
+    if not S3_BUCKET_NAME.match(bucket):
+        return "has a character S3 bucket names do not allow, or starts or ends with one"
+    if ".." in bucket:
+        return "has two dots in a row"
+    return None
 
 
 IMAGE_WORKDIR = "/workspace"
@@ -387,7 +415,9 @@ def check_names(cfg: Any) -> None:
 
 _MANDATORY_HINTS = {
     "data.path": "a JSONL corpus, e.g. data.path=s3://bucket/train.jsonl",
-    "data.tokenizer": "a Hugging Face tokenizer directory, e.g. data.tokenizer=/path/to/tok",
+    "data.tokenizer": "data.tokenizer=byte (the built-in byte tokenizer), a Hugging Face "
+    "tokenizer directory (data.tokenizer=/path/to/tok or s3://...), or data.tokenizer=null "
+    "with model.init_from (the checkpoint's own)",
     "storage.root": "e.g. storage.root=s3://bucket/runs or stack=<name>",
     "model.init_from": "a Hugging Face checkpoint, e.g. model.init_from=s3://bucket/models/x",
     "data.mixture": "prepared datasets by weight, e.g. 'data.mixture=[{path: s3://b/web, "
@@ -400,12 +430,22 @@ def check_mandatory(cfg: Any) -> None:
     wants your weights and data: jobs.schema.REQUIRED) by the composition are named before
     anything reads them."""
     missing = sorted(_mandatory_keys(cfg))
-    if missing:
-        key = missing[0]
-        hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
-        if key.removeprefix("model.") in ARCH_FIELDS:
-            hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
+    if not missing:
+        return
+    key = missing[0]
+    hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
+    if all(k.removeprefix("model.") in ARCH_FIELDS for k in missing):
+        hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
+    elif len(missing) > 1:
+        hint = "; ".join(_MANDATORY_HINTS.get(k, f"set {k}=...") for k in missing)
+    if len(missing) == 1:
         raise JobConfigError(key, f"Missing mandatory value: this job needs it set; {hint}")
+    # All at once: a model file missing three keys is one fix, not three launches.
+    error = JobConfigError(
+        ", ".join(missing), f"Missing mandatory values: this job needs them set; {hint}"
+    )
+    error.key = key
+    raise error
 
 
 def _mandatory_keys(cfg: Any) -> Iterator[str]:
@@ -426,16 +466,20 @@ def _mandatory_keys(cfg: Any) -> Iterator[str]:
     return walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
-def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
+def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     """Raise JobConfigError for the first problem in composed config `cfg`; return the
-    trainer's plan at the job's size (the launch plan reuses its model and batch figures)."""
+    trainer's plan at the job's size (the launch plan reuses its model and batch figures), or
+    None when another runner than the built-in trainer runs (its model is not ours to size)."""
     check_mandatory(cfg)
     check_names(cfg)
+    check_runner(cfg)
     check_compute(cfg)
     check_elastic(cfg)
     check_fsx(cfg)
-    check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
-    trainer_plan = check_trainer(cfg)
+    builtin = cfg.runner.name == TRAINSTACK
+    if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
+        check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
+    trainer_plan = check_trainer(cfg) if builtin else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
@@ -444,7 +488,8 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan:
     check_cost_inputs(cfg)
     check_storage(cfg)
     check_grants(cfg)
-    check_local_files(cfg)
+    if cfg.runner.name != COMMAND:
+        check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)

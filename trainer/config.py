@@ -220,8 +220,8 @@ class TrainerConfig:
     """torch.compile each transformer block."""
     peak_tflops: float | None = None
     """Peak TFLOP/s (dense bf16) of one device for MFU; null uses the exact GPU table
-    (`trainer/gpu_peaks.py`), or on CPU a quick measurement (labelled as measured). An
-    unknown GPU without it logs MFU as null."""
+    (`trainer/gpu_peaks.py`). A CPU or an unknown GPU without it logs MFU as null (one note
+    at start-up): no table states a CPU's peak."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     collective_timeout_s: int = 600

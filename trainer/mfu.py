@@ -1,33 +1,17 @@
 """Peak FLOP/s of one device for MFU, always labelled with where it came from.
 
 Sources, in order: `trainer.peak_tflops` ("config"); the exact table of GPU models
-(`trainer.gpu_peaks`, "table:<model>"); on CPU a short matmul measurement ("measured-cpu"). An
-unknown GPU without a configured peak gets no MFU (null, and one note at start-up) rather
-than some other device's number.
+(`trainer.gpu_peaks`, "table:<model>"). A device without either — an unknown GPU, or a CPU,
+whose peak no table states and a start-up measurement only guesses (it read 30-40% on one run
+and 119.6% on another here) — gets no MFU (null, and one note at start-up) rather than a
+number that is noise.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from trainer.gpu_peaks import gpu_peak_flops
-
-
-def measure_cpu_flops(rounds: int = 3, seconds: float = 0.1, size: int = 1024) -> float:
-    """Best fp32 matmul FLOP/s of this process's threads over a few short rounds (on shared
-    cores, the best round is the closest to the hardware's peak)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # warm-up
-    best = 0.0
-    for _ in range(rounds):
-        count, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds:
-            a @ b
-            count += 1
-        best = max(best, 2 * size**3 * count / elapsed)
-    return best
 
 
 def peak_flops(
@@ -40,7 +24,7 @@ def peak_flops(
         if known := gpu_peak_flops(device_name or ""):
             return known[1], f"table:{known[0]}"
         return None, f"unknown-gpu:{device_name}"
-    return measure_cpu_flops(), "measured-cpu"
+    return None, device_type
 
 
 def device_peak_flops(

@@ -15,6 +15,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.checkpoint.checkpointer import FAILED, CheckpointError, describe, format_failures
+from trainer.checkpoint.fit import check_checkpoints_fit
 from trainer.checkpoint.layout import committed_steps
 from trainer.checkpoint.source import KEY as RESUME_FROM
 from trainer.checkpoint.source import ResumeSource, check_fits, locate
@@ -61,6 +62,7 @@ def run(cfg: TrainerJobConfig) -> int:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
         raise ConfigError(f"run_dir: {exc}") from None
+    check_checkpoints_fit(storage, plan.model)  # before config.yaml, the record, is rewritten
     source = _resume_source(cfg, plan, storage)  # before the data: reading that takes longer
     tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
     tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)

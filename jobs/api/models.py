@@ -8,11 +8,13 @@ compute.nodes=4` compose the same config.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 Scalar = str | int | float | bool | None
+FlagName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+"""A runner.args key: it becomes part of an override's key, so only a plain name passes."""
 
 
 class Strict(BaseModel):
@@ -47,6 +49,15 @@ class RunRequest(Strict):
     trainer: dict[str, Scalar] = Field(
         default_factory=dict, description="trainer.<key>=<value> overrides, e.g. max_steps"
     )
+    runner: Literal["trainstack", "command", "hf"] | None = Field(
+        None, description="runner=<name>: the built-in trainer, your command, or HF's Trainer"
+    )
+    command: list[str] | None = Field(
+        None, max_length=100, description="runner.command (runner=command), e.g. [python, train.py]"
+    )
+    args: dict[FlagName, str | int | float | bool] = Field(
+        default_factory=dict, description="runner.args: appended to the command as --key=value"
+    )
 
 
 class SweepRequest(Strict):
@@ -78,7 +89,11 @@ def to_overrides(request: RunRequest) -> list[str]:
     ]
     groups = [f"model={request.model}"] if request.model else []
     groups += [f"compute={request.compute}"] if request.compute else []
+    groups += [f"runner={request.runner}"] if request.runner else []
     values = [f"{key}={override_value(v)}" for key, v in pairs if v is not None]
+    if request.command is not None:
+        values.append(f"runner.command=[{','.join(override_value(a) for a in request.command)}]")
+    values += [f"+runner.args.{k}={override_value(v)}" for k, v in request.args.items()]
     trainer = [f"trainer.{k}={override_value(v)}" for k, v in request.trainer.items()]
     return [*request.overrides, *groups, *values, *trainer]
 

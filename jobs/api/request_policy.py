@@ -12,13 +12,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-REQUEST_GROUPS = ("model", "data", "trainer", "compute", "experiment")
+REQUEST_GROUPS = ("model", "data", "trainer", "runner", "compute", "experiment")
 """Config groups whose options a request may select (`model=llama3_8b`)."""
-REQUEST_PREFIXES = ("model.", "data.", "trainer.", "compute.", "job.")
+REQUEST_PREFIXES = ("model.", "data.", "trainer.", "runner.", "compute.", "job.")
 """Keys a request may set (`trainer.lr=1e-3`), besides REQUEST_KEYS."""
 REQUEST_KEYS = ("run_id", "sweep_id", "seed", "storage.root")
-SERVICE_ONLY_KEYS = ("job.image_repository", "job.owner")
-"""Under an allowed prefix, yet the service's: the stack's repository and who asked."""
+SERVICE_ONLY_KEYS = (
+    "job.image_repository",
+    "job.owner",
+    "runner.workdir",
+    "runner.workdir_max_mb",
+    "runner.code",
+)
+"""Under an allowed prefix, yet the service's: the stack's repository, who asked, and
+runner.workdir (a directory on the service's own disk: code comes in the request's image)."""
 OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 """A plain option name (catalog instance types have dots: p5.48xlarge); `..` is refused."""
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")

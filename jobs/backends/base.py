@@ -14,7 +14,8 @@ without the process that launched them (paths relative to `<storage.root>/<run_i
     job/state.json   {"run_id", "sweep_id", "backend": "local", "state", "run_dir", "nodes",
                       "command": [...], "attempt", "started_at", "finished_at" (ISO-8601 UTC),
                       "exit_code", "pid" (torchrun), "supervisor_pid", "torchrun_seconds",
-                      "message"}   rewritten atomically on every change; cancel = touch
+                      "message", "ranks" (processes: what `logs --rank` can show)}
+                      rewritten atomically on every change; cancel = touch
                       job/cancel-requested, then SIGTERM to "pid" (torchrun forwards it; the
                       trainer checkpoints and exits 143)
     job/output.log   torchrun's combined stdout+stderr, appended per attempt; worker lines
@@ -73,6 +74,9 @@ class RunStatus:
     message: str = ""
     run_dir: str | None = None
     """Where the run's checkpoints and logs/metrics.jsonl live (path or s3:// URI)."""
+    log_ranks: int | None = None
+    """How many ranks `logs --rank` can show (0..log_ranks-1): a local run's processes, a
+    cluster run's pods; None: not known (a run recorded before it was)."""
     owner: str | None = None
     """Who launched it (`job.owner`, the `trainstack.io/owner` label); None: not recorded."""
 

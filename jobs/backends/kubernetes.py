@@ -61,6 +61,19 @@ class ClusterSettings:
     """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
 
 
+CREATED_AT = f"{LABEL_PREFIX}/created-at"
+
+
+def stamped(manifests: list[dict], now: datetime) -> list[dict]:
+    """`manifests` with the submit time on the PyTorchJob (renders carry none: the same
+    config renders the same bytes)."""
+    for manifest in manifests:
+        if manifest.get("kind") == "PyTorchJob":
+            annotations = manifest["metadata"].setdefault("annotations", {})
+            annotations[CREATED_AT] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return manifests
+
+
 class KubernetesBackend:
     name = "kubernetes"
     restart_backoff_s = 30.0
@@ -119,11 +132,13 @@ class KubernetesBackend:
     def schedule(self, dryrun: DryRun) -> str:
         from jobs.k8s.ecr import pin_images
         from jobs.k8s.submit import ALREADY_ACTIVE, submit
+        from jobs.workdir import store_code
 
         job: MaterializedJob = dryrun.job
         if self.run_preflight:
             self.preflight(job)
-        manifests = pin_images(dryrun.request)
+        store_code(job)  # the pods fetch it from the run dir: there before they start
+        manifests = stamped(pin_images(dryrun.request), datetime.now(UTC))
         submission = submit(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
@@ -347,12 +362,14 @@ def to_status(job: dict) -> RunStatus:
     run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
     step, loss = run_state.last_metrics(run_dir)
     message = k8s_state.failure_message(job) if state == FAILED else ""
+    nodes = sum(int(r.get("replicas", 0)) for r in replicas.values())
     return RunStatus(
         run_id=meta["name"],
         state=state,
         backend="kubernetes",
         sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
-        nodes=sum(int(r.get("replicas", 0)) for r in replicas.values()),
+        nodes=nodes,
+        log_ranks=nodes,  # `logs --rank N`: node rank N's pod
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
         finished_at=status.get("completionTime"),
         last_step=step,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jobs.backends import run_state
@@ -34,10 +34,13 @@ from jobs.backends.base import (
 )
 from jobs.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
+from jobs.runner import SCRATCH_DIR, TRAINSTACK
 from jobs.spec import POD_CONFIG_PATH
+from jobs.workdir import store_code
 
 REQUEST_FILE = "job/request.json"
 CONFIG_FILE = "job/config.yaml"
+LAUNCH_FILE = "job/launch.yaml"
 LOCAL_STATE_ROOT = "runs"
 """Where state lives when the run dir itself is remote (storage.root=s3://...)."""
 
@@ -51,6 +54,30 @@ class LocalRequest:
     state_dir: str
     """Local directory holding job/ (the run dir, or runs/<run_id> for a remote run dir)."""
     config_text: str
+
+
+CONTRACT_PATHS = ("TRAINSTACK_RUN_DIR", "TRAINSTACK_CHECKPOINT_DIR", "TRAINSTACK_METRICS")
+"""Absolute here for programs of other runners: a workdir's program starts in its own copy."""
+
+
+def local_value(value: str, config_path: str, state_dir: str) -> str:
+    """A pod path in the command or env -> its place here: the image's `python` is this
+    interpreter (the venv's), the mounted config is the run's job/config.yaml, the pod's
+    scratch dir (unpacked workdir, metrics of an s3:// run) is the run's job/."""
+    if value == "python":
+        return sys.executable
+    if value == POD_CONFIG_PATH:
+        return config_path
+    if value == SCRATCH_DIR or value.startswith(f"{SCRATCH_DIR}/"):
+        return f"{state_dir}/job{value[len(SCRATCH_DIR) :]}"
+    return value
+
+
+def launch_record(job: MaterializedJob) -> str:
+    """The whole composed job, as a relaunch of the run reads it back (jobs/relaunch.py)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(job.cfg, resolve=True)
 
 
 def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
@@ -78,11 +105,16 @@ class LocalBackend:
     def dryrun(self, job: MaterializedJob) -> DryRun:
         spec = job.spec
         state_dir = str(self.state_dir(spec.name))
+        if spec.runner != TRAINSTACK:
+            state_dir = os.path.join(self.cwd, state_dir)
         config_path = f"{state_dir}/{CONFIG_FILE}"
-        # The pod's `python` is the image's; here it is this interpreter (the venv's).
-        argv = [sys.executable if a == "python" else a for a in spec.command]
-        argv = [config_path if a == POD_CONFIG_PATH else a for a in argv]
-        env = {**spec.env, **operator_env(spec.nproc_per_node, state_dir)}
+        argv = [local_value(a, config_path, state_dir) for a in spec.command]
+        env = {k: local_value(v, config_path, state_dir) for k, v in spec.env.items()}
+        if spec.runner != TRAINSTACK:
+            for key in CONTRACT_PATHS:
+                if key in env and "://" not in env[key]:
+                    env[key] = os.path.join(self.cwd, env[key])
+        env.update(operator_env(spec.nproc_per_node, state_dir))
         request = LocalRequest(argv, env, self.cwd, state_dir, trainer_config_yaml(spec))
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         text = (
@@ -101,8 +133,11 @@ class LocalBackend:
                 f"run_id: {job.run_id} is already running (pid {previous.get('pid')}); "
                 "cancel it or choose another run_id"
             )
-        (state_dir / "job").mkdir(parents=True, exist_ok=True)
-        (state_dir / CONFIG_FILE).write_text(request.config_text)
+        store_code(job)  # before any state: a failed store leaves no half run
+        # The run's record (jobs/relaunch.py): written only now that the job validated, and
+        # atomically, so a launch that fails leaves the previous one whole.
+        run_state.write_atomic(state_dir / CONFIG_FILE, request.config_text)
+        run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
         (state_dir / REQUEST_FILE).write_text(
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
@@ -116,6 +151,7 @@ class LocalBackend:
                 "backend": self.name,
                 "state": PENDING,
                 "nodes": 1,
+                "ranks": job.spec.nproc_per_node,
                 "run_dir": job.spec.run_dir,
                 "command": request.argv,
                 "attempt": attempt,
@@ -197,7 +233,19 @@ class LocalBackend:
 def _status(state_dir: Path, state: dict) -> RunStatus:
     if state.get("state") in (PENDING, RUNNING) and not _alive(state):
         state = {**state, "state": FAILED, "message": "launcher process vanished"}
-    return run_state.to_status(state_dir, state)
+    return replace(run_state.to_status(state_dir, state), log_ranks=_ranks(state_dir, state))
+
+
+def _ranks(state_dir: Path, state: dict) -> int | None:
+    """The run's processes: state.json's `ranks`, or (runs started before it was recorded)
+    the request's PET_NPROC_PER_NODE; None when neither says."""
+    if "ranks" in state:
+        return int(state["ranks"])
+    try:
+        request = json.loads((state_dir / REQUEST_FILE).read_text())
+        return int(request["env"]["PET_NPROC_PER_NODE"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_from(path: Path, offset: int) -> bytes:

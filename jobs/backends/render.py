@@ -1,5 +1,9 @@
-"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`; nothing
-is contacted. `kubectl apply -f <path>` submits exactly what `backend=kubernetes` would."""
+"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`.
+`kubectl apply -f <path>` submits what `backend=kubernetes` would: an ECR image tag is pinned
+to its digest as the kubernetes backend pins it at submit (jobs/k8s/ecr.py; one read-only
+DescribeImages with this user's credentials), or, where it cannot be resolved from here (no
+credentials or network), kept with one line saying so. No cluster is contacted, and no clock
+is read: the same config renders byte-identical files (GitOps diffs)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,44 @@ from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
 from jobs.manifests import to_yaml
 from jobs.materialize import MaterializedJob
+from jobs.workdir import store_code
 
 MANIFEST_FILE = "manifests.yaml"
+
+
+_PINNED: dict[str, str] = {}
+"""Image -> what renders carry (its digest, or the tag when it could not be resolved): asked
+once per process, so a sweep's points make one request."""
+ECR_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attempts": 1}}
+
+
+def digest_or_tag(image: str) -> str:
+    """The kubernetes backend's pin (jobs.k8s.ecr.resolve_digest), or the tag kept, once with
+    a one-line note, when ECR cannot be asked from here."""
+    if image in _PINNED:
+        return _PINNED[image]
+    from jobs.k8s.ecr import ECR_IMAGE, resolve_digest
+
+    match = ECR_IMAGE.match(image)
+    if match is None:  # another registry, or already a digest: rendered as given
+        _PINNED[image] = image
+        return image
+    try:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client("ecr", region_name=match["region"], config=Config(**ECR_TIMEOUTS))
+        _PINNED[image] = resolve_digest(image, client)
+    except Exception as err:  # ClusterError, or boto3's: no credentials, no network
+        cause = err.__cause__ or err
+        reason = " ".join(str(cause).split()) or type(cause).__name__
+        print(
+            f"render: job.image {image}: kept as its tag, not pinned to a digest ({reason}); "
+            "backend=kubernetes pins it at submit",
+            flush=True,  # stdout, with the plan's warnings: a note, not an error
+        )
+        _PINNED[image] = image
+    return _PINNED[image]
 
 
 class RenderBackend:
@@ -24,13 +64,16 @@ class RenderBackend:
         return self.output_root / run_id / MANIFEST_FILE
 
     def dryrun(self, job: MaterializedJob) -> DryRun:
+        from jobs.k8s.ecr import pin_images
+
         if job.manifests is None:
             raise BackendError("render: the job was materialized without manifests")
-        text = to_yaml(job.manifests)
+        manifests = pin_images(job.manifests, resolve=digest_or_tag)
+        text = to_yaml(manifests)
         return DryRun(
             backend=self.name,
             job=job,
-            request=job.manifests,
+            request=manifests,
             text=text,
             extra={"path": str(self.manifest_path(job.run_id))},
         )
@@ -38,6 +81,7 @@ class RenderBackend:
     def schedule(self, dryrun: DryRun) -> str:
         job = dryrun.job
         path = self.manifest_path(job.run_id)
+        store_code(job)  # the pods fetch it from the run dir: there before the manifests
         try:
             self._write(job, path, dryrun.text)
         except OSError as err:  # validation saw a writable root; the disk said otherwise

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.backends.base import BackendError
+from jobs.backends.base import RENDERED, BackendError
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
 
 
@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         for backend, status in targets:
             backend.cancel(status.run_id)  # also stops automatic restarts of a failed run
             done = f"already {status.state}" if status.finished else "cancel requested"
+            if status.state == RENDERED:
+                done = "rendered, never run: nothing to cancel"
             print(f"{status.run_id}: {done} ({backend.name})")
     except BackendError as err:
         from jobs.k8s.ownership import NotOurs

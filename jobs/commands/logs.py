@@ -18,7 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        backend, _ = find_run(backends_for(args), args.run_id)
+        backend, status = find_run(backends_for(args), args.run_id)
+        ranks = status.log_ranks
+        if ranks is not None and not 0 <= args.rank < ranks:  # bad input: exit 2
+            has = "rank 0 only" if ranks == 1 else f"ranks 0-{ranks - 1}"
+            return fail("logs", f"--rank {args.rank}: run {args.run_id} has {has}", 2)
         for line in backend.logs(args.run_id, rank=args.rank, follow=args.follow):
             print(line, flush=True)
     except BackendError as err:

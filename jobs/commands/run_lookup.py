@@ -1,9 +1,9 @@
 """Shared by `runs`, `status`, `logs` and `cancel`: which backends hold runs, and finding one.
 
-Runs live in two places: local (and rendered) runs under `storage.root` on this machine, and
-PyTorchJobs on the cluster named by `cluster.*` (a stack group or overrides select it). The
-cluster is asked only when a kubeconfig is configured or present, or `--backend kubernetes`
-says so.
+Runs live in three places: local runs under `storage.root` on this machine, rendered runs
+under `backend.output_root` (state "rendered": written, never run), and PyTorchJobs on the
+cluster named by `cluster.*` (a stack group or overrides select it). The cluster is asked only
+when a kubeconfig is configured or present, or `--backend kubernetes` says so.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from typing import Any
 
 from jobs.backends.base import BackendError
 
-BACKENDS = ("local", "kubernetes")
+BACKENDS = ("local", "render", "kubernetes")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
-        help="only this backend (default: local, and the cluster when a kubeconfig is configured)",
+        help="only this backend (default: local, render, and the cluster when a kubeconfig is "
+        "configured)",
     )
     parser.add_argument(
         "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
@@ -44,12 +45,13 @@ def cluster_configured(cfg: Any) -> bool:
 
 
 def backends_for(args: argparse.Namespace) -> list[Any]:
-    """The backends to consult, in order (local first: it answers without the network)."""
+    """The backends to consult, in order (local and render first: they answer without the
+    network)."""
     cfg = compose_for(args.overrides)
     chosen = (
         [args.backend]
         if args.backend
-        else [name for name in BACKENDS if name == "local" or cluster_configured(cfg)]
+        else [name for name in BACKENDS if name != "kubernetes" or cluster_configured(cfg)]
     )
     backends = []
     for name in chosen:
@@ -57,6 +59,10 @@ def backends_for(args: argparse.Namespace) -> list[Any]:
             from jobs.backends.local import LocalBackend
 
             backends.append(LocalBackend(runs_root=cfg.storage.root))
+        elif name == "render":
+            from jobs.backends.render import RenderBackend
+
+            backends.append(RenderBackend(output_root=cfg.backend.output_root))
         else:
             from jobs.backends.kubernetes import KubernetesBackend
 

@@ -2,7 +2,7 @@
 
 `--mine`: only cluster runs whose owner label (`trainstack.io/owner`) is your name, the
 `job.owner` that `launch` records: $TRAINSTACK_USER, else your login name ($USER); runs in
-this machine's run dirs (local backend) are yours anyway and are always listed.
+this machine's run dirs (local and rendered) are yours anyway and are always listed.
 
 Columns: run, sweep, backend, state, nodes, retries, age, and the last step and loss from the
 run dir's metrics.jsonl when known. A cluster that cannot be reached is one warning line; the
@@ -15,7 +15,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from jobs.backends.base import STATES, BackendError, RunStatus
+from jobs.backends.base import RENDERED, STATES, BackendError, RunStatus
 from jobs.commands.run_lookup import add_common_arguments, backends_for, compose_for, fail
 
 
@@ -87,10 +87,12 @@ def run(args: argparse.Namespace) -> int:
             failed = True
             print(f"trainstack runs: {backend.name}: {err}", file=sys.stderr)
     if args.mine:
-        runs = [r for r in runs if r.backend == "local" or r.owner == me]
+        runs = [r for r in runs if r.backend in ("local", "render") or r.owner == me]
     runs.sort(key=lambda r: r.started_at or "")
     Console(width=160).print(table(runs, datetime.now(UTC)))
     if args.sweep:
         done = sum(r.finished for r in runs)
-        print(f"sweep {args.sweep}: {done}/{len(runs)} finished")
+        rendered = sum(r.state == RENDERED for r in runs)
+        also = f", {rendered} rendered (written, not run)" if rendered else ""
+        print(f"sweep {args.sweep}: {done}/{len(runs)} finished{also}")
     return 1 if failed and not runs else 0

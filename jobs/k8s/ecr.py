@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 
 from jobs.k8s.api import ClusterError
 
@@ -46,8 +47,12 @@ def resolve_digest(image: str, ecr_client=None) -> str:
     return f"{match['registry']}/{match['repository']}@{details[0]['imageDigest']}"
 
 
-def pin_images(manifests: list[dict], ecr_client=None) -> list[dict]:
-    """Copies of `manifests` with every ECR container image of the PyTorchJob pinned."""
+def pin_images(
+    manifests: list[dict], ecr_client=None, resolve: Callable[[str], str] | None = None
+) -> list[dict]:
+    """Copies of `manifests` with every ECR container image of the PyTorchJob pinned
+    (`resolve(image)`: resolve_digest with `ecr_client` unless given)."""
+    resolve = resolve or (lambda image: resolve_digest(image, ecr_client))
     pinned = copy.deepcopy(manifests)
     resolved: dict[str, str] = {}
     for manifest in pinned:
@@ -58,6 +63,6 @@ def pin_images(manifests: list[dict], ecr_client=None) -> list[dict]:
             for container in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
                 image = container.get("image", "")
                 if image not in resolved:
-                    resolved[image] = resolve_digest(image, ecr_client)
+                    resolved[image] = resolve(image)
                 container["image"] = resolved[image]
     return pinned

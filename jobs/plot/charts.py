@@ -26,6 +26,8 @@ class Chart:
     ys: tuple[tuple[str, str], ...]
     """(record key, series name); evaluation series are drawn dashed, with a marker on every
     point, and named "eval loss" beside "train loss"."""
+    optional: bool = False
+    """Left out when no run has a point (MFU: null without a known device peak, as on CPU)."""
 
 
 EVAL_LOSS = ("eval_loss", "eval loss")
@@ -49,7 +51,7 @@ CHARTS = (
         "tokens/s",
         (("throughput/tokens_per_s", "tokens/s"),),
     ),
-    Chart("mfu", "MFU", "step", "step", "MFU (%)", (("mfu/percent", "MFU"),)),
+    Chart("mfu", "MFU", "step", "step", "MFU (%)", (("mfu/percent", "MFU"),), optional=True),
     Chart(
         "memory",
         "peak memory",
@@ -142,7 +144,8 @@ def run_colors(runs: list[RunMetrics], sweep: bool) -> dict[str, tuple[str, str]
 def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
     """{"runs": [{run_id, label, color, points}], "charts": [{id, title, x_label, y_label,
     series: [{run_id, label, color, dash, markers, x, y}]}]}; series with no point are left
-    out. `dash` and `markers`: evaluation, drawn unlike training in the PNG, HTML and dashboard."""
+    out, and optional charts without any series. `dash` and `markers`: evaluation, drawn unlike
+    training in the PNG, HTML and dashboard."""
     colors = run_colors(runs, sweep)
     charts = []
     for chart in CHARTS:
@@ -169,6 +172,8 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                             "y": [p[1] for p in points],
                         }
                     )
+        if chart.optional and not series:
+            continue
         charts.append(
             {
                 "id": chart.id,

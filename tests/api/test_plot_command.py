@@ -89,6 +89,18 @@ def test_bad_plot_requests_are_one_line(tmp_path, capsys, argv, message, monkeyp
     assert message in capsys.readouterr().err
 
 
+def test_mfu_is_plotted_only_where_a_run_has_it():
+    """A CPU run logs `mfu/percent: null` (no known peak): no MFU chart, not an empty one."""
+    from jobs.plot.charts import figure
+    from jobs.plot.metrics import RunMetrics
+
+    cpu = RunMetrics("cpu", [{"step": s, "loss": 3.0, "mfu/percent": None} for s in (1, 2)])
+    gpu = RunMetrics("gpu", [{"step": s, "loss": 3.0, "mfu/percent": 41.5} for s in (1, 2)])
+    assert "mfu" not in [c["id"] for c in figure([cpu])["charts"]]
+    (mfu,) = [c for c in figure([cpu, gpu])["charts"] if c["id"] == "mfu"]
+    assert [(s["run_id"], s["y"]) for s in mfu["series"]] == [("gpu", [41.5, 41.5])]
+
+
 def test_eval_loss_is_drawn_unlike_training_loss(tmp_path):
     """Dashed, a marker on every point and its own legend entry, in the PNG as in the HTML and
     the dashboard (which draw the same figure; the browser test checks uPlot's series)."""

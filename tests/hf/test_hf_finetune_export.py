@@ -4,6 +4,7 @@ transformers (`AutoModelForCausalLM.from_pretrained`) and with model.init_from (
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -63,6 +64,11 @@ def test_finetune_export_loads_in_transformers_and_round_trips(tmp_path: Path, r
     assert {"config.json", "generation_config.json", "model.safetensors.index.json",
             "tokenizer.json", "tokenizer_config.json"} <= set(names)  # fmt: skip
     assert not list(run_dir.glob(".export.partial-*"))
+    # The weights get the mode their neighbours get (safetensors alone creates them 0600).
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in export.iterdir()}
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # 0644 under the usual umask 022
     with safe_open(str(export / "model-00001-of-00001.safetensors"), "pt") as handle:
         assert handle.get_tensor("model.embed_tokens.weight").dtype == torch.float32
 

@@ -35,6 +35,10 @@ def test_buildspec_logs_in_builds_self_tests_then_pushes_and_exports_the_digest(
         "images/build.sh build",
         "images/build.sh selftest",
         "images/build.sh push",
+        # runner=hf's variant of the trainer image: the same steps, hf-* tags.
+        "IMAGE_KIND=trainer-hf images/build.sh build",
+        "IMAGE_KIND=trainer-hf images/build.sh selftest",
+        "IMAGE_KIND=trainer-hf images/build.sh push",
         # The Training API image: the same steps after the trainer's (images/api).
         "IMAGE_KIND=api images/build.sh build",
         "IMAGE_KIND=api images/build.sh selftest",
@@ -45,8 +49,9 @@ def test_buildspec_logs_in_builds_self_tests_then_pushes_and_exports_the_digest(
     assert "build.sh" not in " ".join(phases["post_build"]["commands"])
     assert "CODEBUILD_BUILD_SUCCEEDING" in phases["post_build"]["commands"][0]
     exported = {"IMAGE_URI", "IMAGE_DIGEST", "API_IMAGE_URI", "API_IMAGE_DIGEST"}
+    exported |= {"HF_IMAGE_URI", "HF_IMAGE_DIGEST"}
     assert set(spec["env"]["exported-variables"]) == exported
-    assert spec["artifacts"]["files"] == ["image.json", "api-image.json"]
+    assert spec["artifacts"]["files"] == ["image.json", "hf-image.json", "api-image.json"]
 
 
 # ---- workflows: tests/images/test_workflows.py ------------------------------------------------
@@ -139,3 +144,28 @@ def test_build_context_holds_only_what_the_image_copies():
     for path in context:
         assert any(path == s or path.startswith(s + "/") for s in sources), path
     assert not any(p.startswith((".git/", ".venv/", "tests/", "jobs/", "infra/")) for p in context)
+
+
+def test_the_hf_variant_lock_adds_runner_hf_packages_and_moves_no_base_pin():
+    lock = load_lock()
+    base_text = "".join(
+        (REPO / "images/trainer" / n).read_text() for n in ("constraints.txt", "build-tools.txt")
+    )
+    base = {lock.normalize(k): v for k, v in lock.parse_pins(base_text).items()}
+    text = (REPO / "images/trainer/constraints-hf.txt").read_text()
+    versions, hashes = lock.parse_pins(text), lock.parse_hashes(text)
+    locked = {k: (v, hashes[k][0].removeprefix("sha256:")) for k, v in versions.items()}
+    assert text == lock.render(locked, lock.HF_HEADER), "edit it via images/trainer/lock.py"
+    added = {lock.normalize(k): v for k, v in versions.items()}
+    assert not set(added) & set(base)  # the variant adds, never replaces
+    for requirement in lock.hf_runner_requirements():
+        name, _, version = requirement.partition("==")
+        assert added[lock.normalize(name)] == version, name
+    # The default image never installs them: only the variant's Dockerfile reads that lock,
+    # hash-checked, on top of the trainer image, ending as the trainer's user.
+    assert "constraints-hf.txt" not in DOCKERFILE
+    variant = (REPO / "images/trainer-hf/Dockerfile").read_text()
+    assert "--require-hashes --no-deps" in variant and "constraints-hf.txt" in variant
+    assert re.findall(r"^USER (\S+)", variant, re.M)[-1] == "10001:10001"
+    ignore = (REPO / "images/trainer-hf/Dockerfile.dockerignore").read_text().split()
+    assert ignore[-2:] == ["*", "!images/trainer/constraints-hf.txt"]

@@ -45,6 +45,19 @@ def test_help_lists_groups_options_and_trainstacks_flags(cli):
     assert result.code == 0
     for text in ("--dryrun", "--wait", "--skip-preflight", "--cfg,-c", "model: ", "llama3_8b"):
         assert text in result.out, text
+    groups = result.out.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    names = [line.split(":")[0] for line in groups.splitlines() if ": " in line]
+    # Each group once: no `conf/compute` beside `compute` (the app package's conf/ folder).
+    assert sorted(names) == [
+        "backend",
+        "compute",
+        "data",
+        "experiment",
+        "model",
+        "stack",
+        "storage",
+        "trainer",
+    ]
     hydra_help = cli("launch", "--hydra-help")
     assert hydra_help.code == 0 and "hydra/launcher: " in hydra_help.out
 

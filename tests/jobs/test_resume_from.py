@@ -71,6 +71,11 @@ BAD = {
         "trainer.resume_from",
         "has no checkpoints",
     ),
+    "another runner": (
+        ["runner=command", "runner.command=[python,-u,train.py]", "trainer.resume_from=src"],
+        "trainer.resume_from",
+        "built-in trainer only; allowed with runner=command: null",
+    ),
     "weights only alone": (
         ["trainer.resume_weights_only=true"],
         "trainer.resume_weights_only",

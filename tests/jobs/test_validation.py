@@ -78,7 +78,7 @@ BAD_INPUTS = {
     ),
     "cluster experiment without data": (
         ["experiment=llama3_8b_p5x4", *CLUSTER],
-        "data.path",
+        "data.path, data.tokenizer",  # every missing key in the one line
         "s3://bucket/train.jsonl",
     ),
     "cluster experiment without a tokenizer": (

@@ -45,3 +45,15 @@ def test_launch_submits_the_pinned_image(ecr, apiserver, trainstack):
     job = apiserver.get("pytorchjobs", "e2", "training")
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert master["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
+
+
+def test_a_render_carries_the_digest_the_kubernetes_backend_would_submit(ecr, monkeypatch):
+    from jobs.backends import render
+    from jobs.backends.render import RenderBackend
+    from tests.jobs.conftest import CLUSTER, build
+
+    monkeypatch.setattr(render, "_PINNED", {})
+    job = build(["compute=g5.12xlarge", *CLUSTER, f"job.image={REGISTRY}/trainstack/trainer:v1"])
+    text = RenderBackend("unused").dryrun(job).text
+    assert f"image: {REGISTRY}/trainstack/trainer@{ecr}" in text
+    assert "trainer:v1" not in text

@@ -211,3 +211,23 @@ def test_only_rank_0_reports_at_once(monkeypatch, capsys, rank, waits):
 )
 def test_launch_wrapper_maps_the_first_failure(first_code, job_code):
     assert exit_code_for(first_code) == job_code
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_is_exit_2_and_keeps_the_record(run_trainer):
+    """A run dir with checkpoints of one model, started again building another: the one
+    line names the run and the key, exit 2 at once (no restart), and config.yaml still
+    records the model the checkpoints hold."""
+    first = run_trainer(0, ["trainer.max_steps=2", "trainer.checkpoint.interval=2"])
+    assert first.returncode == 0, first.stderr
+    record = Path(first.run_dir, "config.yaml").read_bytes()
+    again = run_trainer(
+        2,
+        ["trainer.max_steps=4", "model.dim=128"],
+        launcher="trainer.launch",
+        torchrun_args=("--max-restarts=3",),
+    )
+    assert again.returncode == EXIT_BAD_INPUT, again.stderr
+    line = f"error: model.dim: the checkpoints of run {first.run_dir} were trained with dim=64"
+    assert again.stderr.count(line) == 1, again.stderr
+    assert "will restart worker group" not in again.stderr
+    assert Path(first.run_dir, "config.yaml").read_bytes() == record

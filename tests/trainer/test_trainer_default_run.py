@@ -30,10 +30,10 @@ def test_default_job_loss_falls_below_threshold(run_trainer):
     assert train[0]["loss"] > math.log(257) - 1.5  # started near chance
     assert train[-1]["loss"] < LOSS_BELOW, train[-1]
     assert evals[-1]["eval_loss"] < EVAL_LOSS_BELOW, evals[-1]
-    for key in ("lr", "grad_norm", "throughput/tokens_per_s", "mfu/percent"):
+    for key in ("lr", "grad_norm", "throughput/tokens_per_s"):
         assert train[-1][key] > 0, key
     assert train[-1]["memory/max_rss_gib"] > 0
-    assert train[-1]["mfu/peak_source"] == "measured-cpu"
+    assert (train[-1]["mfu/percent"], train[-1]["mfu/peak_source"]) == (None, "cpu")
     run_dir = Path(result.run_dir)
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert saved["trainer"]["max_steps"] == steps and saved["run_dir"] == result.run_dir

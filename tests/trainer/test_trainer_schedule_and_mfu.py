@@ -7,8 +7,9 @@ from itertools import pairwise
 import pytest
 import torch
 
+from tests.trainer.harness import read_metrics
 from trainer.config import TrainerConfig
-from trainer.mfu import device_peak_flops
+from trainer.mfu import device_peak_flops, mfu_percent, peak_flops
 from trainer.optim import lr_factor
 
 
@@ -24,5 +25,23 @@ def test_linear_warmup_then_cosine_down_to_the_floor():
 
 def test_mfu_peak_is_labelled_by_its_source():
     assert device_peak_flops(torch.device("cpu"), 3.5) == (3.5e12, "config")
-    measured, source = device_peak_flops(torch.device("cpu"), None)
-    assert source == "measured-cpu" and measured > 1e8
+    # No table states a CPU's peak: no MFU rather than noise.
+    assert device_peak_flops(torch.device("cpu"), None) == (None, "cpu")
+    assert mfu_percent(5000.0, 6e7, None) is None
+
+
+def test_a_known_gpu_peak_gives_mfu_from_throughput_and_flops_per_token():
+    peak, source = peak_flops("cuda", "NVIDIA H100 80GB HBM3", None)
+    assert source == "table:H100 SXM" and peak == pytest.approx(989.4e12)
+    # 40k tokens/s/GPU x 6 GFLOPs/token = 240 TFLOP/s of 989.4: 24.26%.
+    assert mfu_percent(40_000.0, 6e9, peak) == pytest.approx(100 * 240e12 / 989.4e12)
+
+
+def test_a_cpu_run_logs_null_mfu_with_one_note(run_trainer):
+    result = run_trainer(0, ["trainer.peak_tflops=null", "trainer.max_steps=2"])
+    assert result.returncode == 0, result.stderr
+    train = [r for r in read_metrics(result.run_dir) if "loss" in r]
+    assert train and all(r["mfu/percent"] is None for r in train)
+    assert {r["mfu/peak_source"] for r in train} == {"cpu"}
+    note = "MFU logged as null: cpu has no known peak; set trainer.peak_tflops"
+    assert result.stdout.count(note) == 1, result.stdout

@@ -204,6 +204,16 @@ def _save_shard(tensors: dict[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file
 
     save_file(tensors, str(path), metadata={"format": "pt"})
+    # safetensors creates its file 0600; the export's other files (and a downloaded model's)
+    # get what any new file gets here.
+    path.chmod(_new_file_mode())
+
+
+def _new_file_mode() -> int:
+    """0666 less this process's umask: the mode `open()` gives a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _write_metadata_files(

@@ -1,0 +1,210 @@
+"""`runner.workdir=DIR`: the directory shipped with a job instead of an image build.
+
+Packed reproducibly (sorted paths, zeroed times and owners, normalized modes, gzip without a
+timestamp), so the same files always give the same sha256; the files are git's tracked ones
+when DIR is in a git checkout, else everything under DIR minus `IGNORED` and the patterns of
+DIR/.trainstackignore. Packed once per process and directory (`pack`): every point of a sweep
+ships the same archive, even if files change while it runs. Stored once per run dir as
+`code/<sha256>.tar.gz` (`store`); `trainer.runner_exec` unpacks and verifies it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gzip
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jobs.errors import JobConfigError
+
+if TYPE_CHECKING:
+    from jobs.materialize import MaterializedJob
+
+IGNORED = (
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "*.pyc",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".ipynb_checkpoints",
+    "node_modules",
+    ".DS_Store",
+)
+"""Left out of a directory that is not a git checkout (any path component matching)."""
+IGNORE_FILE = ".trainstackignore"
+"""One fnmatch pattern per line (matched against each path component and the relative path)."""
+KEY = "runner.workdir"
+
+
+@dataclass(frozen=True)
+class PackedWorkdir:
+    sha256: str
+    data: bytes
+    """The .tar.gz itself."""
+    files: int
+    source: str
+    """`git` or `directory`."""
+
+
+def _git_files(root: Path) -> list[str] | None:
+    """Tracked files under `root` (relative), or None when it is not in a git work tree."""
+    try:
+        inside = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if inside.returncode != 0 or inside.stdout.strip() != "true":
+            return None
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--", "."],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [n for n in listed.stdout.decode().split("\0") if n]
+    # Tracked but deleted here: nothing to ship. Submodules list as directories: skipped.
+    return [n for n in names if (root / n).is_file()]
+
+
+def _ignore_patterns(root: Path) -> tuple[str, ...]:
+    path = root / IGNORE_FILE
+    extra = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                extra.append(line.rstrip("/"))
+    return (*IGNORED, *extra)
+
+
+def _ignored(rel: str, patterns: tuple[str, ...]) -> bool:
+    parts = rel.split("/")
+    return any(
+        fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns
+    )
+
+
+def _walk_files(root: Path) -> list[str]:
+    patterns = _ignore_patterns(root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir
+        dirnames[:] = [d for d in dirnames if not _ignored(f"{rel_dir}/{d}".lstrip("/"), patterns)]
+        for name in filenames:
+            rel = f"{rel_dir}/{name}".lstrip("/")
+            if not _ignored(rel, patterns) and (root / rel).is_file():
+                found.append(rel)
+    return found
+
+
+def list_files(root: Path) -> tuple[list[str], str]:
+    """(relative paths, sorted; `git` or `directory`)."""
+    tracked = _git_files(root)
+    if tracked is not None:
+        return sorted(tracked), "git"
+    return sorted(_walk_files(root)), "directory"
+
+
+def _biggest(root: Path, names: list[str], count: int = 3) -> str:
+    sizes = sorted(((root / n).stat().st_size, n) for n in names)[-count:]
+    return ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for s, n in reversed(sizes))
+
+
+def archive(root: Path, names: list[str]) -> bytes:
+    """The reproducible .tar.gz of `names` under `root`."""
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=1) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name in names:
+            path = root / name
+            info = tarfile.TarInfo(name)
+            stat = path.stat()
+            info.size = stat.st_size
+            info.mode = 0o755 if stat.st_mode & 0o111 else 0o644
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with path.open("rb") as f:
+                tar.addfile(info, f)
+    return buffer.getvalue()
+
+
+_packed: dict[tuple[str, int], PackedWorkdir] = {}
+_lock = threading.Lock()
+
+
+def pack(workdir: str, max_mb: int) -> PackedWorkdir:
+    """Pack `workdir` (once per process); raises JobConfigError (one line) when it is missing,
+    empty or bigger than `max_mb` MiB packed."""
+    if not workdir or not workdir.strip():
+        raise JobConfigError(KEY, "is empty; allowed: a local directory, e.g. runner.workdir=.")
+    if "://" in workdir:
+        raise JobConfigError(KEY, f"{workdir!r} is a URI; allowed: a local directory")
+    root = Path(workdir).expanduser().resolve()
+    if not root.is_dir():
+        raise JobConfigError(
+            KEY, f"no such directory {workdir!r} (relative to {Path.cwd()}); allowed: a directory"
+        )
+    with _lock:
+        cached = _packed.get((str(root), max_mb))
+        if cached is not None:
+            return cached
+        names, source = list_files(root)
+        if not names:
+            what = "no git-tracked files" if source == "git" else "no files (after ignores)"
+            raise JobConfigError(KEY, f"{workdir!r} has {what}; allowed: a directory with code")
+        raw = sum((root / n).stat().st_size for n in names)
+        cap = max_mb * 2**20
+        # Compression only helps so much: a tree far past the cap is refused without packing.
+        data = archive(root, names) if raw <= cap * 20 else None
+        if data is None or len(data) > cap:
+            raise JobConfigError(
+                KEY,
+                f"{workdir!r} packs to more than runner.workdir_max_mb={max_mb} MiB "
+                f"({len(names)} files, {raw / 2**20:.1f} MiB unpacked); biggest: "
+                f"{_biggest(root, names)}; allowed: add them to {IGNORE_FILE} (or untrack "
+                "them), ship data through S3, or raise runner.workdir_max_mb",
+            )
+        packed = PackedWorkdir(hashlib.sha256(data).hexdigest(), data, len(names), source)
+        _packed[(str(root), max_mb)] = packed
+        return packed
+
+
+def store_code(job: MaterializedJob) -> None:
+    """Every backend's first step of `schedule` (before anything else is written or sent)."""
+    if job.code is not None and job.spec.code is not None:
+        store(job.spec.run_dir, job.spec.code.uri, job.code.data)
+
+
+def store(run_dir: str, uri: str, data: bytes) -> None:
+    """Write the archive to its place under the run dir once (local path or s3://); a
+    relaunch or restart finds it there and writes nothing."""
+    from jobs.backends.base import BackendError
+    from trainer.storage import open_run_storage
+
+    rel = uri[len(run_dir.rstrip("/")) + 1 :]
+    try:
+        storage = open_run_storage(run_dir)
+        if not storage.exists(rel):
+            storage.write_bytes(rel, data)
+    except Exception as exc:  # one line at the boundary; nothing was submitted yet
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BackendError(f"runner.workdir: cannot store the code at {uri}: {reason}") from exc

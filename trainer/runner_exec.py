@@ -1,0 +1,177 @@
+"""`python -m trainer.runner_exec --config PATH [--code URI --sha256 HEX --into DIR] -- PROGRAM`
+
+What a job that runs someone else's program (runner=command, runner=hf) does first on each
+node, before the program or its torchrun starts:
+
+1. writes the run record `<run_dir>/config.yaml` (node 0; the `--config` file, which holds the
+   runner section and the code's sha256);
+2. with `--code`: fetches the workdir archive (local path or s3://), checks its sha256 and
+   unpacks it into `--into` (once: a restart finds it there), then starts the program there.
+   A missing or mismatching archive exits 2 (bad input: never retried, the same archive would
+   fail the same way);
+3. replaces itself with PROGRAM (signals and exit codes are the program's own) — except when
+   the run dir is s3:// and TRAINSTACK_METRICS is a file here: then it stays as the program's
+   parent, forwards SIGTERM/SIGINT, and copies the metrics file into the run dir as it grows.
+
+Never imports jobs/: the trainer image carries trainer/ alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import yaml
+
+from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+
+RECORD = "config.yaml"
+MARKER = ".trainstack-code"
+"""Inside the unpacked tree: the sha256 it was unpacked from."""
+RUN_DIR_METRICS = "logs/metrics.jsonl"
+SYNC_INTERVAL_S = 15.0
+
+
+def _say(message: str) -> None:
+    print(f"[trainer.runner_exec] {message}", file=sys.stderr, flush=True)
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" not in argv:
+        raise SystemExit("usage: python -m trainer.runner_exec --config PATH [...] -- PROGRAM")
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="python -m trainer.runner_exec")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--code", help="URI of the workdir archive (.tar.gz)")
+    parser.add_argument("--sha256", help="its expected sha256")
+    parser.add_argument("--into", help="directory to unpack it into and start in")
+    options = parser.parse_args(argv[:split])
+    if options.code and not (options.sha256 and options.into):
+        parser.error("--code needs --sha256 and --into")
+    return options, argv[split + 1 :]
+
+
+def write_record(config_text: str, run_dir: str) -> None:
+    """Node 0 only (PET_NODE_RANK is the operator's; absent here: one node)."""
+    from trainer.storage import open_run_storage
+
+    if os.environ.get("PET_NODE_RANK", "0") != "0":
+        return
+    open_run_storage(run_dir).write_text(RECORD, config_text)
+
+
+class CodeError(Exception):
+    """The archive is missing or not the one the job was launched with."""
+
+
+def fetch(uri: str, sha256: str) -> bytes:
+    from trainer.storage import StorageNotFoundError, read_uri_bytes
+
+    try:
+        data = read_uri_bytes(uri)
+    except (StorageNotFoundError, FileNotFoundError):
+        raise CodeError(f"runner.workdir archive {uri} is missing; launch the job again") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise CodeError(
+            f"runner.workdir archive {uri} has sha256 {got}, not {sha256} as launched: it was "
+            "changed after launch; launch the job again"
+        )
+    return data
+
+
+def unpack(data: bytes, sha256: str, into: Path) -> None:
+    """Into `into`, atomically (a sibling then a rename); a tree already unpacked from the same
+    archive is kept as is, one from another archive replaced."""
+    marker = into / MARKER
+    if marker.is_file() and marker.read_text().strip() == sha256:
+        return
+    staging = into.with_name(f"{into.name}.tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(staging, filter="data")  # no absolute paths, no escapes, no devices
+    (staging / MARKER).write_text(sha256 + "\n")
+    if into.exists():
+        shutil.rmtree(into)
+    os.replace(staging, into)
+
+
+def run_syncing(program: list[str], metrics: Path, run_dir: str) -> int:
+    """Run `program` as a child, forwarding SIGTERM/SIGINT, and copy `metrics` to
+    `<run_dir>/logs/metrics.jsonl` every SYNC_INTERVAL_S and at the end."""
+    from trainer.storage import open_run_storage
+
+    storage = open_run_storage(run_dir)
+    last = [-1]
+
+    def sync() -> None:
+        try:
+            size = metrics.stat().st_size
+        except FileNotFoundError:
+            return
+        if size != last[0]:
+            try:
+                storage.upload_file(metrics, RUN_DIR_METRICS)
+                last[0] = size
+            except Exception as exc:  # progress is decoration; the next sync tries again
+                _say(f"could not copy metrics to {run_dir}: {exc}")
+
+    proc = subprocess.Popen(program)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
+    while True:
+        try:
+            code = proc.wait(timeout=SYNC_INTERVAL_S)
+            break
+        except subprocess.TimeoutExpired:
+            sync()
+    sync()
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, program = parse(list(sys.argv[1:] if argv is None else argv))
+    if not program:
+        _say("no program after --")
+        return EXIT_BAD_INPUT
+    config_text = Path(options.config).read_text()
+    run_dir = str(yaml.safe_load(config_text)["run_dir"])
+    try:
+        write_record(config_text, run_dir)
+    except Exception as exc:  # storage trouble: transient more often than not
+        _say(f"could not write {run_dir}/{RECORD}: {exc}")
+        return EXIT_FAILED
+    if options.code:
+        try:
+            data = fetch(options.code, options.sha256)
+        except CodeError as exc:
+            _say(str(exc))
+            return EXIT_BAD_INPUT
+        into = Path(options.into)
+        unpack(data, options.sha256, into)
+        os.chdir(into)
+    metrics = os.environ.get("TRAINSTACK_METRICS", "")
+    if run_dir.startswith("s3://") and metrics and "://" not in metrics:
+        Path(metrics).parent.mkdir(parents=True, exist_ok=True)
+        return run_syncing(program, Path(metrics), run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(program[0], program)
+    except OSError as exc:
+        _say(f"cannot start {program[0]!r}: {exc.strerror or exc}")
+        return EXIT_BAD_INPUT
+    return EXIT_FAILED  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The built-in trainer's keys -> `transformers.TrainingArguments`, where they mean the same
+thing. Pure (no transformers import), so it is checked without a GPU or the extra."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.config import TrainerJobConfig
+from trainer.errors import ConfigError
+
+
+@dataclass
+class PeftSettings:
+    """`runner.peft` (the job schema uses this class): LoRA adapters through peft, while r > 0."""
+
+    r: int = 0
+    """LoRA rank; 0 trains every weight."""
+    alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names (suffixes) that get adapters."""
+
+
+def grad_accum_steps(cfg: TrainerJobConfig, world: int) -> int:
+    trainer = cfg.trainer
+    if trainer.global_batch_size is None:
+        return trainer.grad_accum_steps
+    per_step = trainer.micro_batch_size * world
+    if trainer.global_batch_size % per_step:
+        raise ConfigError(
+            f"trainer.global_batch_size: {trainer.global_batch_size} is not a multiple of "
+            f"micro_batch_size x ranks = {per_step}"
+        )
+    return trainer.global_batch_size // per_step
+
+
+def check_supported(cfg: TrainerJobConfig) -> None:
+    """Keys whose meaning transformers.Trainer cannot give: refused, not ignored."""
+    if cfg.data.mixture:
+        raise ConfigError("data.mixture: runner=hf reads one source; allowed: data.path")
+    if cfg.model.init_from is None:
+        raise ConfigError("model.init_from: runner=hf fine-tunes a Hugging Face checkpoint")
+
+
+def training_arguments(
+    cfg: TrainerJobConfig, *, output_dir: str, world: int, cuda: bool
+) -> dict[str, Any]:
+    """Keyword arguments of TrainingArguments for this job on `world` ranks."""
+    trainer = cfg.trainer
+    precision = trainer.mixed_precision
+    bf16 = precision == "bf16" or (precision == "auto" and cuda)
+    interval = trainer.checkpoint.interval
+    args: dict[str, Any] = {
+        "output_dir": output_dir,
+        "seed": cfg.seed,
+        "data_seed": cfg.seed,
+        "max_steps": trainer.max_steps,
+        "learning_rate": trainer.lr,
+        "warmup_steps": trainer.warmup_steps,
+        "lr_scheduler_type": "cosine_with_min_lr",
+        "lr_scheduler_kwargs": {"min_lr_rate": trainer.min_lr_ratio},
+        "weight_decay": trainer.weight_decay,
+        "adam_beta1": trainer.beta1,
+        "adam_beta2": trainer.beta2,
+        "max_grad_norm": trainer.grad_clip,
+        "per_device_train_batch_size": trainer.micro_batch_size,
+        "per_device_eval_batch_size": trainer.micro_batch_size,
+        "gradient_accumulation_steps": grad_accum_steps(cfg, world),
+        "logging_steps": trainer.log_interval,
+        "save_strategy": "steps" if interval > 0 else "no",
+        "save_steps": interval if interval > 0 else 500,
+        "save_total_limit": trainer.checkpoint.keep,
+        "eval_strategy": "steps" if trainer.eval_interval > 0 else "no",
+        "eval_steps": trainer.eval_interval if trainer.eval_interval > 0 else None,
+        "bf16": bf16,
+        "ddp_find_unused_parameters": False,
+        "use_cpu": not cuda,
+        "report_to": "none",
+        "remove_unused_columns": False,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+        "ddp_timeout": trainer.collective_timeout_s,
+    }
+    if trainer.activation_checkpoint != "none":  # transformers recomputes whole layers
+        args["gradient_checkpointing"] = True
+    if cuda and world > 1:
+        # FSDP through accelerate (FSDP2), wrapping each decoder layer; full state dicts on
+        # save so checkpoints and the export are plain HF files.
+        args["fsdp"] = "full_shard auto_wrap"
+        args["fsdp_config"] = {
+            "version": 2,
+            "reshard_after_forward": True,
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "state_dict_type": "FULL_STATE_DICT",
+            "cpu_ram_efficient_loading": True,
+        }
+    elif not cuda and world > 1:
+        args["ddp_backend"] = "gloo"
+    return args
