@@ -47,7 +47,17 @@ DCGM_EXPORTER = helm_chart(
 )
 KUEUE = helm_chart("kueue", "0.14.3", "oci://registry.k8s.io/kueue/charts")
 """Kueue (infra/kueue.py): queues, all-or-nothing admission and priorities for training jobs."""
-HELM_CHARTS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, DCGM_EXPORTER, KUEUE)
+FLUENT_BIT = helm_chart("aws-for-fluent-bit", "0.2.1", "https://aws.github.io/eks-charts")
+"""Chart 0.2.1 (aws-for-fluent-bit 3.4.16): its core `cloudwatch_logs` output takes EKS Pod
+Identity credentials (infra/container_logs.py)."""
+HELM_CHARTS = (
+    NVIDIA_DEVICE_PLUGIN,
+    EFA_DEVICE_PLUGIN,
+    CLUSTER_AUTOSCALER,
+    DCGM_EXPORTER,
+    KUEUE,
+    FLUENT_BIT,
+)
 
 PULUMI_CLI_VERSION = "3.272.0"
 """The Pulumi CLI the in-VPC deploy (infra/deploy/buildspec.yml) installs: the version of the

@@ -114,7 +114,32 @@ def security_contexts() -> tuple[dict, dict]:
     return pod, container
 
 
-def pod_template(spec: JobSpec) -> dict:
+MODEL_INITIALIZER_WAIT_S = 6 * 3600
+"""How long a pod that does not download waits for the model cache (large models, slow links)."""
+
+
+def model_initializer(spec: JobSpec, wait: bool, security: dict) -> dict:
+    """The init container putting a Hub model into the run storage cache (once: it skips a
+    complete cache); with `wait` it only waits for another pod to finish it."""
+    source, cache = spec.model_cache  # type: ignore[misc]
+    command = ["python", "-m", "trainer.hf.hub_cache", source, cache]
+    if wait:
+        command += ["--wait", str(MODEL_INITIALIZER_WAIT_S)]
+    return {
+        "command": command,
+        "env": _env(spec),
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "name": "model-initializer",
+        "resources": {
+            "limits": {"cpu": "2", "memory": "4Gi"},
+            "requests": {"cpu": "1", "memory": "2Gi"},
+        },
+        "securityContext": dict(security),
+    }
+
+
+def pod_template(spec: JobSpec, wait_for_model: bool = False) -> dict:
     """The pod template of every replica, as the plain dict the API takes (no client models:
     importing the Kubernetes client costs half a second that rendering does not need)."""
     pod_security, container_security = security_contexts()
@@ -170,6 +195,8 @@ def pod_template(spec: JobSpec) -> dict:
         "tolerations": [{"effect": "NoSchedule", "key": GPU_TAINT, "operator": "Exists"}],
         "volumes": volumes,
     }
+    if spec.model_cache is not None:
+        pod["initContainers"] = [model_initializer(spec, wait_for_model, container_security)]
     # Kueue's labels belong on the job only: Kueue admits the job, never its pods one by one.
     labels = {k: v for k, v in spec.labels.items() if not k.startswith("kueue.x-k8s.io/")}
     meta = {"annotations": dict(spec.annotations), "labels": labels}
@@ -187,6 +214,8 @@ def _metadata(spec: JobSpec, name: str) -> dict:
 
 def pytorch_job(spec: JobSpec) -> dict:
     template = pod_template(spec)
+    # The master fills the model cache; workers wait for it (all fill it without a master).
+    worker_template = pod_template(spec, wait_for_model=bool(spec.master_replicas))
     replicas = {}
     if spec.master_replicas:
         replicas["Master"] = {
@@ -198,7 +227,7 @@ def pytorch_job(spec: JobSpec) -> dict:
         replicas["Worker"] = {
             "replicas": spec.worker_replicas,
             "restartPolicy": RESTART_POLICY,
-            "template": template,
+            "template": worker_template,
         }
     elastic = None
     if spec.elastic:

@@ -31,6 +31,21 @@ class MaterializedJob:
         return self.spec.name
 
 
+def default_tokenizer_to_checkpoint(cfg: Any) -> None:
+    """With model.init_from set, a data option leaving data.tokenizer mandatory (`data=jsonl`)
+    takes the checkpoint's own tokenizer (null: the trainer reads init_from's files), as every
+    other data option does."""
+    from omegaconf import OmegaConf
+
+    from jobs.schema import REQUIRED
+
+    model, data = cfg.model, cfg.data
+    init_from = None if OmegaConf.is_missing(model, "init_from") else model._get_node("init_from")
+    given = init_from is not None and init_from._value() not in (None, REQUIRED)
+    if given and OmegaConf.is_missing(data, "tokenizer"):
+        data.tokenizer = None
+
+
 def materialize(
     cfg: Any,
     *,
@@ -53,6 +68,7 @@ def materialize(
     with open_dict(cfg):
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
+    default_tokenizer_to_checkpoint(cfg)
     trainer_plan = validate_job(cfg, git_sha=git_sha)
     code = None
     if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it

@@ -220,6 +220,9 @@ class ClusterConfig:
     (`registry.example.com`) or repository paths (`host/team`: it and everything under it,
     by whole path components); null: no image check on `launch` (the Training API always
     checks: null means only the stack's repository there)."""
+    log_group: str | None = None
+    """CloudWatch Logs group of the namespace's container logs (the stack's
+    `container_log_group`): `trainstack logs` reads a rank's log there once its pod is gone."""
     approved_secrets: list[str] | None = None
     """Names of the Secrets jobs may mount (`job.secrets.*.name`); null: no check on `launch`
     (the Training API always checks: null means none there). A list, not a label read from

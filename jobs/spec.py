@@ -133,6 +133,9 @@ class JobSpec:
     """`eks.amazonaws.com/capacityType` the pods select (ON_DEMAND, SPOT), or None: any."""
     fsx: tuple[str, str] | None = None
     """(claim, mount path) of the stack's FSx volume mounted in every pod, or None."""
+    model_cache: tuple[str, str] | None = None
+    """(hf://org/name[@rev], its run storage cache) when a model initializer fills the cache
+    before the trainer starts; the trainer config's init_from is then the cache."""
 
 
 def elastic_of(cfg: Any) -> Elastic | None:
@@ -223,6 +226,14 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     return env
 
 
+def hub_cache_uri(storage_root: str, source: str) -> str:
+    """Where a cluster run keeps a Hub model: one copy per repo and revision under the storage
+    root, shared by every run that names them."""
+    from trainer.hf.hub import parse_hub
+
+    return f"{storage_root.rstrip('/')}/models/{parse_hub(source).cache_key}"
+
+
 def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | None) -> JobSpec:
     """The job described by composed (and validated) config `cfg`. No clock: the same config
     gives the same spec, so renders of it are byte-identical (the kubernetes backend stamps
@@ -232,6 +243,11 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
     instance = None if local else get_instance_type(compute.instance_type)
     run_dir = run_dir_for(cfg.storage.root, run_id)
     trainer_cfg = trainer_config(cfg, run_dir)
+    model_cache = None
+    source = cfg.model.init_from
+    if not local and source is not None and source.startswith("hf://"):
+        model_cache = (source, hub_cache_uri(cfg.storage.root, source))
+        trainer_cfg["model"]["init_from"] = model_cache[1]
     digest = config_hash(trainer_cfg)
     grace = cfg.job.termination_grace_period_seconds
     elastic = elastic_of(cfg)
@@ -305,4 +321,5 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
         kubernetes_version=str(cfg.cluster.kubernetes_version),
         capacity_type=None if local else CAPACITY_TYPES[compute.capacity],
         fsx=(cfg.storage.fsx_claim, cfg.storage.fsx_mount) if cfg.storage.fsx else None,
+        model_cache=model_cache,
     )

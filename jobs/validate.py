@@ -181,11 +181,26 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         remote = init_from is not None and ("://" in init_from or on_fsx(cfg, init_from))
         wanted = init_from is not None and (not remote or trainer_cfg.model.name is None)
         hf_config = read_hf_config(init_from) if wanted else None
+        if init_from is not None and init_from.startswith("hf://"):
+            check_hub_access(cfg, init_from)
         plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         raise JobConfigError(key, problem) from None
     return plans[cfg.compute.nodes * procs_per_node(cfg.compute)]
+
+
+def check_hub_access(cfg: Any, source: str) -> None:
+    """A Hub model exists at its revision, and a gated one has a token: job.secrets.hf_token
+    on a cluster; locally also the caller's own (HF_TOKEN or `hf auth login`)."""
+    from trainer.hf.hub import check_access
+
+    has_token = cfg.job.secrets.hf_token.name is not None
+    if cfg.backend.name == "local" and not has_token:
+        from huggingface_hub import get_token
+
+        has_token = get_token() is not None
+    check_access(source, has_token)
 
 
 def check_image(cfg: Any, git_sha: str | None) -> None:
@@ -270,8 +285,8 @@ def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     for index, source in enumerate(cfg.data.mixture):
         allowed = "a prepared dataset (its manifest.json or directory) or s3://bucket/prefix"
         paths.append((f"data.mixture[{index}].path", source.path, allowed))
-    if cfg.model.init_from is not None:
-        allowed = "a Hugging Face model directory or s3://bucket/prefix"
+    if cfg.model.init_from is not None and not cfg.model.init_from.startswith("hf://"):
+        allowed = "a Hugging Face model directory, s3://bucket/prefix or hf://org/name[@rev]"
         paths.append(("model.init_from", cfg.model.init_from, allowed))
     resume_from = resume_from_path(cfg)
     if resume_from is not None:

@@ -49,6 +49,22 @@ class RopeScalingConfig:
 
 
 @dataclass
+class LoraConfig:
+    """Low-rank adapters over a frozen `model.init_from` (peft's LoRA): only they train, and
+    the checkpoints hold only them and their optimizer state."""
+
+    rank: int = 0
+    """Rank of each adapter; 0: off (a full fine-tune)."""
+    alpha: float = 16.0
+    """The adapters' output is scaled by alpha / rank (peft's `lora_alpha`)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input during training, in [0, 1)."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Hugging Face module names adapted in every block: q_proj, k_proj, v_proj, o_proj,
+    gate_proj, up_proj, down_proj (peft's `target_modules`)."""
+
+
+@dataclass
 class ModelConfig:
     """The architecture. Each `jobs/conf/model/<option>.yaml` states every field, so a run's
     config.yaml describes its model without the code; a field left null takes the value of
@@ -61,7 +77,8 @@ class ModelConfig:
     architecture is the checkpoint's config.json); a preset named there must have the
     checkpoint's shape."""
     init_from: str | None = None
-    """A Hugging Face Llama directory (config.json, safetensors, tokenizer files), local or
+    """A Hugging Face model directory (config.json, safetensors, tokenizer files; model_type
+    llama, qwen2, qwen3 or mistral), local or
     s3://bucket/prefix: the run starts from its weights (only when the run has no checkpoint
     of its own yet) and takes its architecture from config.json; any field stated here must
     agree with it."""
@@ -87,6 +104,19 @@ class ModelConfig:
     """The output layer reuses the input embedding (`tie_word_embeddings`)."""
     rope_scaling: RopeScalingConfig | None = None
     """Llama 3.1-style long-context RoPE scaling; null: plain RoPE (or the preset's)."""
+    family: str | None = None
+    """llama, qwen2, qwen3 or mistral (`trainer.model.families`): the Hugging Face layout
+    the model loads from and exports to; it fixes qkv_bias and qk_norm."""
+    head_dim: int | None = None
+    """Width of one attention head (config.json `head_dim`; Qwen3's is not dim / n_heads)."""
+    qkv_bias: bool | None = None
+    """q, k and v projections carry a bias (Qwen2)."""
+    qk_norm: bool | None = None
+    """RMSNorm over each query and key head before RoPE (Qwen3)."""
+    sliding_window: int | None = None
+    """A query attends to at most this many keys, itself included (Mistral v0.1); null: all."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA fine-tuning (off unless `lora.rank` > 0)."""
 
 
 @dataclass

@@ -24,7 +24,8 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer.config import CHOICES, TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import resolve_init_from_args
-from trainer.model.args import MODEL_PRESETS, ModelArgs, model_args_from_config
+from trainer.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config
+from trainer.model.families import PROJECTIONS
 
 
 def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:
@@ -124,6 +125,7 @@ def make_plan(
     check_data_sources(cfg.data)
     args = _model_args(cfg, hf_config)
     _check_model(args)
+    _check_lora(cfg)
     if cfg.data.seq_len > args.max_seq_len:
         raise ConfigError(
             f"data.seq_len: {cfg.data.seq_len} exceeds the model's maximum sequence length "
@@ -292,11 +294,39 @@ def check_data_sources(data: Any) -> None:
             )
 
 
+def _check_lora(cfg: TrainerJobConfig) -> None:
+    lora = cfg.model.lora
+    if lora.rank < 0:
+        raise ConfigError(f"model.lora.rank: {lora.rank} is out of range; allowed: 0 (off) or >= 1")
+    if not lora.rank:
+        return
+    if cfg.model.init_from is None:
+        raise ConfigError(
+            "model.lora.rank: LoRA adapts a pretrained model; allowed: 0 without "
+            "model.init_from, >= 1 with it"
+        )
+    if not lora.alpha > 0:
+        raise ConfigError(f"model.lora.alpha: {lora.alpha!r} is out of range; allowed: > 0")
+    if not 0 <= lora.dropout < 1:
+        raise ConfigError(f"model.lora.dropout: {lora.dropout!r} is out of range; allowed: [0, 1)")
+    known = PROJECTIONS
+    bad = [t for t in lora.targets if t not in known]
+    if bad or not lora.targets:
+        raise ConfigError(
+            f"model.lora.targets: {bad or list(lora.targets)} is not allowed; allowed: a "
+            f"non-empty list of {', '.join(known)}"
+        )
+
+
 def _check_model(args: ModelArgs) -> None:
-    if args.dim % args.n_heads or args.head_dim % 2:
+    problem = family_problem(args)
+    if problem:
+        raise ConfigError(problem)
+    floored = args.dim % args.n_heads and args.head_dim == args.dim // args.n_heads
+    if args.head_dim % 2 or floored:  # type: ignore[operator]
         raise ConfigError(
             f"model.dim: {args.dim} must be a multiple of model.n_heads ({args.n_heads}) "
-            "with an even head dimension (RoPE rotates pairs)"
+            "with an even head dimension (RoPE rotates pairs), or model.head_dim set even"
         )
     if args.n_heads % args.n_kv_heads:
         raise ConfigError(

@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from trainer.model.lora import has_adapters, is_adapter
 from trainer.model.model import Transformer
 
 aten = torch.ops.aten
@@ -78,7 +79,16 @@ def parallelize(
     policy = mixed_precision_policy(mixed_precision, mesh.device_type)
     recomputed = checkpointed_blocks(activation_checkpoint, len(model.layers))
     last = len(model.layers) - 1
+    if mesh.device_type == "cuda" and has_adapters(model):
+        # A frozen base keeps no optimizer state and no gradients: bf16 halves what it holds.
+        for name, param in model.named_parameters():
+            if not is_adapter(name):
+                param.data = param.data.to(torch.bfloat16)
     for index, block in enumerate(model.layers):
+        adapters = [m for name, m in block.named_modules() if name.endswith(("lora_a", "lora_b"))]
+        if adapters:
+            # Their own FSDP unit: they stay fp32 beside a bf16 base (a unit has one dtype).
+            fully_shard(adapters, mesh=mesh, mp_policy=policy)
         if index in recomputed:
             block = checkpoint_block(block, activation_checkpoint)
         if compile_blocks:

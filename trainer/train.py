@@ -33,12 +33,14 @@ from trainer.errors import ConfigError, warn
 from trainer.faults import maybe_delay_step
 from trainer.hf.config import read_hf_config
 from trainer.hf.export import export_run
+from trainer.hf.hub import download, is_hub
 from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
 from trainer.job_config import Plan, make_plan, tokenizer_source
 from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
 from trainer.mfu import device_peak_flops, mfu_percent
+from trainer.model.lora import add_lora
 from trainer.model.model import Transformer
 from trainer.optim import build_optimizer, build_scheduler, clip_grad_norm
 from trainer.parallelize import parallelize
@@ -53,6 +55,9 @@ from trainer.train_state import Progress, checkpoint_state, restore, restore_wei
 def run(cfg: TrainerJobConfig) -> int:
     # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
     stop = StopSignal()
+    hub_id = cfg.model.init_from if is_hub(cfg.model.init_from) else None
+    if hub_id:  # fetched once into the Hugging Face cache, then read like any directory
+        cfg.model.init_from = download(hub_id)
     init_from = cfg.model.init_from
     hf_config = read_hf_config(init_from) if init_from else None
     plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")), hf_config=hf_config)
@@ -74,6 +79,9 @@ def run(cfg: TrainerJobConfig) -> int:
         torch.manual_seed(cfg.seed)
         with torch.device("meta"):
             model = Transformer(plan.model)
+        lora = cfg.model.lora
+        if lora.rank:
+            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
         parallelize(
             model,
             env.mesh,
@@ -86,6 +94,8 @@ def run(cfg: TrainerJobConfig) -> int:
         # The record states the architecture built, also where the config left it to a
         # preset or to init_from's config.json: the run dir describes its model alone.
         resolved["model"].update(asdict(plan.model))  # type: ignore[index, union-attr]
+        if hub_id:
+            resolved["model"]["init_from"] = hub_id  # type: ignore[index]
         metrics = MetricsLogger(
             storage,
             cfg.trainer.metrics,
@@ -124,13 +134,17 @@ def _initialize(
     resume_source: ResumeSource | None,
 ) -> str | None:
     """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
-    yet and no `trainer.resume_from` (either is loaded later), else seeded random ones."""
-    source = cfg.model.init_from
-    if source is None or resume_source is not None or checkpointer.has_committed():
+    yet and no `trainer.resume_from` (either is loaded later), else seeded random ones. A
+    LoRA run's checkpoints hold only its adapters: its frozen base is always init_from's."""
+    source, lora = cfg.model.init_from, bool(cfg.model.lora.rank)
+    later = checkpointer.has_committed() or resume_source is not None
+    if source is None or (later and not lora):
         model.init_weights(cfg.seed)
         return None
     started = time.perf_counter()
     read = load_init_from(model, source, plan.model, env)
+    if lora:
+        model.init_weights(cfg.seed, adapters_only=True)
     model.init_rope()
     took = time.perf_counter() - started
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"
@@ -143,9 +157,20 @@ def _resume_source(cfg: TrainerJobConfig, plan: Plan, storage) -> ResumeSource |
     if cfg.trainer.resume_from is None or committed_steps(storage):
         return None
     source = locate(cfg.trainer.resume_from)
+    lora = cfg.model.lora
     with torch.device("meta"):
-        tensors = Transformer(plan.model).state_dict()
-    check_fits(source, {name: tuple(tensor.shape) for name, tensor in tensors.items()})
+        model = Transformer(plan.model)
+        if lora.rank:  # its checkpoints hold the adapters only (train_state.trained_only)
+            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    check_fits(
+        source,
+        {
+            name: tuple(tensor.shape)
+            for name, tensor in model.state_dict().items()
+            if not lora.rank or name in trained
+        },
+    )
     return source
 
 

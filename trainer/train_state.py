@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -18,6 +19,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer
+from trainer.model.model import plain_name
 
 
 @dataclass
@@ -40,6 +42,21 @@ def _rng_states(device: torch.device) -> dict[str, torch.Tensor]:
     return states
 
 
+def _options(model: nn.Module) -> StateDictOptions | None:
+    """A model with frozen parameters (LoRA's base) saves and loads only the trained ones:
+    the base comes from model.init_from on every start."""
+    if all(p.requires_grad for p in model.parameters()):
+        return None
+    return StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
+def trained_only(model: nn.Module, model_sd: dict[str, Any]) -> dict[str, Any]:
+    """`model_sd` without frozen entries: ignore_frozen_params keeps the tied alias of a
+    frozen table (output.weight), which would put the whole embedding in every checkpoint."""
+    trained = {plain_name(n) for n, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in model_sd.items() if k in trained}
+
+
 def checkpoint_state(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -49,7 +66,10 @@ def checkpoint_state(
     rank: int,
     device: torch.device,
 ) -> dict[str, Any]:
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    options = _options(model)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+    if options is not None:
+        model_sd = trained_only(model, model_sd)
     train = {"progress": asdict(progress), "scheduler": scheduler.state_dict()}
     return {
         "model": model_sd,
@@ -78,7 +98,11 @@ def restore(
         del state["rng"]
     checkpointer.load(step, state)
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=_options(model),
     )
     train = json.loads(state["train"])
     scheduler.load_state_dict(train["scheduler"])
@@ -93,6 +117,10 @@ def restore(
 def restore_weights(checkpointer: Checkpointer, step: int, model: nn.Module) -> None:
     """Load only the model weights of checkpoint `step` (`trainer.resume_weights_only`): DCP
     reads just the `model.*` entries; optimizer, schedule, progress and RNG stay as built."""
-    state = {"model": get_model_state_dict(model)}
+    options = _options(model)
+    model_sd = get_model_state_dict(model, options=options)
+    if options is not None:  # LoRA: the adapters; the frozen base is init_from's
+        model_sd = trained_only(model, model_sd)
+    state = {"model": model_sd}
     checkpointer.load(step, state)
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=options)

@@ -31,6 +31,7 @@ from jobs.backends.base import (
     SUCCEEDED,
     BackendError,
     DryRun,
+    NoLogs,
     RunStatus,
 )
 from jobs.k8s import state as k8s_state
@@ -59,6 +60,9 @@ class ClusterSettings:
     namespace: str
     node_groups: tuple[Any, ...] = ()
     """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
+    region: str | None = None
+    log_group: str | None = None
+    """CloudWatch Logs group holding container logs after pods go (cluster.log_group)."""
 
 
 CREATED_AT = f"{LABEL_PREFIX}/created-at"
@@ -103,7 +107,14 @@ class KubernetesBackend:
         groups = tuple(
             NodeGroup(g.name, g.instance_type, int(g.max_size)) for g in cluster.node_groups
         )
-        settings = ClusterSettings(cluster.kubeconfig, cluster.context, cluster.namespace, groups)
+        settings = ClusterSettings(
+            cluster.kubeconfig,
+            cluster.context,
+            cluster.namespace,
+            groups,
+            region=cluster.region,
+            log_group=cluster.log_group,
+        )
         return cls(settings, preflight=bool(cfg.backend.preflight))
 
     @property
@@ -207,13 +218,17 @@ class KubernetesBackend:
 
         job = self.cluster.get_job(run_id)
         if job is None:
-            raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
+            if follow:
+                raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
+            yield from self.archived_logs(run_id, rank)  # the job (and its pods) expired
+            return
         try:
             pod = pod_name(job, rank)
         except ValueError as err:
             raise BackendError(f"{run_id}: {err}") from None
         if not follow:
-            yield from read_log(self.cluster, pod)
+            lines = read_log(self.cluster, pod)
+            yield from self.archived_logs(run_id, rank, pod) if lines is None else lines
             return
         while True:
             outcome: list[RunStatus] = []
@@ -225,6 +240,25 @@ class KubernetesBackend:
                 return
             if not (yield from self._restart(run_id, final.retries)):
                 return
+
+    def archived_logs(self, run_id: str, rank: int, pod: str | None = None) -> list[str]:
+        """The rank's log from CloudWatch Logs once its pod is gone; `pod` defaults to the
+        operator's name for the rank (rank 0 is master-0, rank N worker-(N-1))."""
+        from jobs.k8s.archived_logs import ArchiveError, archived_log
+
+        pod = pod or (f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}")
+        group = self.settings.log_group
+        try:
+            lines = archived_log(self.settings.region, group, pod) if group else None
+        except ArchiveError as err:
+            raise BackendError(f"{run_id}: pod {pod} is gone and {err}") from None
+        if lines is None:
+            where = f"log group {group}" if group else "no cluster.log_group set"
+            raise NoLogs(f"{run_id}: rank {rank} has no pod and no archived log ({where})")
+        print(
+            f"{run_id}: pod {pod} is gone; reading its archived log from {group}", file=sys.stderr
+        )
+        return lines
 
     def _follow(self, run_id: str, rank: int, outcome: list[RunStatus], cancel) -> Iterator[str]:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job

@@ -1,6 +1,7 @@
-"""`trainstack export RUN [--step N] --to DIR|s3://... [--dtype bf16|fp32] [overrides ...]`:
-a committed checkpoint of a run as a Hugging Face directory (config.json, sharded safetensors
-and index, tokenizer, generation_config.json), written on this machine with no process group.
+"""`trainstack export RUN [--step N] --to DIR|s3://... [--dtype bf16|fp32] [--merge]
+[overrides ...]`: a committed checkpoint of a run as a Hugging Face directory (config.json,
+sharded safetensors and index, tokenizer, generation_config.json), written on this machine with
+no process group. A LoRA run gives a PEFT adapter directory, or with --merge full weights.
 
 RUN is a run id under `storage.root` (overrides such as `stack=prod` select it) or a run dir
 (a path or s3:// URI). Bad input is one line and exit 2, with nothing written.
@@ -22,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="bf16", help="bf16 (default) or fp32")
     parser.add_argument(
         "--max-shard-gb", type=float, default=2.0, help="safetensors shard size (GiB)"
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA run: write the base with the adapters merged (default: a PEFT adapter)",
     )
     parser.add_argument(
         "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
             step=args.step,
             dtype=args.dtype,
             max_shard_bytes=int(args.max_shard_gb * 2**30),
+            merge=args.merge,
         )
     except ConfigError as err:
         return fail("export", str(err), EXIT_BAD_INPUT)

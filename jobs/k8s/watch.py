@@ -194,16 +194,16 @@ def pod_name(job: dict, rank: int) -> str:
     return f"{job['metadata']['name']}-{replica_type}-{index}"
 
 
-def read_log(cluster: Cluster, pod: str) -> list[str]:
-    """The pod's log so far, as lines."""
-    text = cluster.call(
+def read_log(cluster: Cluster, pod: str) -> list[str] | None:
+    """The pod's log so far, as lines; None when the pod is gone."""
+    text = cluster.call_or_none(
         f"read log of pod {cluster.namespace}/{pod}",
         cluster.core.read_namespaced_pod_log,
         pod,
         cluster.namespace,
         container=CONTAINER,
     )
-    return text.splitlines()
+    return None if text is None else text.splitlines()
 
 
 def follow_log(

@@ -27,8 +27,9 @@ def build_llama(
     max_shard_size: str = "60KB",
     **sizes: int,
 ) -> Path:
-    """A random LlamaForCausalLM (GQA: 4 heads, 2 KV heads; odd sizes so 2 ranks get uneven
-    shards), saved sharded (several files + index) with a tokenizer."""
+    """A random LlamaForCausalLM (GQA: 4 heads, 2 KV heads unless `sizes` say otherwise; odd
+    sizes so 2 ranks get uneven shards), saved sharded (several files + index) with a
+    tokenizer. `scaling={}`: plain RoPE (Llama 2, SmolLM2)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -37,11 +38,11 @@ def build_llama(
         hidden_size=sizes.get("hidden_size", 64),
         intermediate_size=sizes.get("intermediate_size", 97),
         num_hidden_layers=sizes.get("num_hidden_layers", 2),
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=sizes.get("num_attention_heads", 4),
+        num_key_value_heads=sizes.get("num_key_value_heads", 2),
         max_position_embeddings=256,
         rope_theta=50_000.0,
-        rope_scaling=scaling if scaling is not None else LLAMA3_SCALING,
+        rope_scaling=(scaling if scaling is not None else LLAMA3_SCALING) or None,
         tie_word_embeddings=tied,
         rms_norm_eps=1e-5,
         bos_token_id=1,
@@ -52,6 +53,57 @@ def build_llama(
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.copy_(1 + 0.1 * torch.randn_like(param))
+    model.save_pretrained(out, max_shard_size=max_shard_size)
+    write_tokenizer(out, VOCAB - 40)
+    return out
+
+
+def build_family(
+    out: Path,
+    family: str,
+    *,
+    tied: bool,
+    seed: int = 0,
+    max_shard_size: str = "60KB",
+    **extra,
+) -> Path:
+    """A random checkpoint of `family` (qwen2, qwen3, mistral; llama: `build_llama`) with GQA
+    (4 heads over 2 KV heads), saved sharded with a tokenizer. qwen3's head_dim (24) is not
+    hidden / heads (16); `extra` goes to the config (e.g. mistral's sliding_window)."""
+    import transformers
+
+    config_class, model_class = {
+        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+        "mistral": ("MistralConfig", "MistralForCausalLM"),
+    }[family]
+    sizes = {"head_dim": 24} if family == "qwen3" else {}
+    if family == "mistral":
+        extra.setdefault("sliding_window", None)
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=97,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rope_theta=50_000.0,
+        tie_word_embeddings=tied,
+        rms_norm_eps=1e-6,
+        bos_token_id=1,
+        eos_token_id=2,
+        **sizes,
+        **extra,
+    )
+    model = getattr(transformers, model_class)(config)
+    with torch.no_grad():  # distinct norms and nonzero biases, so a swapped one shows
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(1 + 0.1 * torch.randn_like(param))
+            elif name.endswith(".bias"):
+                param.copy_(0.1 * torch.randn_like(param))
     model.save_pretrained(out, max_shard_size=max_shard_size)
     write_tokenizer(out, VOCAB - 40)
     return out

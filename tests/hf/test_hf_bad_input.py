@@ -71,13 +71,19 @@ def corrupt_header(source: Path) -> None:
 CASES = {
     "no config.json": (lambda s: (s / "config.json").unlink(), [], "no config.json"),
     "unsupported model_type": (
-        lambda s: edit_config(s, model_type="mistral"),
+        lambda s: edit_config(s, model_type="gemma2"),
         [],
-        "model_type 'mistral'",
+        "model_type 'gemma2' (supported: llama, qwen2, qwen3, mistral); train it with runner=hf",
     ),
     "biases": (lambda s: edit_config(s, attention_bias=True), [], "attention_bias=true"),
     "mixture of experts": (lambda s: edit_config(s, num_local_experts=8), [], "experts"),
-    "sliding window": (lambda s: edit_config(s, sliding_window=4096), [], "sliding_window"),
+    "qwen sliding window": (
+        lambda s: edit_config(
+            s, model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=True
+        ),
+        [],
+        "use_sliding_window=true",
+    ),
     "truncated header": (truncate_header, [], "not a readable safetensors file"),
     "corrupt header": (corrupt_header, [], "not a readable safetensors file"),
     "missing tensor": (drop_tensor, [], "lacks tensor 'model."),

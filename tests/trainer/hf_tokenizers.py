@@ -38,6 +38,17 @@ MISTRAL_TEMPLATE = (
 )
 MISTRAL_SPECIAL = ["<unk>", "<s>", "</s>"]
 
+# Qwen/Qwen2.5-7B-Instruct's ChatML template without its tool-calling branches (Qwen3's adds
+# <think> handling on top of the same turns).
+QWEN_TEMPLATE = (
+    "{%- for message in messages %}{%- if loop.first and messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+    "assistant.<|im_end|>\n' }}{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
 
 def sample_texts(count: int = SMALL_CORPUS_DOCS) -> list[str]:
     return [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()[:count]]
@@ -123,6 +134,31 @@ def mistral_style(directory: Path, vocab_size: int = 512) -> Path:
         "tokenizer_class": "LlamaTokenizer",
         "model_max_length": 32768,
         "chat_template": MISTRAL_TEMPLATE,
+    }
+    return _save(directory, tokenizer, config)
+
+
+def qwen_style(directory: Path, vocab_size: int = 512) -> Path:
+    """Byte-level BPE as Qwen2/Qwen3 ship it: no post-processor framing (no bos at all),
+    eos <|im_end|> (the instruct models' turn end), pad <|endoftext|>, ChatML template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=QWEN_SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(sample_texts(), trainer)
+    config = {
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "Qwen2Tokenizer",
+        "model_max_length": 131072,
+        "chat_template": QWEN_TEMPLATE,
     }
     return _save(directory, tokenizer, config)
 

@@ -1,9 +1,10 @@
 """Hugging Face `config.json` <-> the trainer's `ModelArgs`, and what the trainer can load.
 
 torch-free on purpose: `jobs` reads a local checkpoint's config.json to plan a run. Supported:
-Llama 3.x (`model_type` llama) and models with exactly its tensors; anything that would need
-other tensors or other arithmetic (biases, sliding window, experts, another RoPE) is refused
-with one line naming it, never loaded partially.
+the `model_type`s of `trainer.model.families` (llama, qwen2, qwen3, mistral); anything that
+would need other tensors or other arithmetic (experts, another RoPE or activation, a family's
+unsupported option) is refused with one line naming it and `runner=hf`, never loaded
+partially.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import ConfigError
+from trainer.hf.hub import is_hub, read_config_bytes
 from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling, stated_args
+from trainer.model.families import BY_MODEL_TYPE, FAMILIES
 from trainer.storage import StorageError, read_uri_bytes
 
 CONFIG_FILE = "config.json"
-SUPPORTED_MODEL_TYPES = ("llama",)
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
+RUNNER_HF = "train it with runner=hf (transformers.Trainer)"
 _ROPE_TYPES = (None, "default", "llama3")
 # ModelArgs field -> config.json key (the keys a user may also set as model.<field>).
 ARCH_KEYS = {
@@ -32,6 +35,8 @@ ARCH_KEYS = {
     "norm_eps": "rms_norm_eps",
     "rope_theta": "rope_theta",
     "tie_embeddings": "tie_word_embeddings",
+    "head_dim": "head_dim",
+    "sliding_window": "sliding_window",
 }
 # The fields that decide the tensors' shapes: a preset named next to init_from must match them.
 SHAPE_FIELDS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_hidden_dim")
@@ -43,6 +48,8 @@ def join_uri(base: str, name: str) -> str:
 
 def read_hf_config(source: str) -> dict[str, Any]:
     """The parsed config.json of a Hugging Face directory (local path or s3:// prefix)."""
+    if is_hub(source):
+        return _parse_config(read_config_bytes(source), source)
     uri = join_uri(source, CONFIG_FILE)
     if "://" not in source and not Path(uri).is_file():
         where = "no such directory" if not Path(source).is_dir() else f"no {CONFIG_FILE} in it"
@@ -54,6 +61,10 @@ def read_hf_config(source: str) -> dict[str, Any]:
         raw = read_uri_bytes(uri)
     except StorageError as exc:
         raise ConfigError(f"model.init_from: cannot read {CONFIG_FILE}: {exc}") from None
+    return _parse_config(raw, uri)
+
+
+def _parse_config(raw: bytes, uri: str) -> dict[str, Any]:
     try:
         config = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -75,25 +86,20 @@ def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
 def unsupported(config: dict[str, Any]) -> str | None:
     """What in `config` the trainer cannot reproduce exactly, or None."""
     model_type = config.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    family = BY_MODEL_TYPE.get(model_type)  # type: ignore[arg-type]
+    if family is None:
         return f"model_type {model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
-    architectures = config.get("architectures") or list(SUPPORTED_ARCHITECTURES)
-    if any(a not in SUPPORTED_ARCHITECTURES for a in architectures):
-        return f"architectures {architectures} (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
-    for key in ("attention_bias", "mlp_bias"):
-        if config.get(key):
-            return f"{key}=true (biases)"
-    if config.get("hidden_act", "silu") != "silu":
-        return f"hidden_act {config['hidden_act']!r} (supported: silu)"
-    if config.get("sliding_window"):
-        return f"sliding_window={config['sliding_window']}"
+    architectures = config.get("architectures") or [family.architecture]
+    if any(a != family.architecture for a in architectures):
+        return f"architectures {architectures} (supported: {family.architecture})"
     for key in ("num_local_experts", "num_experts", "n_routed_experts"):
         if config.get(key):
             return f"{key}={config[key]} (mixture of experts)"
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    head_dim = config.get("head_dim")
-    if head_dim is not None and hidden and heads and head_dim != hidden // heads:
-        return f"head_dim={head_dim} != hidden_size / num_attention_heads"
+    problem = family.refuse(config)
+    if problem:
+        return problem
+    if config.get("hidden_act", "silu") != "silu":
+        return f"hidden_act {config['hidden_act']!r} (supported: silu)"
     _, scaling = _rope(config)
     rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
     if rope_type not in _ROPE_TYPES:
@@ -105,9 +111,13 @@ def model_args_from_hf(config: dict[str, Any], source: str) -> ModelArgs:
     """`ModelArgs` equal to `config`'s architecture; ConfigError for anything unsupported."""
     problem = unsupported(config)
     if problem:
-        raise ConfigError(f"model.init_from: {source!r} is not supported: {problem}")
-    missing = [k for k in ARCH_KEYS.values() if k not in config and k != "rope_theta"]
-    missing = [k for k in missing if k not in ("rms_norm_eps", "tie_word_embeddings")]
+        raise ConfigError(
+            f"model.init_from: {source!r} is not supported by the built-in trainer: "
+            f"{problem}; {RUNNER_HF}"
+        )
+    family = BY_MODEL_TYPE[config["model_type"]]
+    optional = ("rope_theta", "rms_norm_eps", "tie_word_embeddings", "head_dim", "sliding_window")
+    missing = [k for k in ARCH_KEYS.values() if k not in config and k not in optional]
     if missing:
         raise ConfigError(f"model.init_from: {source}/{CONFIG_FILE} lacks {', '.join(missing)}")
     theta, scaling = _rope(config)
@@ -131,6 +141,11 @@ def model_args_from_hf(config: dict[str, Any], source: str) -> ModelArgs:
         rope_theta=theta,
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
         rope_scaling=rope_scaling,
+        family=family.name,
+        head_dim=int(config["head_dim"]) if config.get("head_dim") else None,
+        qkv_bias=family.qkv_bias,
+        qk_norm=family.qk_norm,
+        sliding_window=family.window(config),
     )
 
 
@@ -176,17 +191,19 @@ def hf_config_from_args(args: ModelArgs, base: dict[str, Any] | None, dtype: str
             "high_freq_factor": s.high_freq_factor,
             "original_max_position_embeddings": s.original_max_seq_len,
         }
+    family = FAMILIES[args.family]
     config.update(
         {
-            "architectures": list(SUPPORTED_ARCHITECTURES),
-            "model_type": "llama",
-            "attention_bias": False,
-            "mlp_bias": False,
+            "architectures": [family.architecture],
+            "model_type": family.model_type,
+            **family.export_keys(args),
             "hidden_act": "silu",
             "head_dim": args.head_dim,
             "rope_scaling": scaling,
             "torch_dtype": {"bf16": "bfloat16", "fp32": "float32"}[dtype],
         }
     )
-    config.update({key: getattr(args, field) for field, key in ARCH_KEYS.items()})
+    # sliding_window is the family's to write (Qwen keeps its unused one, Llama has none).
+    arch = {k: v for k, v in ARCH_KEYS.items() if k != "sliding_window"}
+    config.update({key: getattr(args, field) for field, key in arch.items()})
     return config

@@ -32,6 +32,7 @@ from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
 from trainer.hf.dcp_read import CheckpointTensors
+from trainer.hf.export_lora import ADAPTER_CONFIG, run_lora, write_adapter, write_merged
 from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
 from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
 from trainer.model.args import ModelArgs, model_args_from_config
@@ -98,23 +99,36 @@ def export_run(
     dtype: str = "bf16",
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     replace: bool = False,
+    merge: bool = False,
 ) -> ExportResult:
-    """Write checkpoint `step` (default: the newest committed) of `run_dir` to `dest`."""
+    """Write checkpoint `step` (default: the newest committed) of `run_dir` to `dest`. A LoRA
+    run writes a PEFT adapter, or with `merge` its base with the adapters folded in."""
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype: {dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
+    lora = None
     try:
         storage = open_run_storage(run_dir)
         step = choose_step(storage, step)
         args, base = run_model(storage)
+        lora = run_lora(storage)
         check_destination(dest, replace)
     except StorageError as exc:
         raise ConfigError(f"RUN: {exc}") from None
     work = Path(tempfile.mkdtemp(prefix="trainstack-export-", dir=_staging_root()))
     out = _output_dir(dest, work)
     try:
+        if merge and lora is None:
+            raise ConfigError("--merge: the run is a full fine-tune (no model.lora.rank)")
         checkpoint = _local_checkpoint(storage, step, work / "checkpoint")
-        written = _write_weights(checkpoint, args, DTYPES[dtype], out, max_shard_bytes)
-        _write_metadata_files(storage, args, base, dtype, out)
+        if lora is not None and not merge:
+            written = write_adapter(checkpoint, lora, DTYPES[dtype], out)
+            _copy_tokenizer(storage, out)
+        else:
+            if lora is not None:
+                written = write_merged(checkpoint, lora, DTYPES[dtype], out, work)
+            else:
+                written = _write_weights(checkpoint, args, DTYPES[dtype], out, max_shard_bytes)
+            _write_metadata_files(storage, args, base, dtype, out)
         files = len(os.listdir(out))
         shutil.rmtree(work / "checkpoint", ignore_errors=True)
         _commit(out, dest, replace)
@@ -216,14 +230,18 @@ def _new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def _write_metadata_files(
-    storage: RunStorage, args: ModelArgs, base: dict | None, dtype: str, out: Path
-) -> None:
+def _copy_tokenizer(storage: RunStorage, out: Path) -> None:
     for name in TOKENIZER_FILES:
         try:
             (out / name).write_bytes(storage.read_bytes(f"{RUN_HF_DIR}/{name}"))
         except StorageNotFoundError:
             continue
+
+
+def _write_metadata_files(
+    storage: RunStorage, args: ModelArgs, base: dict | None, dtype: str, out: Path
+) -> None:
+    _copy_tokenizer(storage, out)
     config = hf_config_from_args(args, base, dtype)
     try:
         generation = storage.read_bytes(f"{RUN_HF_DIR}/{GENERATION_CONFIG}")
@@ -240,7 +258,7 @@ def _commit(out: Path, dest: str, replace: bool) -> None:
         if replace:
             for name in target.list_dir(""):
                 target.delete_tree(name)
-        last = (INDEX_FILE, CONFIG_FILE)
+        last = [n for n in (INDEX_FILE, CONFIG_FILE, ADAPTER_CONFIG) if (out / n).is_file()]
         first = sorted(p for p in out.iterdir() if p.name not in last)
         for path in [*first, *(out / name for name in last)]:
             target.upload_file(path, path.name)

@@ -18,7 +18,7 @@ from torch import nn
 
 from trainer.distributed import Distributed, env_rank
 from trainer.errors import ConfigError
-from trainer.hf.config import CONFIG_FILE
+from trainer.hf.hub import MODEL_FILES, TOKENIZER_FILES
 from trainer.hf.weights import check_checkpoint, check_tensors, load_hf_weights, local_reader
 from trainer.model.args import ModelArgs
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
@@ -26,14 +26,6 @@ from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open
 STAGING_ENV = "TRAINSTACK_STAGING_DIR"
 RUN_HF_DIR = "hf"
 """Run-dir folder holding the source's config.json, generation_config.json and tokenizer."""
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "chat_template.jinja",
-)
-MODEL_FILES = (CONFIG_FILE, "generation_config.json")
 
 
 def is_remote(source: str) -> bool:

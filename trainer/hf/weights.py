@@ -1,4 +1,5 @@
-"""Hugging Face Llama tensors <-> the trainer's parameters, and loading them into FSDP2 shards.
+"""Hugging Face tensors <-> the trainer's parameters, and loading them into FSDP2 shards.
+Each family's tensor names are in `trainer.model.families`.
 
 Names: `hf_name` is the one mapping both ways (load and export use it). No q/k permutation is
 needed anywhere: `trainer.model.model.apply_rope` rotates the two halves of each head, which
@@ -29,38 +30,23 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 from trainer.errors import ConfigError
 from trainer.model.args import ModelArgs
+from trainer.model.families import FAMILIES, LAYER_TENSORS, TOP_TENSORS
 from trainer.model.model import plain_name
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
-_LAYER_RENAMES = {
-    "attention.wq.weight": "self_attn.q_proj.weight",
-    "attention.wk.weight": "self_attn.k_proj.weight",
-    "attention.wv.weight": "self_attn.v_proj.weight",
-    "attention.wo.weight": "self_attn.o_proj.weight",
-    "feed_forward.w1.weight": "mlp.gate_proj.weight",
-    "feed_forward.w3.weight": "mlp.up_proj.weight",
-    "feed_forward.w2.weight": "mlp.down_proj.weight",
-    "attention_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-}
-_TOP_RENAMES = {
-    "tok_embeddings.weight": "model.embed_tokens.weight",
-    "norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
 _LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
 
 
 def hf_name(trainer_name: str) -> str:
     """The Hugging Face tensor name of a trainer parameter (wrapper prefixes ignored)."""
     name = plain_name(trainer_name)
-    if name in _TOP_RENAMES:
-        return _TOP_RENAMES[name]
+    if name in TOP_TENSORS:
+        return TOP_TENSORS[name]
     match = _LAYER.match(name)
-    if match and match.group(2) in _LAYER_RENAMES:
-        return f"model.layers.{match.group(1)}.{_LAYER_RENAMES[match.group(2)]}"
+    if match and match.group(2) in LAYER_TENSORS:
+        return f"model.layers.{match.group(1)}.{LAYER_TENSORS[match.group(2)]}"
     raise KeyError(f"no Hugging Face name for parameter {trainer_name!r}")
 
 
@@ -68,7 +54,7 @@ def trainer_names(args: ModelArgs) -> list[str]:
     """Every parameter of `Transformer(args)` in export order (tied output excluded)."""
     names = ["tok_embeddings.weight"]
     for layer in range(args.n_layers):
-        names += [f"layers.{layer}.{suffix}" for suffix in _LAYER_RENAMES]
+        names += [f"layers.{layer}.{suffix}" for suffix in FAMILIES[args.family].layer_tensors]
     names.append("norm.weight")
     if not args.tie_embeddings:
         names.append("output.weight")
@@ -76,16 +62,21 @@ def trainer_names(args: ModelArgs) -> list[str]:
 
 
 def expected_shape(name: str, args: ModelArgs) -> tuple[int, ...]:
-    kv = args.n_kv_heads * args.head_dim
+    kv, q, head = args.kv_dim, args.q_dim, args.head_dim
     suffix = _LAYER.match(name).group(2) if _LAYER.match(name) else name  # type: ignore[union-attr]
     return {
         "tok_embeddings.weight": (args.vocab_size, args.dim),
         "output.weight": (args.vocab_size, args.dim),
         "norm.weight": (args.dim,),
-        "attention.wq.weight": (args.n_heads * args.head_dim, args.dim),
+        "attention.wq.weight": (q, args.dim),
         "attention.wk.weight": (kv, args.dim),
         "attention.wv.weight": (kv, args.dim),
-        "attention.wo.weight": (args.dim, args.n_heads * args.head_dim),
+        "attention.wo.weight": (args.dim, q),
+        "attention.wq.bias": (q,),
+        "attention.wk.bias": (kv,),
+        "attention.wv.bias": (kv,),
+        "attention.q_norm.weight": (head,),
+        "attention.k_norm.weight": (head,),
         "feed_forward.w1.weight": (args.ffn_hidden_dim, args.dim),
         "feed_forward.w3.weight": (args.ffn_hidden_dim, args.dim),
         "feed_forward.w2.weight": (args.dim, args.ffn_hidden_dim),
@@ -181,8 +172,8 @@ def check_tensors(
     extra = sorted(t for t in set(available) - set(wanted) if not t.endswith(_DERIVED))
     if extra:
         raise ConfigError(
-            f"model.init_from: {where} has tensor {extra[0]!r}, which a Llama model of "
-            "its config.json does not have (no partial loads)"
+            f"model.init_from: {where} has tensor {extra[0]!r}, which a {args.family} model "
+            "of its config.json does not have (no partial loads)"
         )
     for tensor in sorted(wanted):
         file_name = available[tensor]
@@ -214,6 +205,8 @@ def _by_file(
 ) -> dict[str, list[tuple[str, nn.Parameter]]]:
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {}
     for name, param in model.named_parameters():
+        if ".lora_" in name:
+            continue  # LoRA adapters: not in the base checkpoint
         groups.setdefault(available[hf_name(name)], []).append((name, param))
     return groups
 

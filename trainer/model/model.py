@@ -1,4 +1,6 @@
-"""Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention.
+"""Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention, with
+the traits other families switch on in `ModelArgs` (q/k/v biases, per-head q/k RMSNorm, a
+sliding attention window); each family's names and sizes are in `trainer.model.families`.
 
 Built on the meta device (no memory) and materialized after sharding: `parallelize` shards it,
 `to_empty` allocates the local shards, then `init_weights(seed)` fills them. Each parameter's
@@ -18,6 +20,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from trainer.model.args import ModelArgs, RopeScaling
+from trainer.model.lora import adapter_initial_value, is_adapter
 
 INIT_STD = 0.02
 # Wrappers that parallelize() may insert into parameter names; init keys on the plain name.
@@ -81,6 +84,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def attention_mask(
+    seq: int, documents: torch.Tensor | None, window: int | None, device: torch.device
+) -> torch.Tensor | None:
+    """The SDPA mask for causal attention within documents and a sliding window, or None
+    when plain causal attention (SDPA's `is_causal`) is exactly it."""
+    windowed = window is not None and seq > window
+    if documents is None and not windowed:
+        return None
+    if documents is not None:
+        mask = document_causal_mask(documents)
+    else:
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()[None, None]
+    if windowed:
+        # Query i sees keys i-window+1..i, as transformers' sliding-window mask does.
+        band = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(-(window - 1))
+        mask = mask & band
+    return mask
+
+
 def document_causal_mask(documents: torch.Tensor) -> torch.Tensor:
     """(batch, 1, seq, seq) bool for SDPA: query i sees key j <= i of the same document.
 
@@ -98,10 +120,14 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
-        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
-        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
-        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
-        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        self.wq = nn.Linear(args.dim, args.q_dim, bias=args.qkv_bias)
+        self.wk = nn.Linear(args.dim, args.kv_dim, bias=args.qkv_bias)
+        self.wv = nn.Linear(args.dim, args.kv_dim, bias=args.qkv_bias)
+        self.wo = nn.Linear(args.q_dim, args.dim, bias=False)
+        if args.qk_norm:
+            self.q_norm = RMSNorm(args.head_dim, args.norm_eps)
+            self.k_norm = RMSNorm(args.head_dim, args.norm_eps)
+        self.qk_norm = args.qk_norm
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None
@@ -110,6 +136,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(bsz, seq, self.n_heads, self.head_dim)
         k = self.wk(x).view(bsz, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(bsz, seq, self.n_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2),
@@ -175,20 +203,23 @@ class Transformer(nn.Module):
         cos, sin = self.rope_cos, self.rope_sin
         if positions is not None:
             cos, sin = cos[positions], sin[positions]
-        mask = None if documents is None else document_causal_mask(documents)
+        mask = attention_mask(tokens.shape[1], documents, self.args.sliding_window, tokens.device)
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h, cos, sin, mask)
         return self.output(self.norm(h))
 
     @torch.no_grad()
-    def init_weights(self, seed: int) -> None:
-        """Fill every parameter (and the RoPE tables) deterministically from `seed`."""
+    def init_weights(self, seed: int, *, adapters_only: bool = False) -> None:
+        """Fill every parameter (and the RoPE tables) deterministically from `seed`;
+        `adapters_only`: just the LoRA adapters (over a base loaded from a checkpoint)."""
         if self.args.tie_embeddings and self.output.weight is not self.tok_embeddings.weight:
             # A plain `to_empty()` (no FSDP) gives each module its own new tensor: re-tie.
             self.output.weight = self.tok_embeddings.weight
         for name, param in self.named_parameters():
             name = plain_name(name)
+            if adapters_only and not is_adapter(name):
+                continue
             full = self._initial_value(name, tuple(param.shape), param.device, seed)
             if isinstance(param, DTensor):
                 # Every rank draws the same full tensor, so no communication is needed.
@@ -212,10 +243,14 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         if name.endswith("norm.weight"):
             return torch.ones(shape, device=device)
+        if name.endswith(".bias"):
+            return torch.zeros(shape, device=device)
+        generator = torch.Generator(device=device)
+        generator.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+        if is_adapter(name):
+            return adapter_initial_value(name, shape, generator, device)
         std = INIT_STD
         if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
             # Residual-branch outputs: scaled so the residual stream's variance stays flat.
             std = INIT_STD / math.sqrt(2 * self.args.n_layers)
-        generator = torch.Generator(device=device)
-        generator.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
         return torch.randn(shape, generator=generator, device=device) * std

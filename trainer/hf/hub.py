@@ -1,0 +1,151 @@
+"""`model.init_from=hf://org/name[@revision]`: a Hugging Face Hub model, fetched with
+huggingface_hub into a local directory (the Hugging Face cache by default) before anything
+reads it, then loaded like any local checkpoint. HF_ENDPOINT (a mirror, or the tests' stand-in)
+and HF_TOKEN are read when called, not at import."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from trainer.errors import ConfigError
+
+SCHEME = "hf://"
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+MODEL_FILES = ("config.json", "generation_config.json")
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+
+
+def is_hub(source: str | None) -> bool:
+    return bool(source) and source.startswith(SCHEME)  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class HubModel:
+    repo_id: str
+    revision: str
+
+    @property
+    def cache_key(self) -> str:
+        """A path segment naming repo and revision (the run storage cache's folder)."""
+        return f"{self.repo_id.replace('/', '--')}/{self.revision.replace('/', '--')}"
+
+
+def parse_hub(source: str) -> HubModel:
+    """hf://org/name[@revision] -> HubModel; a malformed id is one line naming the key."""
+    body = source.removeprefix(SCHEME)
+    repo_id, _, revision = body.partition("@")
+    revision = revision or "main"
+    if not _REPO.match(repo_id) or ".." in repo_id or not _REVISION.match(revision):
+        raise ConfigError(
+            f"model.init_from: {source!r} is not a Hub id; allowed: hf://org/name or "
+            "hf://org/name@revision (a branch, tag or commit)"
+        )
+    return HubModel(repo_id, revision)
+
+
+def _endpoint() -> str | None:
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def _token() -> str | None:
+    return os.environ.get("HF_TOKEN") or None
+
+
+def _cache_dir() -> str:
+    """huggingface_hub's cache location, read from the environment now (the library reads it
+    once at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache", "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def check_access(source: str, has_token: bool) -> None:
+    """At launch: the repo and revision exist, and a gated repo comes with a token."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    model = parse_hub(source)
+    try:
+        info = HfApi(endpoint=_endpoint()).model_info(
+            model.repo_id, revision=model.revision, token=_token() or False
+        )
+    except HfHubHTTPError as exc:
+        raise ConfigError(f"model.init_from: {source}: {_first_line(exc)}") from None
+    if info.gated and not has_token:
+        raise ConfigError(
+            f"model.init_from: {model.repo_id} is gated ({info.gated}) and the job has no "
+            "token; allowed: set job.secrets.hf_token (a Secret holding an accepted account's "
+            "token), or a public repo"
+        )
+
+
+def download(source: str, local_dir: str | None = None) -> str:
+    """The model's config, weights and tokenizer files in a local directory (the Hugging Face
+    cache unless `local_dir`); returns it. Files already there are not fetched again."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+
+    model = parse_hub(source)
+
+    def fetch(name: str, required: bool) -> str | None:
+        try:
+            return hf_hub_download(
+                model.repo_id, name, revision=model.revision, endpoint=_endpoint(),
+                token=_token() or False, local_dir=local_dir, cache_dir=_cache_dir(),
+            )  # fmt: skip
+        except EntryNotFoundError:
+            if required:
+                raise ConfigError(f"model.init_from: {source} has no {name}") from None
+            return None
+        except HfHubHTTPError as exc:
+            raise ConfigError(f"model.init_from: {source}: {_first_line(exc)}") from None
+
+    config = fetch("config.json", True)
+    for name in (*MODEL_FILES[1:], *TOKENIZER_FILES):
+        fetch(name, False)
+    index = fetch(INDEX, False)
+    if index is None:
+        fetch(SINGLE, True)
+    else:
+        import json
+
+        with open(index) as fh:
+            shards = sorted(set(json.load(fh)["weight_map"].values()))
+        for name in shards:
+            fetch(name, True)
+    return os.path.dirname(config)  # type: ignore[arg-type]
+
+
+def read_config_bytes(source: str) -> bytes:
+    """config.json alone (one download), for planning a job at launch."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    model = parse_hub(source)
+    try:
+        path = hf_hub_download(
+            model.repo_id, "config.json", revision=model.revision, endpoint=_endpoint(),
+            token=_token() or False, cache_dir=_cache_dir(),
+        )  # fmt: skip
+    except HfHubHTTPError as exc:
+        raise ConfigError(f"model.init_from: {source}: {_first_line(exc)}") from None
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
