@@ -141,3 +141,35 @@ def test_weights_only_needs_resume_from(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: trainer.resume_weights_only: needs trainer.resume_from"), err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_lora_run_resumes_from_another_lora_runs_adapters(start_trainer, tmp_path):
+    """A LoRA checkpoint holds the adapters alone: resume_from loads them over init_from's
+    base and continues the source exactly; a full model cannot start from it (exit 2)."""
+    from tests.hf.models import build_llama
+    from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
+
+    base = str(build_llama(tmp_path / "hf", tied=False))
+    corpus = word_corpus(tmp_path / "words.jsonl", docs=60)
+    lora = ["model.lora.rank=4", "model.lora.alpha=8", "model.lora.targets=[q_proj,v_proj]"]
+    every_2 = [*lora, "trainer.checkpoint.interval=2", "trainer.max_steps=4"]
+    source_run = str(tmp_path / "lora-source")
+    source = start_trainer(
+        2, finetune_args(base, corpus, *every_2), run_dir=source_run, small=False
+    )
+    assert source.finish().returncode == 0
+    assert committed_steps(Path(source_run)) == [2, 4]
+
+    step_2 = f"{source_run}/checkpoints/step-00000002"
+    args = finetune_args(base, corpus, *every_2, f"trainer.resume_from={step_2}")
+    result = start_trainer(2, args, small=False).finish()
+    assert result.returncode == 0, result.stderr
+    assert f"started from {step_2} (trainer.resume_from; at step 2)" in result.stdout
+    expected = {s: v for s, v in losses_by_step(source_run).items() if s > 2}
+    assert losses_by_step(result.run_dir) == expected
+
+    full = finetune_args(base, corpus, f"trainer.resume_from={source_run}")
+    refused = start_trainer(0, full, run_dir=str(tmp_path / "full"), small=False).finish()
+    assert refused.returncode == EXIT_BAD_INPUT, refused.stderr
+    assert "does not fit the model (lacks " in refused.stderr, refused.stderr
+    assert refused.stderr.strip().count("\n") == 0
