@@ -67,6 +67,9 @@ class BackendConfig:
     """kubernetes: check CRD, nodes and namespace before submitting (`--skip-preflight`)."""
     poll_interval_s: float = 5.0
     """kubernetes: seconds between status polls while waiting."""
+    others_runs: bool = False
+    """kubernetes: resubmit or cancel a run whose owner label (`trainstack.io/owner`) names
+    another user (`--force`). Off, the CLI refuses (exit 2); kubectl RBAC is the real guard."""
 
 
 @dataclass

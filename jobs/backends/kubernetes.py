@@ -94,13 +94,24 @@ class KubernetesBackend:
     instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
     and a sweep makes several backends per point. Expired tokens are refreshed by the client."""
 
-    def __init__(self, settings: ClusterSettings, preflight: bool = True):
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        preflight: bool = True,
+        user: str | None = None,
+        check_owner: bool = False,
+    ):
         self.settings = settings
         self.run_preflight = preflight
+        self.user = user
+        """Who acts (job.owner): with `check_owner`, only runs labelled with this owner are
+        resubmitted or cancelled."""
+        self.check_owner = check_owner
         self._cluster = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> KubernetesBackend:
+    def from_config(cls, cfg: Any, check_owner: bool | None = None) -> KubernetesBackend:
+        """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`)."""
         from jobs.k8s.preflight import NodeGroup
 
         cluster = cfg.cluster
@@ -115,7 +126,14 @@ class KubernetesBackend:
             region=cluster.region,
             log_group=cluster.log_group,
         )
-        return cls(settings, preflight=bool(cfg.backend.preflight))
+        if check_owner is None:
+            check_owner = not cfg.backend.others_runs
+        return cls(
+            settings,
+            preflight=bool(cfg.backend.preflight),
+            user=cfg.job.owner,
+            check_owner=check_owner,
+        )
 
     @property
     def cluster(self):
@@ -146,6 +164,12 @@ class KubernetesBackend:
         from jobs.workdir import store_code
 
         job: MaterializedJob = dryrun.job
+        if self.check_owner:
+            from jobs.k8s.ownership import ensure_ours, ensure_owned_by
+
+            existing = self.cluster.get_job(job.run_id)
+            ensure_ours("PyTorchJob", self.settings.namespace, job.run_id, existing)
+            ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
             self.preflight(job)
         store_code(job)  # the pods fetch it from the run dir: there before they start
@@ -317,10 +341,12 @@ class KubernetesBackend:
         """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
         marked, so that whoever follows it does not restart it. Unknown, succeeded and
         already cancelled runs are left as they are."""
-        from jobs.k8s.ownership import ensure_ours
+        from jobs.k8s.ownership import ensure_ours, ensure_owned_by
 
         job = self.cluster.get_job(run_id)
         ensure_ours("PyTorchJob", self.settings.namespace, run_id, job)
+        if self.check_owner:
+            ensure_owned_by("cancel", run_id, job, self.user)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
         now = run_state.utc_now()
