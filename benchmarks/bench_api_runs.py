@@ -137,7 +137,7 @@ def run() -> dict:
         try:
             _wait_healthy(url, server)
             seed = {"run_id": "seed", "compute": "p4d.24xlarge"}
-            seed |= {"image": "registry.example.com/t:v1", "storage_root": str(tmp_path / "x")}
+            seed |= {"image": "registry.example.com/t:v1", "storage_root": str(tmp_path / "runs")}
             response = httpx.post(f"{url}/v1/runs", json=seed, headers=headers, timeout=120)
             if response.status_code != 201:
                 raise RuntimeError(f"seed submit failed: {response.status_code} {response.text}")

@@ -11,6 +11,7 @@ from infra.ci import ImageBuild
 from infra.cluster import Cluster
 from infra.cluster_addons import ClusterAddons
 from infra.config import load_stack_config
+from infra.container_logs import ContainerLogs
 from infra.costs import group_summary, hourly_usd
 from infra.deploy_runner import DeployRunner
 from infra.github_deploy import github_deploy_role
@@ -134,6 +135,16 @@ trainer = (
     if config.training_operator == TRAINJOB_API
     else None
 )
+container_logs = ContainerLogs(
+    name,
+    cluster_name=cluster.name,
+    region=config.region,
+    partition=config.cluster.partition,
+    account_id=config.cluster.account_id,
+    namespace=addons.namespace,
+    retention_days=config.cluster.log_retention_days,
+    k8s_provider=addons.provider,
+)
 kueue = (
     Kueue(
         name,
@@ -209,6 +220,8 @@ outputs = {
     "bucket": storage.bucket,
     "storage_root": storage.root,
     "namespace": addons.namespace,
+    # Container logs of the namespace, kept after pods go (`trainstack logs` reads them).
+    "container_log_group": container_logs.log_group,
     "service_account": identity.service_account,
     "training_role_arn": identity.role_arn,
     "data_prepare_service_account": identity.service_accounts[DATA_PREPARE],

@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra.cluster_addons import helm_release
-from infra.iam import service_role
+from infra.iam import pod_identity_role
 from infra.settings import AutoscalerConfig
 from infra.versions import CLUSTER_AUTOSCALER
 
@@ -106,22 +105,15 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:ClusterAutoscaler", name, None, opts)
-        role = service_role(
+        role, association = pod_identity_role(
             f"{name}-autoscaler",
-            "pods.eks.amazonaws.com",
             self,
             partition,
+            account_id,
+            cluster_name,
+            NAMESPACE,
+            SERVICE_ACCOUNT,
             inline_policy=cluster_name.apply(autoscaler_policy),
-            tag_session=True,
-            source_account=account_id,
-        )
-        association = aws.eks.PodIdentityAssociation(
-            f"{name}-autoscaler",
-            cluster_name=cluster_name,
-            namespace=NAMESPACE,
-            service_account=SERVICE_ACCOUNT,
-            role_arn=role.arn,
-            opts=pulumi.ResourceOptions(parent=self),
         )
         helm_release(
             name,

@@ -55,6 +55,11 @@ MIN_KUBERNETES_MINOR = 34
 """Older minors are past EKS standard support (2026-11): a new cluster would bill extended
 support or be upgraded at once."""
 NAT_LAYOUTS = ("perZone", "single")
+LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+    2922, 3288, 3653,
+)  # fmt: skip
+"""The values CloudWatch Logs' PutRetentionPolicy accepts."""
 MIN_VPC_CNI = (1, 19, 0)
 """First VPC CNI release that leaves `efa-only` interfaces (cards > 0) alone."""
 
@@ -413,8 +418,19 @@ def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:
         public_access_cidrs=cidrs,
         log_types=log_types,
         vpc_cni_version=cni,
-        log_retention_days=reader.get_int("logRetentionDays", 30, minimum=1),
+        log_retention_days=_log_retention_days(reader),
     )
+
+
+def _log_retention_days(reader: SettingsReader) -> int:
+    days = reader.get_int("logRetentionDays", 30, minimum=1)
+    if days not in LOG_RETENTION_DAYS:
+        raise fail(
+            reader.key("logRetentionDays"),
+            f"{days} is not a CloudWatch Logs retention; allowed: "
+            + ", ".join(map(str, LOG_RETENTION_DAYS)),
+        )
+    return days
 
 
 def _parse_network(reader: SettingsReader, region: str) -> NetworkConfig:

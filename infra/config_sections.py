@@ -26,6 +26,7 @@ TRAINING_API_KEYS = (
     "tlsSecretName",
     "cpu",
     "memory",
+    "admins",
 )
 AUTOSCALER_KEYS = ("scaleDownIdleMinutes", "provisioningRequests")
 
@@ -39,6 +40,8 @@ _TOKEN_REFERENCE = re.compile(
 )
 _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[\w-]+:\d{12}:secret:[\w/+=.@-]+$")
 _ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[\w-]+:\d{12}:certificate/[\w-]+$")
+_USER_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+"""A user name as the API records it: a Kubernetes label value (`trainstack.io/owner`)."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _MEMORY = re.compile(r"^\d+(Mi|Gi)$")
@@ -174,8 +177,19 @@ def parse_training_api(
             "the API serves TLS only: set certificateArn (ACM, on the internal NLB) or "
             "tlsSecretName (a kubernetes.io/tls Secret in the namespace), one of the two",
         )
+    admins = api.get_list("admins")
+    for admin in admins:
+        if not _USER_NAME.match(admin):
+            raise fail(
+                api.key("admins"),
+                f"{admin!r}: a user name as in the token hashes secret (letters, digits, - _ ., "
+                "at most 63, a letter or digit at both ends)",
+            )
+    if len(set(admins)) != len(admins):
+        raise fail(api.key("admins"), "a name is listed twice")
     return TrainingApiConfig(
         image=image,
+        admins=admins,
         token_hashes_secret_arn=secret,
         replicas=api.get_int("replicas", 2, minimum=1),
         internal_load_balancer=internal,

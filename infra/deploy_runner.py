@@ -51,6 +51,7 @@ def deploy_policy(
         if ":secretsmanager:" in secret_arn
         else ["ssm:GetParameters"]
     )
+    _, partition, _, region, account = cluster_arn.split(":")[:5]
     statements = [
         {
             "Sid": "BuildLogs",
@@ -82,10 +83,11 @@ def deploy_policy(
             "Resource": "*",
         },
         {
+            # Scoped to the account's interfaces in the cluster's region (CodeBuild's VPC guide).
             "Sid": "VpcInterfacePermission",
             "Effect": "Allow",
             "Action": "ec2:CreateNetworkInterfacePermission",
-            "Resource": "*",
+            "Resource": f"arn:{partition}:ec2:{region}:{account}:network-interface/*",
             "Condition": {
                 "StringEquals": {"ec2:AuthorizedService": "codebuild.amazonaws.com"},
                 "ArnEquals": {"ec2:Subnet": subnet_arns},

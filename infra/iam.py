@@ -40,3 +40,36 @@ def service_role(
     if inline_policy is not None:
         aws.iam.RolePolicy(f"{name}-inline", role=role.id, policy=inline_policy, opts=child)
     return role
+
+
+def pod_identity_role(
+    name: str,
+    parent: pulumi.Resource,
+    partition: str,
+    account_id: str,
+    cluster_name: pulumi.Input[str],
+    namespace: pulumi.Input[str],
+    service_account: pulumi.Input[str],
+    inline_policy: pulumi.Input[str],
+) -> tuple[aws.iam.Role, aws.eks.PodIdentityAssociation]:
+    """A role that one ServiceAccount's pods assume through EKS Pod Identity (trust limited to
+    this account), and the association binding it: depend on the association before the pods
+    start, or they start without credentials."""
+    role = service_role(
+        name,
+        "pods.eks.amazonaws.com",
+        parent,
+        partition,
+        inline_policy=inline_policy,
+        tag_session=True,
+        source_account=account_id,
+    )
+    association = aws.eks.PodIdentityAssociation(
+        name,
+        cluster_name=cluster_name,
+        namespace=namespace,
+        service_account=service_account,
+        role_arn=role.arn,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    return role, association

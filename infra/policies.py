@@ -284,13 +284,26 @@ def bucket_key_policy(
                 },
                 "Action": [
                     "kms:Decrypt",
-                    "kms:DescribeKey",
                     "kms:Encrypt",
                     "kms:GenerateDataKey*",
                     "kms:ReEncrypt*",
                 ],
                 "Resource": "*",
                 "Condition": condition,
+            }
+        )
+        # DescribeKey carries no encryption context: under the condition above it never
+        # matched (parliament's UNKNOWN_CONDITION_FOR_ACTION), so it gets S3's own conditions.
+        statements.append(
+            {
+                "Sid": "FsxLinkedBucketDescribeKey",
+                "Effect": "Allow",
+                "Principal": {
+                    "AWS": fsx_s3_access_role_arn(partition, account, fsx_file_system_id)
+                },
+                "Action": "kms:DescribeKey",
+                "Resource": "*",
+                "Condition": {"StringEquals": via_s3},
             }
         )
     return _document(statements)

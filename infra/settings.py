@@ -126,6 +126,9 @@ class TrainingApiConfig:
     serves HTTPS itself (end to end, also inside the cluster). One of the two is required."""
     cpu: str = "500m"
     memory: str = "1Gi"
+    admins: tuple[str, ...] = ()
+    """Users (names in the token hashes secret) who may cancel or resume anyone's runs
+    (`trainstack serve --admin`); each must have a token in the secret."""
 
 
 @dataclass(frozen=True)

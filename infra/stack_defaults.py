@@ -9,7 +9,8 @@ $TRAINSTACK_CONFIG_PATH, else ~/.config/trainstack; never inside the installed p
 when the stack exports them: `launch` then checks images and Secrets as the Training API does),
 `job.image_repository`, `job.image` (the deployed digest, when the stack has one), `job.api`
 (the operator the stack installed), `job.queue`, `storage.root`, `storage.grants` (what the
-pods may reach on S3, checked at launch) and `storage.fsx_claim`; select it with
+pods may reach on S3, checked at launch) and `storage.fsx_claim`, `cluster.log_group`
+(archived container logs); select it with
 `trainstack launch stack=<stack>`),
 and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
 `cluster.kubeconfig`; the kubeconfig's content never enters the config tree. Everything is
@@ -100,6 +101,8 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
     # Always written (null when the stack has none): `storage.fsx=true` is refused without it.
     storage["fsx_claim"] = outputs.get("fsx_claim")
     cluster_extra = {}
+    if outputs.get("container_log_group"):
+        cluster_extra["log_group"] = outputs["container_log_group"]
     if outputs.get("data_prepare_service_account"):
         cluster_extra["data_prepare_service_account"] = outputs["data_prepare_service_account"]
     approved = {}

@@ -55,8 +55,11 @@ RBAC_RULES = (
 )
 
 
-def token_hashes(secret_string: str | None, secret_arn: str) -> dict[str, str]:
-    """The Secret's data: {name: sha256 hex}. Anything else is refused with one line."""
+def token_hashes(
+    secret_string: str | None, secret_arn: str, admins: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The Secret's data: {name: sha256 hex}. Anything else is refused with one line, and so
+    is an admin with no token (a misspelt name would silently make nobody an admin)."""
     try:
         loaded = json.loads(secret_string or "")
     except json.JSONDecodeError:
@@ -72,11 +75,21 @@ def token_hashes(secret_string: str | None, secret_arn: str) -> dict[str, str]:
                 f"trainstack:trainingApi.tokenHashesSecretArn: entry {name!r} is not a SHA-256 "
                 "hex digest; store hashes, never tokens"
             )
+    missing = [admin for admin in admins if admin not in loaded]
+    if missing:
+        raise pulumi.RunError(
+            f"trainstack:trainingApi.admins: {', '.join(missing)} has no token in "
+            f"{secret_arn}; allowed: the names it holds"
+        )
     return {str(k): v for k, v in loaded.items()}
 
 
 def serve_args(
-    namespace: str, storage_root: str, repository_url: str, tls: str = "pod"
+    namespace: str,
+    storage_root: str,
+    repository_url: str,
+    tls: str = "pod",
+    admins: tuple[str, ...] = (),
 ) -> list[str]:
     """`tls`: "pod" (the pod serves HTTPS with the mounted certificate) or "nlb" (the NLB
     ends TLS; cookies are still Secure)."""
@@ -91,6 +104,7 @@ def serve_args(
         f"--port={PORT}",
         f"--token-hashes={TOKEN_DIR}",
         *encryption,
+        *(f"--admin={admin}" for admin in admins),
         f"cluster.namespace={namespace}",
         "storage=s3",
         f"storage.root={storage_root}",
@@ -174,7 +188,9 @@ class TrainingApi(pulumi.ComponentResource):
             metadata={"name": f"{app}-token-hashes", "namespace": namespace, "labels": labels},
             type="Opaque",
             string_data=pulumi.Output.secret(
-                stored.secret_string.apply(lambda text: token_hashes(text, secret_arn))
+                stored.secret_string.apply(
+                    lambda text: token_hashes(text, secret_arn, settings.admins)
+                )
             ),
             opts=child,
         )
@@ -185,7 +201,7 @@ class TrainingApi(pulumi.ComponentResource):
             "name": "api",
             "image": settings.image,
             "args": pulumi.Output.all(namespace, storage_root, repository_url).apply(
-                lambda values: serve_args(*values, tls=tls)
+                lambda values: serve_args(*values, tls=tls, admins=settings.admins)
             ),
             "ports": [{"name": port_name, "containerPort": PORT}],
             "env": [{"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"}],

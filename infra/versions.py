@@ -52,6 +52,9 @@ KUBEFLOW_TRAINER = helm_chart("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubefl
 v1alpha1) and its controller; the chart installs JobSet as its dependency."""
 JOBSET_VERSION = "0.12.0"
 """The JobSet chart Kubeflow Trainer 2.3.0 depends on (its Chart.yaml), installed with it."""
+FLUENT_BIT = helm_chart("aws-for-fluent-bit", "0.2.1", "https://aws.github.io/eks-charts")
+"""Chart 0.2.1 (aws-for-fluent-bit 3.4.16): its core `cloudwatch_logs` output takes EKS Pod
+Identity credentials (infra/container_logs.py)."""
 HELM_CHARTS = (
     NVIDIA_DEVICE_PLUGIN,
     EFA_DEVICE_PLUGIN,
@@ -59,6 +62,7 @@ HELM_CHARTS = (
     DCGM_EXPORTER,
     KUEUE,
     KUBEFLOW_TRAINER,
+    FLUENT_BIT,
 )
 
 PULUMI_CLI_VERSION = "3.272.0"

@@ -67,6 +67,9 @@ def flags_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dryrun", action="store_true", help="print the exact request only")
     parser.add_argument("--wait", action="store_true", help="kubernetes: follow to the end")
     parser.add_argument("--skip-preflight", action="store_true", help="kubernetes: no checks")
+    parser.add_argument(
+        "--force", action="store_true", help="kubernetes: resubmit another user's run"
+    )
     return parser
 
 
@@ -95,6 +98,7 @@ def split_args(argv: Sequence[str]) -> tuple[LaunchFlags, list[str]]:
             overrides.append(arg)
     overrides += ["backend.wait=true"] if flags.wait else []
     overrides += ["backend.preflight=false"] if flags.skip_preflight else []
+    overrides += ["backend.others_runs=true"] if known.force else []
     return flags, [*options, *overrides]
 
 

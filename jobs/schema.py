@@ -67,6 +67,9 @@ class BackendConfig:
     """kubernetes: check CRD, nodes and namespace before submitting (`--skip-preflight`)."""
     poll_interval_s: float = 5.0
     """kubernetes: seconds between status polls while waiting."""
+    others_runs: bool = False
+    """kubernetes: resubmit or cancel a run whose owner label (`trainstack.io/owner`) names
+    another user (`--force`). Off, the CLI refuses (exit 2); kubectl RBAC is the real guard."""
 
 
 @dataclass
@@ -229,6 +232,9 @@ class ClusterConfig:
     (`registry.example.com`) or repository paths (`host/team`: it and everything under it,
     by whole path components); null: no image check on `launch` (the Training API always
     checks: null means only the stack's repository there)."""
+    log_group: str | None = None
+    """CloudWatch Logs group of the namespace's container logs (the stack's
+    `container_log_group`): `trainstack logs` reads a rank's log there once its pod is gone."""
     approved_secrets: list[str] | None = None
     """Names of the Secrets jobs may mount (`job.secrets.*.name`); null: no check on `launch`
     (the Training API always checks: null means none there). A list, not a label read from

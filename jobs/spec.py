@@ -166,10 +166,15 @@ def procs_per_node(compute: Any) -> int:
 def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
     """The `--config` file: run_dir, seed, model, data, trainer (exactly what the built-in
     trainer reads). runner=hf reads those too, plus its `runner` section; runner=command gets
-    run_dir, seed and `runner` only (the run record: which program, args and code ran)."""
+    run_dir, seed and `runner` only (the run record: which program, args and code ran).
+    `trainer.resume_from=RUN[/step-N]` becomes the path under storage.root it names."""
+    from jobs.resume_from import resume_from_path
+
     config: dict[str, Any] = {"run_dir": run_dir, "seed": cfg.seed}
     if cfg.runner.name != COMMAND:
-        config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=plain(cfg.trainer))
+        trainer = plain(cfg.trainer)
+        trainer["resume_from"] = resume_from_path(cfg)
+        config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=trainer)
     if cfg.runner.name != TRAINSTACK:
         keys = RUNNER_KEYS[cfg.runner.name] | {"code"}
         config["runner"] = {k: v for k, v in plain(cfg.runner).items() if k in keys}

@@ -16,6 +16,7 @@ from catalog import INSTANCE_TYPES
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
+from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
 from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
@@ -287,6 +288,10 @@ def input_paths(cfg: Any) -> list[tuple[str, str, str]]:
     if cfg.model.init_from is not None and not cfg.model.init_from.startswith("hf://"):
         allowed = "a Hugging Face model directory, s3://bucket/prefix or hf://org/name[@rev]"
         paths.append(("model.init_from", cfg.model.init_from, allowed))
+    resume_from = resume_from_path(cfg)
+    if resume_from is not None:
+        allowed = "a run dir or its checkpoints/step-N (local or s3://), or RUN[/step-N]"
+        paths.append(("trainer.resume_from", resume_from, allowed))
     if cfg.data.tokenizer not in (None, "byte"):
         allowed = "byte, or a local Hugging Face tokenizer directory, or s3://bucket/prefix"
         paths.append(("data.tokenizer", cfg.data.tokenizer, allowed))
@@ -366,6 +371,8 @@ def check_local_files(cfg: Any) -> None:
     if cfg.backend.name != "local":
         return
     for key, value, allowed in input_paths(cfg):
+        if key == "trainer.resume_from":  # check_resume_from names the missing run or step
+            continue
         path = Path(value)
         is_data = key.startswith("data.") and key != "data.tokenizer"
         if value.startswith("s3://") or path.is_dir() or (is_data and path.is_file()):
@@ -544,6 +551,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     check_grants(cfg)
     if cfg.runner.name != COMMAND:
         check_local_files(cfg)
+    check_resume_from(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)
     return trainer_plan

@@ -264,6 +264,16 @@ class TrainerConfig:
     export_dtype: str = "bf16"
     """bf16 or fp32: the dtype of the exported weights."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume_from: str | None = None
+    """Start from another run's committed checkpoint: its run dir (the newest committed step)
+    or its `checkpoints/step-N` directory, local or s3:// (`trainstack launch` also takes
+    RUN[/step-N] under storage.root). Used only while this run has no committed checkpoint
+    of its own: a restart resumes from its own. Takes precedence over model.init_from's
+    weights (init_from still gives the architecture and tokenizer)."""
+    resume_weights_only: bool = False
+    """With resume_from: keep only the model weights; the optimizer, LR schedule, step count,
+    data position and RNG start fresh (step 0), as for a new run. False: everything the
+    checkpoint holds is restored, so the run continues the source exactly."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 

@@ -121,6 +121,7 @@ def make_plan(
     _check_choices(cfg)
     _check_ranges(cfg)
     _check_profile(cfg)
+    _check_resume(cfg)
     check_data_sources(cfg.data)
     args = _model_args(cfg, hf_config)
     _check_model(args)
@@ -153,6 +154,19 @@ def make_plan(
         dp_replicate=replicate,
         dp_shard=shard,
     )
+
+
+def _check_resume(cfg: TrainerJobConfig) -> None:
+    t = cfg.trainer
+    if t.resume_from is not None and not t.resume_from.strip():
+        raise ConfigError(
+            "trainer.resume_from: is empty; allowed: null, or a run dir or checkpoint path"
+        )
+    if t.resume_weights_only and t.resume_from is None:
+        raise ConfigError(
+            "trainer.resume_weights_only: needs trainer.resume_from (the checkpoint whose "
+            "weights to start from); allowed without it: false"
+        )
 
 
 def data_parallel_mesh(cfg: TrainerJobConfig, world_size: int) -> tuple[int, int]:

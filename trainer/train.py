@@ -14,7 +14,11 @@ from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
 from trainer.checkpoint import Checkpointer, resume_newest
+from trainer.checkpoint.checkpointer import FAILED, CheckpointError, describe, format_failures
 from trainer.checkpoint.fit import check_checkpoints_fit
+from trainer.checkpoint.layout import committed_steps
+from trainer.checkpoint.source import KEY as RESUME_FROM
+from trainer.checkpoint.source import ResumeSource, check_fits, locate
 from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
@@ -45,7 +49,7 @@ from trainer.profiling import StepProfiler
 from trainer.step_timer import StepTimer, device_synchronize
 from trainer.storage import StorageError, open_run_storage
 from trainer.tokenizer import build_tokenizer
-from trainer.train_state import Progress, checkpoint_state, restore
+from trainer.train_state import Progress, checkpoint_state, restore, restore_weights
 
 
 def run(cfg: TrainerJobConfig) -> int:
@@ -59,14 +63,15 @@ def run(cfg: TrainerJobConfig) -> int:
     plan = make_plan(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")), hf_config=hf_config)
     if init_from:
         check_local_init_from(init_from, plan.model)
-    tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
-    tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)
-    data = open_training_data(cfg.data, tokenizer, plan.model.vocab_size)
     try:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
         raise ConfigError(f"run_dir: {exc}") from None
     check_checkpoints_fit(storage, plan.model)  # before config.yaml, the record, is rewritten
+    source = _resume_source(cfg, plan, storage)  # before the data: reading that takes longer
+    tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
+    tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)
+    data = open_training_data(cfg.data, tokenizer, plan.model.vocab_size)
 
     # 2. Ranks, model, optimizer.
     env = init_distributed(plan.dp_replicate, cfg.trainer.collective_timeout_s)
@@ -100,7 +105,7 @@ def run(cfg: TrainerJobConfig) -> int:
             run_config=resolved,  # type: ignore[arg-type]
         )
         checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint, report=metrics.log)
-        started_from = _initialize(model, cfg, plan, env, checkpointer)
+        started_from = _initialize(model, cfg, plan, env, checkpointer, source)
         optimizer = build_optimizer(model, cfg.trainer)
         scheduler = build_scheduler(optimizer, cfg.trainer)
         if env.is_main:
@@ -108,7 +113,7 @@ def run(cfg: TrainerJobConfig) -> int:
             keep_model_files(storage, init_from, None if tokenizer_dir == "byte" else tokenizer_dir)
         if started_from:
             metrics.note(started_from)
-        parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics)
+        parts = Parts(cfg, plan, env, model, optimizer, scheduler, checkpointer, metrics, source)
         try:
             return _train(parts, data, stop)
         finally:
@@ -126,12 +131,14 @@ def _initialize(
     plan: Plan,
     env: Distributed,
     checkpointer: Checkpointer,
+    resume_source: ResumeSource | None,
 ) -> str | None:
     """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
-    yet (a resumed run loads its own checkpoint later), else seeded random ones. A LoRA run's
-    checkpoints hold only its adapters: its frozen base is always init_from's."""
+    yet and no `trainer.resume_from` (either is loaded later), else seeded random ones. A
+    LoRA run's checkpoints hold only its adapters: its frozen base is always init_from's."""
     source, lora = cfg.model.init_from, bool(cfg.model.lora.rank)
-    if source is None or (checkpointer.has_committed() and not lora):
+    later = checkpointer.has_committed() or resume_source is not None
+    if source is None or (later and not lora):
         model.init_weights(cfg.seed)
         return None
     started = time.perf_counter()
@@ -141,6 +148,59 @@ def _initialize(
     model.init_rope()
     took = time.perf_counter() - started
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"
+
+
+def _resume_source(cfg: TrainerJobConfig, plan: Plan, storage) -> ResumeSource | None:
+    """`trainer.resume_from`, checked before any rank starts: a committed checkpoint whose
+    files are whole and whose tensors fit the model (else exit 2). None when unset or once the
+    run has a committed checkpoint of its own (a restart resumes from its own)."""
+    if cfg.trainer.resume_from is None or committed_steps(storage):
+        return None
+    source = locate(cfg.trainer.resume_from)
+    lora = cfg.model.lora
+    with torch.device("meta"):
+        model = Transformer(plan.model)
+        if lora.rank:  # its checkpoints hold the adapters only (train_state.trained_only)
+            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    check_fits(
+        source,
+        {
+            name: tuple(tensor.shape)
+            for name, tensor in model.state_dict().items()
+            if not lora.rank or name in trained
+        },
+    )
+    return source
+
+
+def _start_from(parts: Parts, source: ResumeSource) -> Progress:
+    """Load `trainer.resume_from` into a run that has no checkpoint of its own: everything
+    (model, optimizer, schedule, progress, RNG) or, weights only, the model alone."""
+    env, t = parts.env, parts.cfg.trainer
+    reader = Checkpointer(source.storage, env, t.checkpoint)
+    try:
+        if t.resume_weights_only:
+            restore_weights(reader, source.step, parts.model)
+            progress, how = Progress(), "weights only: fresh optimizer and schedule, step 0"
+        else:
+            progress, rng_restored = restore(
+                reader,
+                source.step,
+                parts.model,
+                parts.optimizer,
+                parts.scheduler,
+                rank=env.rank,
+                device=env.device,
+            )
+            how = f"at step {progress.step}" + ("" if rng_restored else ", RNG states not restored")
+    except FAILED as exc:
+        failures = format_failures(describe(exc))
+        raise CheckpointError(f"{RESUME_FROM}: {source.uri} does not load ({failures})") from None
+    finally:
+        reader.close()
+    parts.metrics.note(f"started from {source.uri} ({RESUME_FROM}; {how})")
+    return progress
 
 
 @dataclass
@@ -155,6 +215,8 @@ class Parts:
     scheduler: LRScheduler
     checkpointer: Checkpointer
     metrics: MetricsLogger
+    source: ResumeSource | None = None
+    """`trainer.resume_from`, checked; None once the run has its own checkpoints."""
 
 
 def _train(parts: Parts, data: TrainingData, stop: StopSignal) -> int:
@@ -179,6 +241,9 @@ def _train(parts: Parts, data: TrainingData, stop: StopSignal) -> int:
             f"resumed from {checkpointer.storage.uri(f'checkpoints/step-{latest:08d}')}"
             f" at step {progress.step}{note}"
         )
+    elif parts.source is not None:
+        progress = _start_from(parts, parts.source)
+    weights_only_start = resumed is None and parts.source is not None and t.resume_weights_only
 
     batches = TrainBatches(
         data.train,
@@ -196,6 +261,8 @@ def _train(parts: Parts, data: TrainingData, stop: StopSignal) -> int:
     )
     if t.eval_interval and not held_out:
         warn("no held-out sequences (data.eval_fraction too small for data.seq_len): no eval")
+    if weights_only_start and t.eval_interval and held_out:  # the loaded weights' baseline
+        metrics.log({"step": 0, "eval_loss": _evaluate(model, held_out, env.device)})
     peak, peak_source = device_peak_flops(env.device, t.peak_tflops)
     if peak is None:
         metrics.note(

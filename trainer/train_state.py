@@ -11,7 +11,9 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
+    get_model_state_dict,
     get_state_dict,
+    set_model_state_dict,
     set_state_dict,
 )
 from torch.optim.lr_scheduler import LRScheduler
@@ -110,3 +112,15 @@ def restore(
         if "cuda" in rng:
             torch.cuda.set_rng_state(rng["cuda"], device)
     return Progress(**train["progress"]), rng_saved
+
+
+def restore_weights(checkpointer: Checkpointer, step: int, model: nn.Module) -> None:
+    """Load only the model weights of checkpoint `step` (`trainer.resume_weights_only`): DCP
+    reads just the `model.*` entries; optimizer, schedule, progress and RNG stay as built."""
+    options = _options(model)
+    model_sd = get_model_state_dict(model, options=options)
+    if options is not None:  # LoRA: the adapters; the frozen base is init_from's
+        model_sd = trained_only(model, model_sd)
+    state = {"model": model_sd}
+    checkpointer.load(step, state)
+    set_model_state_dict(model, state["model"], options=options)

@@ -30,6 +30,9 @@ OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 """A plain option name (catalog instance types have dots: p5.48xlarge); `..` is refused."""
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 MAX_VALUE_CHARS = 4096
+MAX_SWEEP_POINTS = 256
+"""Points one API sweep may have: counted from the grammar before any point is expanded, so
+`range(0,1000000000)` or 200 two-valued axes cost nothing."""
 INTERPOLATION = "${"
 
 
@@ -61,6 +64,7 @@ def check_overrides(overrides: list[str], sweep: bool = False) -> None:
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
+    points = 1
     for index, text in enumerate(overrides):
         check_text(f"overrides[{index}]", text)
         try:
@@ -72,12 +76,36 @@ def check_overrides(overrides: list[str], sweep: bool = False) -> None:
             raise Refused(f"{key}@{override.package}: package overrides are not allowed")
         if override.is_sweep_override() and not sweep:
             raise Refused(f"{key}: sweeps go to POST /v1/sweeps")
+        if override.is_sweep_override():
+            points *= _sweep_values(key, override._value)
+            if points > MAX_SWEEP_POINTS:
+                raise Refused(
+                    f"overrides[{index}]: the sweep would have more than {MAX_SWEEP_POINTS} "
+                    f"points; allowed: at most {MAX_SWEEP_POINTS} per request"
+                )
         if key in REQUEST_GROUPS:
             _check_option(key, override._value)
             continue
         if not KEY.match(key) or not _settable(key):
             raise Refused(f"{key}: not settable by a request; allowed: {allowed_text()}")
         _check_value(key, override._value)
+
+
+def _sweep_values(key: str, value: Any) -> int:
+    """How many values a sweep override gives, without listing them."""
+    import math
+
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    if isinstance(value, RangeSweep):
+        start, stop, step = value.start, value.stop, value.step
+        if not step or any(not math.isfinite(v) for v in (start, stop, step)):
+            raise Refused(f"{key}: range() needs a finite, non-zero step")
+        count = (stop - start) / step
+        return max(0, math.ceil(count)) if count <= MAX_SWEEP_POINTS else MAX_SWEEP_POINTS + 1
+    raise Refused(f"{key}: a sweep takes a,b / choice() / range(); allowed: those")
 
 
 def _settable(key: str) -> bool:

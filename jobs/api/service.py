@@ -131,7 +131,8 @@ class Service:
             default = OmegaConf.select(shipped, key, throw_on_missing=False)
             if ours is not None and (key in self._service_keys or ours != default):
                 self._stack_values[key] = ours
-        self.backend = KubernetesBackend.from_config(self.cfg)
+        # The service checks owners itself (admins may act on anyone's runs).
+        self.backend = KubernetesBackend.from_config(self.cfg, check_owner=False)
         # Submissions run the preflight while checking (every point of a sweep before any is
         # submitted), so the submitting backend does not run it again.
         self._submitter = KubernetesBackend(self.backend.settings, preflight=False)
@@ -216,7 +217,62 @@ class Service:
                 checked.append(self._check(job, who))
             except ApiError as err:
                 raise ApiError(err.status, f"sweep point {index}: {err.detail}") from err
-        return sweep_id, [self._submit(c)[1] for c in checked]
+        submitted: list[Submitted] = []
+        for index, one in enumerate(checked):
+            try:
+                submitted.append(self._submit(one)[1])
+            except Exception as err:
+                # All or nothing, even when the cluster fails partway: what this request
+                # created goes again before the one error line is sent.
+                left = self._roll_back(submitted, sweep_id, who)
+                status, detail = (
+                    (err.status, err.detail) if isinstance(err, ApiError) else (500, "failed")
+                )
+                kept = f"; left in place (changed meanwhile): {', '.join(left)}" if left else ""
+                raise ApiError(
+                    status,
+                    f"sweep point {index}: {detail}; the {len(submitted)} point(s) this "
+                    f"request submitted before it were deleted{kept}",
+                ) from err
+        return sweep_id, submitted
+
+    def _roll_back(self, submitted: list[Submitted], sweep_id: str, who: Identity) -> list[str]:
+        """Delete the jobs (their ConfigMaps go with them: owner references) this request
+        created, and only those: the job must still be the one it created (uid), trainstack's,
+        this user's and of this sweep. Returns the run ids left in place."""
+        from jobs.backends.kubernetes import KubernetesBackend
+        from jobs.k8s.kinds import kind_of
+        from jobs.k8s.ownership import MANAGED_BY, MANAGER, labels_of
+        from jobs.k8s.submit import delete_job
+        from jobs.spec import LABEL_PREFIX, OWNER_LABEL
+
+        cluster = self.backend.cluster
+        left = []
+        for point in submitted:
+            if point.outcome == "already active":
+                continue  # running before this request: not its to delete
+            run_id = point.run_id
+            uid = KubernetesBackend._uids.pop(run_id, None)
+            KubernetesBackend._scheduled.pop(run_id, None)
+            try:
+                job = self.backend.find(run_id)
+                labels = labels_of(job)
+                ours = (
+                    job is not None
+                    and uid is not None
+                    and job["metadata"].get("uid") == uid
+                    and labels.get(MANAGED_BY) == MANAGER
+                    and labels.get(OWNER_LABEL) == who.name
+                    and labels.get(f"{LABEL_PREFIX}/sweep-id") == sweep_id
+                )
+                if ours:
+                    delete_job(cluster, run_id, wait=False, kind=kind_of(job))
+                elif job is not None:
+                    left.append(run_id)
+                self.snapshot.refresh_run(run_id, self.backend.find)
+            except BackendError:
+                left.append(run_id)
+        return left
 
     def _refuse_service_keys(self, overrides: list[str]) -> None:
         for key in override_keys(overrides):
@@ -230,6 +286,27 @@ class Service:
         for key, ours in self._stack_values.items():
             if OmegaConf.select(cfg, key) != ours:
                 raise ApiError(422, f"{key}: set by the service, not by a request")
+        if not self._root_allowed(cfg.storage.root):
+            raise ApiError(
+                422,
+                "storage.root: a path on the API's host outside the service's storage root; "
+                "allowed: s3://bucket/prefix, or a directory under the service's storage root",
+            )
+
+    def _root_allowed(self, root: str) -> bool:
+        """A storage root a request chose (the service pins none): s3://, or local under the
+        service's own root. The API reads run dirs (metrics), so a request's local root would
+        make it read wherever the request pointed on the API's host."""
+        from pathlib import Path
+
+        ours = self.cfg.storage.root
+        if root == ours:
+            return True
+        if root.startswith("s3://"):
+            return ".." not in root.split("/")
+        if "://" in root or ours.startswith("s3://"):
+            return False
+        return Path(root).resolve().is_relative_to(Path(ours).resolve())
 
     def _check(self, job, who: Identity, resume: bool = True, dryrun: bool = False) -> Checked:
         """Everything short of writing: the request, the preflight, and the run id's owner."""

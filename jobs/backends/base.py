@@ -55,6 +55,10 @@ class BackendError(Exception):
     """A backend could not do what was asked; str() is the one line shown to the user."""
 
 
+class NoLogs(BackendError):
+    """Neither the run's pod nor an archived copy of its log exists."""
+
+
 @dataclass(frozen=True)
 class RunStatus:
     run_id: str

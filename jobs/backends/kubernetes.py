@@ -34,6 +34,7 @@ from jobs.backends.base import (
     SUCCEEDED,
     BackendError,
     DryRun,
+    NoLogs,
     RunStatus,
 )
 from jobs.k8s import state as k8s_state
@@ -65,6 +66,9 @@ class ClusterSettings:
     """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
     job_api: str = "trainjob"
     """`job.api`: the kind looked up first."""
+    region: str | None = None
+    log_group: str | None = None
+    """CloudWatch Logs group holding container logs after pods go (cluster.log_group)."""
 
     @property
     def kinds(self) -> tuple[JobKind, ...]:
@@ -104,13 +108,24 @@ class KubernetesBackend:
     instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
     and a sweep makes several backends per point. Expired tokens are refreshed by the client."""
 
-    def __init__(self, settings: ClusterSettings, preflight: bool = True):
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        preflight: bool = True,
+        user: str | None = None,
+        check_owner: bool = False,
+    ):
         self.settings = settings
         self.run_preflight = preflight
+        self.user = user
+        """Who acts (job.owner): with `check_owner`, only runs labelled with this owner are
+        resubmitted or cancelled."""
+        self.check_owner = check_owner
         self._cluster = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> KubernetesBackend:
+    def from_config(cls, cfg: Any, check_owner: bool | None = None) -> KubernetesBackend:
+        """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`)."""
         from jobs.k8s.preflight import NodeGroup
 
         cluster = cfg.cluster
@@ -118,9 +133,22 @@ class KubernetesBackend:
             NodeGroup(g.name, g.instance_type, int(g.max_size)) for g in cluster.node_groups
         )
         settings = ClusterSettings(
-            cluster.kubeconfig, cluster.context, cluster.namespace, groups, cfg.job.api
+            cluster.kubeconfig,
+            cluster.context,
+            cluster.namespace,
+            groups,
+            cfg.job.api,
+            region=cluster.region,
+            log_group=cluster.log_group,
         )
-        return cls(settings, preflight=bool(cfg.backend.preflight))
+        if check_owner is None:
+            check_owner = not cfg.backend.others_runs
+        return cls(
+            settings,
+            preflight=bool(cfg.backend.preflight),
+            user=cfg.job.owner,
+            check_owner=check_owner,
+        )
 
     @property
     def cluster(self):
@@ -151,6 +179,13 @@ class KubernetesBackend:
         from jobs.workdir import store_code
 
         job: MaterializedJob = dryrun.job
+        if self.check_owner:
+            from jobs.k8s.ownership import ensure_ours, ensure_owned_by
+
+            existing = self.find(job.run_id)
+            kind = kind_of(existing) if existing else KINDS[job.spec.api]
+            ensure_ours(kind.kind, self.settings.namespace, job.run_id, existing)
+            ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
             self.preflight(job)
         store_code(job)  # the pods fetch it from the run dir: there before they start
@@ -285,25 +320,33 @@ class KubernetesBackend:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
         (see the module docstring) and reports state changes as `[trainstack]` lines.
         `cancel` (jobs.k8s.watch.Cancellation) set from another thread ends a follow."""
-        from jobs.k8s.watch import rank_pod, read_log
+        from jobs.k8s.watch import pod_name, rank_pod, read_log
 
         job = self.find(run_id)
         if job is None:
-            raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
-        kind = kind_of(job)
-        if not follow:
-            try:
-                pod = rank_pod(self.cluster, job, rank)
-            except ValueError as err:
-                raise BackendError(f"{run_id}: {err}") from None
-            if pod is None:
-                raise BackendError(f"{run_id}: rank {rank} has no pod (yet, or any more)")
-            yield from read_log(self.cluster, pod["metadata"]["name"], kind.container)
+            if follow:
+                raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
+            yield from self.archived_logs(run_id, rank)  # the job (and its pods) expired
             return
         try:
             k8s_state.check_rank(job, rank)
         except ValueError as err:
             raise BackendError(f"{run_id}: {err}") from None
+        kind = kind_of(job)
+        if not follow:
+            pod = rank_pod(self.cluster, job, rank)
+            lines = (
+                None
+                if pod is None
+                else read_log(self.cluster, pod["metadata"]["name"], kind.container)
+            )
+            if lines is not None:
+                yield from lines
+            elif kind.api == "pytorchjob":
+                yield from self.archived_logs(run_id, rank, pod_name(job, rank))
+            else:  # a JobSet's pod names are generated: the archive can't be asked by rank
+                raise BackendError(f"{run_id}: rank {rank} has no pod (yet, or any more)")
+            return
         while True:
             outcome: list[RunStatus] = []
             yield from self._follow(run_id, rank, outcome, cancel)
@@ -314,6 +357,25 @@ class KubernetesBackend:
                 return
             if not (yield from self._restart(run_id, final.retries)):
                 return
+
+    def archived_logs(self, run_id: str, rank: int, pod: str | None = None) -> list[str]:
+        """The rank's log from CloudWatch Logs once its pod is gone; `pod` defaults to the
+        operator's name for the rank (rank 0 is master-0, rank N worker-(N-1))."""
+        from jobs.k8s.archived_logs import ArchiveError, archived_log
+
+        pod = pod or (f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}")
+        group = self.settings.log_group
+        try:
+            lines = archived_log(self.settings.region, group, pod) if group else None
+        except ArchiveError as err:
+            raise BackendError(f"{run_id}: pod {pod} is gone and {err}") from None
+        if lines is None:
+            where = f"log group {group}" if group else "no cluster.log_group set"
+            raise NoLogs(f"{run_id}: rank {rank} has no pod and no archived log ({where})")
+        print(
+            f"{run_id}: pod {pod} is gone; reading its archived log from {group}", file=sys.stderr
+        )
+        return lines
 
     def _follow(self, run_id: str, rank: int, outcome: list[RunStatus], cancel) -> Iterator[str]:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job
@@ -374,11 +436,13 @@ class KubernetesBackend:
         """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
         marked, so that whoever follows it does not restart it. Unknown, succeeded and
         already cancelled runs are left as they are."""
-        from jobs.k8s.ownership import ensure_ours
+        from jobs.k8s.ownership import ensure_ours, ensure_owned_by
 
         job = self.find(run_id)
         kind_name = kind_of(job).kind if job else self.settings.kinds[0].kind
         ensure_ours(kind_name, self.settings.namespace, run_id, job)
+        if self.check_owner:
+            ensure_owned_by("cancel", run_id, job, self.user)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
         kind = kind_of(job)

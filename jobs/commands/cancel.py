@@ -11,8 +11,13 @@ from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, f
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", metavar="ID", help="every unfinished run of this sweep")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also runs another user owns (trainstack.io/owner); kubectl RBAC still applies",
+    )
     add_common_arguments(parser)
-    parser.usage = "trainstack cancel (RUN | --sweep ID) [--backend B] [overrides ...]"
+    parser.usage = "trainstack cancel (RUN | --sweep ID) [--force] [--backend B] [overrides ...]"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     if len(names) + (args.sweep is not None) != 1:
         return fail("cancel", "give exactly one of RUN or --sweep ID", 2)
     args.run_id = names[0] if names else None
+    if args.force:
+        args.overrides.append("backend.others_runs=true")
     try:
         backends = backends_for(args)
         if args.sweep is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.backends.base import BackendError
+from jobs.backends.base import BackendError, NoLogs
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
 
 
@@ -18,13 +18,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        backend, status = find_run(backends_for(args), args.run_id)
-        ranks = status.log_ranks
+        backends = backends_for(args)
+        try:
+            backend, status = find_run(backends, args.run_id)
+        except BackendError:
+            # A run the cluster no longer knows may still have its logs archived.
+            archives = [b for b in backends if hasattr(b, "archived_logs")]
+            if args.follow or not archives:
+                raise
+            backend, status = archives[0], None
+        ranks = status.log_ranks if status else None
         if ranks is not None and not 0 <= args.rank < ranks:  # bad input: exit 2
             has = "rank 0 only" if ranks == 1 else f"ranks 0-{ranks - 1}"
             return fail("logs", f"--rank {args.rank}: run {args.run_id} has {has}", 2)
         for line in backend.logs(args.run_id, rank=args.rank, follow=args.follow):
             print(line, flush=True)
+    except NoLogs as err:
+        return fail("logs", str(err), code=2)
     except BackendError as err:
         return fail("logs", str(err))
     except KeyboardInterrupt:

@@ -31,3 +31,21 @@ def ensure_ours(kind: str, namespace: str, name: str, obj) -> None:
             f"{kind} {namespace}/{name} exists and is not managed by trainstack "
             f"(no {MANAGED_BY}={MANAGER} label); left as it is: pick another run_id"
         )
+
+
+def ensure_owned_by(action: str, name: str, obj, user: str | None) -> None:
+    """Raise NotOurs when the run `obj` (None: absent) carries another user's owner label.
+
+    A courtesy on the CLI, not a boundary: whoever holds the kubeconfig can change any
+    object RBAC lets them; `--force` (`backend.others_runs=true`) acts anyway."""
+    from jobs.spec import OWNER_LABEL
+
+    if obj is None:
+        return
+    owner = labels_of(obj).get(OWNER_LABEL)
+    if owner != user:
+        raise NotOurs(
+            f"{action} {name}: run belongs to {owner or 'nobody recorded'} ({OWNER_LABEL}), "
+            f"you are {user or 'nobody'} ($TRAINSTACK_USER, else $USER); only its owner may "
+            "change it: pass --force to act anyway"
+        )

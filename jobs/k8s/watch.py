@@ -237,16 +237,16 @@ def rank_pod_label(job: dict, rank: int) -> str:
     return f"{job['metadata']['name']} rank {rank}"
 
 
-def read_log(cluster: Cluster, pod: str, container: str = CONTAINER) -> list[str]:
-    """The pod's log so far, as lines."""
-    text = cluster.call(
+def read_log(cluster: Cluster, pod: str, container: str = CONTAINER) -> list[str] | None:
+    """The pod's log so far, as lines; None when the pod is gone."""
+    text = cluster.call_or_none(
         f"read log of pod {cluster.namespace}/{pod}",
         cluster.core.read_namespaced_pod_log,
         pod,
         cluster.namespace,
         container=container,
     )
-    return text.splitlines()
+    return None if text is None else text.splitlines()
 
 
 def follow_log(

@@ -71,8 +71,9 @@ def test_rotation_is_picked_up_without_a_restart(tmp_path: Path):
 
 
 def test_an_unreachable_cluster_is_503_with_one_line(
-    apiserver, kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path
+    apiserver, kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch
 ):
+    monkeypatch.chdir(tmp_path)  # the service's storage root (runs) holds the run dirs
     dead = tmp_path / "dead-kubeconfig"
     closed_port = apiserver.url.rsplit(":", 1)[1]
     dead.write_text(kubeconfig.read_text().replace(closed_port, "1"))  # nothing listens on :1

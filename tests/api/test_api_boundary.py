@@ -7,11 +7,13 @@ run, written or submitted: not on the cluster, not on the API host.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE, start_api
+from tests.k8s.fake_operator import JobPlan
 
 
 def files_under(path: Path) -> set[Path]:
@@ -120,7 +122,10 @@ def test_images_come_only_from_approved_registries(api, apiserver):
     assert ok.status_code == 201, ok.text
 
 
-def test_the_stacks_repository_is_approved_and_cannot_be_changed(kubeconfig, token_dir, tmp_path):
+def test_the_stacks_repository_is_approved_and_cannot_be_changed(
+    kubeconfig, token_dir, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the service's storage root (runs) holds the run dirs
     repository = "registry.internal.example/trainstack/trainer"
     server, api = start_api(
         kubeconfig, token_dir, tmp_path / "runs", overrides=(f"job.image_repository={repository}",)
@@ -139,7 +144,8 @@ def test_the_stacks_repository_is_approved_and_cannot_be_changed(kubeconfig, tok
         server.stop()
 
 
-def test_only_approved_secrets_are_mounted(kubeconfig, token_dir, tmp_path, apiserver):
+def test_only_approved_secrets_are_mounted(kubeconfig, token_dir, tmp_path, apiserver, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the service's storage root (runs) holds the run dirs
     server, api = start_api(
         kubeconfig, token_dir, tmp_path / "runs", overrides=("cluster.approved_secrets=[hf-read]",)
     )
@@ -228,3 +234,29 @@ def test_errors_never_echo_the_services_own_settings(kubeconfig, token_dir, tmp_
     finally:
         api.client.close()
         server.stop()
+
+
+def test_a_sweep_the_cluster_fails_partway_is_rolled_back(api, apiserver):
+    """Point 2's create is refused by the cluster after points 0 and 1 were created: both go
+    again (their ConfigMaps with them); a point that was running before the request stays."""
+    apiserver.operator.default = JobPlan(hold=True)
+    base = [f"compute={GPU_TYPE}", f"job.image={IMAGE}", "storage.root=s3://runs-bucket/runs"]
+    first = api.client.post("/v1/sweeps", json={"overrides": base, "sweep_id": "rb1"})
+    assert first.status_code == 201, first.text
+    running_uid = apiserver.get("pytorchjobs", "rb1-0", NAMESPACE)["metadata"]["uid"]
+
+    apiserver.faults.reject_create["rb1-2"] = 403
+    request = {"overrides": [*base, "trainer.lr=1,2,3"], "sweep_id": "rb1"}
+    # trainer.lr=1 is point 0 (rb1-0, already active); 1 is created, 2 refused.
+    response = api.client.post("/v1/sweeps", json=request)
+    assert 400 <= response.status_code < 600 and response.status_code != 201, response.text
+    detail = response.json()["detail"]
+    assert "\n" not in detail and detail.startswith("sweep point 2: ")
+    deadline = time.monotonic() + 10  # Foreground deletes finish after the fake's delay
+    while apiserver.get("pytorchjobs", "rb1-1", NAMESPACE) is not None:
+        assert time.monotonic() < deadline, "rb1-1 was not deleted"
+        time.sleep(0.05)
+    jobs = apiserver.list("pytorchjobs", NAMESPACE)
+    assert [(j["metadata"]["name"], j["metadata"]["uid"]) for j in jobs] == [("rb1-0", running_uid)]
+    maps = {m["metadata"]["name"] for m in apiserver.list("configmaps", NAMESPACE)}
+    assert not any(name.startswith(("rb1-1", "rb1-2")) for name in maps), maps

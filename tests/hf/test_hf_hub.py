@@ -90,7 +90,8 @@ def test_a_gated_repo_without_a_token_is_one_line_at_launch(hub):
 
 def test_a_cluster_job_gets_a_model_initializer_and_the_cache_as_init_from(hub):
     job = build(["model=hf", "model.init_from=hf://org/tiny@v1", "data=sample", *CLUSTER,
-                 "compute=g5.12xlarge", "compute.nodes=2", "model.name=tiny", PYTORCHJOB])  # fmt: skip
+                 "compute=g5.12xlarge", "compute.nodes=2", "model.name=tiny",
+                 PYTORCHJOB])  # fmt: skip
     root = job.cfg.storage.root.rstrip("/")
     cache = f"{root}/models/org--tiny/v1"
     assert job.spec.trainer_config["model"]["init_from"] == cache

@@ -60,6 +60,32 @@ class OptionsRecordingMonitor(MockMonitor):
         return response
 
 
+# The ARN each resource type has in AWS, so that policies naming them read like the deployed
+# ones (IAM and parliament match actions to resource types by these shapes).
+ARN_FORMATS = {
+    "aws:iam/role:Role": "arn:aws:iam::{account}:role/{name}",
+    "aws:iam/policy:Policy": "arn:aws:iam::{account}:policy/{name}",
+    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": (
+        "arn:aws:iam::{account}:oidc-provider/token.actions.githubusercontent.com"
+    ),
+    "aws:kms/key:Key": "arn:aws:kms:us-east-1:{account}:key/{name}-id",
+    "aws:ecr/repository:Repository": "arn:aws:ecr:us-east-1:{account}:repository/{name}",
+    "aws:codebuild/project:Project": "arn:aws:codebuild:us-east-1:{account}:project/{name}",
+    "aws:cloudwatch/logGroup:LogGroup": "arn:aws:logs:us-east-1:{account}:log-group:{name}",
+    "aws:eks/cluster:Cluster": "arn:aws:eks:us-east-1:{account}:cluster/{name}",
+    "aws:ec2/subnet:Subnet": "arn:aws:ec2:us-east-1:{account}:subnet/{name}-id",
+    "aws:ec2/vpc:Vpc": "arn:aws:ec2:us-east-1:{account}:vpc/{name}-id",
+    "aws:ec2/securityGroup:SecurityGroup": (
+        "arn:aws:ec2:us-east-1:{account}:security-group/{name}-id"
+    ),
+}
+
+
+def realistic_arn(type_: str, service: str, name: str) -> str:
+    default = "arn:aws:{service}:us-east-1:{account}:{name}"
+    return ARN_FORMATS.get(type_, default).format(service=service, account=ACCOUNT, name=name)
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Answers like AWS would for the properties the program reads back (ids, ARNs, names)."""
 
@@ -71,8 +97,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
         state = dict(args.inputs)
         service = args.typ.split(":")[1].split("/")[0]
         resource_id = f"{args.name}-id"
-        state.setdefault("arn", f"arn:aws:{service}:us-east-1:{ACCOUNT}:{args.name}")
         state.setdefault("name", args.name)
+        state.setdefault("arn", realistic_arn(args.typ, service, str(state["name"])))
         if args.typ == "aws:s3/bucket:Bucket":
             state.update(bucket=resource_id, arn=f"arn:aws:s3:::{resource_id}")
         elif args.typ == "aws:eks/cluster:Cluster":

@@ -24,6 +24,7 @@ README_PATHS = {
     "s3://<bucket>/raw/chat.jsonl": (TRAINING, False),
     "s3://<bucket>/tokenizers/llama3": (TRAINING, False),
     "s3://<bucket>/models/Meta-Llama-3.1-8B-Instruct": (TRAINING, False),
+    "s3://<bucket>/models/qwen3-8b": (TRAINING, False),
     "s3://<bucket>/datasets/web": (TRAINING, False),
     "s3://<bucket>/datasets/code": (TRAINING, False),
     "s3://<bucket>/datasets/web-llama3": ("person", True),  # a local prepare

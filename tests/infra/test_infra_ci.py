@@ -84,8 +84,9 @@ def test_only_the_release_build_role_can_write_either_repository(stack_runs, sta
     granted = statements(run, "-codebuild")
     push = next(s for s in granted if s["Sid"] == "PushTrainerImage")
     cache = next(s for s in granted if s["Sid"] == "WriteBuildCache")
-    assert "ecr:PutImage" in push["Action"] and push["Resource"].endswith("-trainer")
-    assert "ecr:PutImage" in cache["Action"] and cache["Resource"].endswith("-buildcache")
+    assert "ecr:PutImage" in push["Action"] and push["Resource"].endswith("/trainstack/trainer")
+    assert "ecr:PutImage" in cache["Action"]
+    assert cache["Resource"].endswith("/trainstack/trainer-buildcache")
     env = project_env(release_project)
     assert env["BUILD_KIND"] == "release"
     assert env["BUILD_CACHE_REPOSITORY_URI"] == run.outputs["cache_repository_url"]

@@ -233,6 +233,11 @@ BAD_CONFIGS = {
         "trainstack:autoscaler.provisioningRequest",
         "unknown setting",
     ),
+    "log-retention-not-cloudwatch": (
+        {"trainstack:logRetentionDays": 31},
+        "trainstack:logRetentionDays",
+        "31 is not a CloudWatch Logs retention; allowed: 1, 3, 5, 7, 14, 30, 60, 90",
+    ),
     "bad-github-url": (
         {"trainstack:ci": {"githubUrl": "git@github.com:org/repo.git"}},
         "trainstack:ci.githubUrl",

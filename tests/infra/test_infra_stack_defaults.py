@@ -54,6 +54,8 @@ def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_run
     outputs = stack_runs["dev"].outputs
     assert defaults["storage"]["grants"] == outputs["s3_grants"]
     assert defaults["cluster"]["data_prepare_service_account"] == "data-prepare"
+    assert defaults["cluster"]["log_group"] == outputs["container_log_group"]
+    assert outputs["container_log_group"] == "/aws/eks/trainstack-dev/containers"
     assert defaults["storage"]["root"] == f"s3://{outputs['bucket']}/runs"
     assert defaults["job"]["image_repository"] == outputs["repository_url"]
     assert defaults["job"]["queue"] == outputs["local_queue"] == "training"  # the LocalQueue
@@ -82,6 +84,7 @@ def test_jobs_schema_accepts_the_defaults(tmp_path, dev_outputs):
     merged = OmegaConf.merge(OmegaConf.structured(schema.JobsConfig), defaults)
     assert merged.cluster.node_groups[0].instance_type == "g5.12xlarge"
     assert merged.cluster.kubeconfig.endswith("trainstack-dev.yaml")
+    assert merged.cluster.log_group == "/aws/eks/trainstack-dev/containers"
 
 
 @pytest.mark.parametrize(

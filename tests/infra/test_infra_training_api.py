@@ -203,7 +203,7 @@ def test_a_secret_that_is_not_hashes_stops_the_deploy(secret):
         (
             {"colour": "red"},
             "trainingApi.colour",
-            "unknown setting; allowed: certificateArn, cpu, image",
+            "unknown setting; allowed: admins, certificateArn, cpu, image",
         ),
         ({"tlsSecretName": None}, "trainingApi.certificateArn", "serves TLS only"),
         ({"certificateArn": CERTIFICATE_ARN}, "trainingApi.certificateArn", "internal NLB"),
@@ -225,3 +225,43 @@ def test_bad_api_settings_are_one_line(settings, key, words):
         parse_stack_config(values, stack="dev", region="us-east-1")
     message = str(raised.value)
     assert message.startswith(f"trainstack:{key}: ") and words in message and "\n" not in message
+
+
+def test_admins_are_named_in_config_and_passed_to_serve():
+    result = run(with_api(admins=["ci", "ui"]))
+    deployment = named(result, "kubernetes:apps/v1:Deployment")
+    args = deployment.inputs["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--admin")] == ["--admin=ci", "--admin=ui"]
+    args = named(run(with_api()), "kubernetes:apps/v1:Deployment").inputs["spec"]["template"][
+        "spec"
+    ]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--admin")]  # nobody unless named
+
+
+def test_an_admin_without_a_token_stops_the_deploy():
+    with pytest.raises(Exception, match=r"trainingApi.admins: carol has no token in arn:"):
+        run(with_api(admins=["ci", "carol"]))
+
+
+@pytest.mark.parametrize(
+    ("admins", "words"),
+    [
+        ("alice", "expected a list of strings"),
+        (["--no-auth"], "a user name as in the token hashes secret"),
+        (["a b"], "a user name as in the token hashes secret"),
+        (["x" * 64], "a user name as in the token hashes secret"),
+        (["ci", "ci"], "listed twice"),
+    ],
+)
+def test_bad_admin_names_are_one_line(admins, words):
+    config = {
+        k.split(":", 1)[1]: v
+        for k, v in with_api(admins=admins).items()
+        if k.startswith("trainstack:")
+    }
+    values = {k: json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in config.items()}
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config(values, stack="dev", region="us-east-1")
+    message = str(raised.value)
+    assert message.startswith("trainstack:trainingApi.admins: ") and words in message
+    assert "\n" not in message

@@ -4,6 +4,8 @@ stack declares what is approved (items 3), and runs carry their owner for `runs 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.k8s.conftest import GPU_TYPE, NAMESPACE
@@ -111,3 +113,50 @@ def test_runs_mine_lists_the_runs_launched_under_my_name(
     monkeypatch.delenv("USER", raising=False)
     assert trainstack("runs", "--mine", "--backend", "kubernetes") == 2
     assert "set $TRAINSTACK_USER" in capsys.readouterr().err
+
+
+def test_cli_refuses_to_cancel_or_resubmit_another_users_run_without_force(
+    apiserver, trainstack, capsys, monkeypatch
+):
+    from tests.k8s.fake_operator import JobPlan
+
+    apiserver.operator.plans["bobs-done"] = [JobPlan(outcome="Succeeded")]
+    apiserver.operator.plans["bobs-live"] = [JobPlan(hold=True)]
+    monkeypatch.setenv("TRAINSTACK_USER", "bob")
+    for run_id in ("bobs-done", "bobs-live"):
+        assert trainstack("launch", f"run_id={run_id}", launch=True) == 0
+    deadline = time.monotonic() + 10
+    while "Succeeded" not in str(apiserver.get("pytorchjobs", "bobs-done", NAMESPACE)["status"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    before = {n: apiserver.get("pytorchjobs", n, NAMESPACE) for n in ("bobs-done", "bobs-live")}
+
+    monkeypatch.setenv("TRAINSTACK_USER", "alice")
+    capsys.readouterr()
+    assert trainstack("cancel", "bobs-live", "--backend", "kubernetes") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "trainstack cancel: cancel bobs-live: run belongs to bob (trainstack.io/owner), you are "
+        "alice ($TRAINSTACK_USER, else $USER); only its owner may change it: pass --force to "
+        "act anyway"
+    ]
+    assert trainstack("launch", "run_id=bobs-done", launch=True) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("trainstack launch: resubmit bobs-done: run belongs to bob")
+    for name, job in before.items():  # neither was touched (the operator updates status)
+        now = apiserver.get("pytorchjobs", name, NAMESPACE)
+        assert now["spec"] == job["spec"]
+        for key in ("uid", "labels", "annotations"):
+            assert now["metadata"].get(key) == job["metadata"].get(key)
+
+    # Explicitly: --force acts on it (RBAC permitting).
+    assert trainstack("cancel", "bobs-live", "--force", "--backend", "kubernetes") == 0
+    live = apiserver.get("pytorchjobs", "bobs-live", NAMESPACE)
+    assert live["spec"]["runPolicy"]["suspend"] is True
+    assert trainstack("launch", "--force", "run_id=bobs-done", launch=True) == 0
+    done = apiserver.get("pytorchjobs", "bobs-done", NAMESPACE)
+    assert done["metadata"]["uid"] != before["bobs-done"]["metadata"]["uid"]
+
+    # Her own runs need no flag.
+    assert trainstack("launch", "run_id=alices", launch=True) == 0
+    assert trainstack("cancel", "alices", "--backend", "kubernetes") == 0

@@ -6,9 +6,13 @@ there (`checkpointer`). A run resumes from the newest committed checkpoint that 
 rank, falling back to older ones (`resume`). DCP reshards on load, so a checkpoint written by
 N ranks loads on M. S3 run dirs stream to and read ranges from S3 directly (`s3_io`);
 `layout.list_checkpoints` is what `trainstack checkpoints RUN` prints.
+
+The layout (and `source`, what `trainer.resume_from` names) needs no torch: `jobs` checks a
+checkpoint at launch in the API image, which has none, so the torch-using parts load lazily.
 """
 
-from trainer.checkpoint.checkpointer import Checkpointer, CheckpointError
+from typing import Any
+
 from trainer.checkpoint.layout import (
     CHECKPOINTS,
     MARKER,
@@ -18,7 +22,21 @@ from trainer.checkpoint.layout import (
     parse_step,
     step_dir,
 )
-from trainer.checkpoint.resume import resume_newest
+
+_LAZY = {
+    "Checkpointer": "trainer.checkpoint.checkpointer",
+    "CheckpointError": "trainer.checkpoint.checkpointer",
+    "resume_newest": "trainer.checkpoint.resume",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CHECKPOINTS",

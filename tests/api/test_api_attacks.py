@@ -1,0 +1,94 @@
+"""A valid, non-admin token trying to get more than an approved job (issue 23, second pass):
+Hydra grammar tricks, paths on the API's host, huge sweeps. Each is one 4xx line and nothing
+reaches the cluster or the API's disk."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE
+from tests.api.test_api_boundary import assert_nothing_happened, files_under, refused
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.lr='${oc.env:HOME}'",  # quoted
+        'trainer.lr="${oc.env:HOME}"',
+        "trainer.mixed_precision=[1,{a: '${oc.env:HOME}'}]",  # nested in a list's dict
+        "trainer.mixed_precision={'${oc.env:HOME}': 1}",  # a dict key
+        "trainer.lr=1,'${oc.env:HOME}'",  # a sweep value (refused as a sweep first)
+        "++cluster.namespace=kube-system",
+        "+cluster.namespace=kube-system",
+        "~cluster",
+        "~job.image_repository",
+        "\uff43luster.namespace=kube-system",  # fullwidth c
+        "model=\uff54iny",  # fullwidth t
+        "model=tiny@backend",
+        "trainer={max_steps: 1}",  # a group with a dict
+        "job={image: docker.io/evil/img:1}",
+        "hydra/launcher=basic",
+        "hydra.job.chdir=true",
+        "storage=local",
+        "job.secrets={hf_token: {name: trainstack-api-token-hashes, key: sha}}",
+        "job.image=docker.io/evil/img:1",
+        "run_id=../../etc",
+        "model.init_from=/etc",  # a path on the API's host: never read there
+        "data.path=/etc/passwd",
+        "data.tokenizer=/root",
+        "data.mixture=[{path: /etc/passwd, weight: 1.0}]",
+        "storage.root=/etc",  # the API would read run dirs (metrics) there
+        "storage.root=file:///etc",
+    ],
+)
+def test_grammar_and_path_tricks_are_one_4xx_line(api, apiserver, tmp_path, override):
+    before = files_under(tmp_path)
+    request = api.run_request("atk2", overrides=[override])
+    del request["storage_root"]  # the service's own (runs under the test's directory)
+    for key, field in (("job.image=", "image"), ("run_id=", "run_id")):
+        if override.startswith(key):
+            del request[field]  # the structured field would win over the override
+    response = api.client.post("/v1/runs", json=request)
+    assert 400 <= response.status_code < 500, response.text
+    detail = response.json()["detail"]
+    assert "\n" not in detail and "HOME" not in detail and str(tmp_path) not in detail
+    assert_nothing_happened(api, apiserver, before, tmp_path)
+
+
+def test_a_requests_storage_root_stays_under_the_services_or_on_s3(api, apiserver, tmp_path):
+    """The service pins no storage root here (the local stand-in): a request's local root must
+    still be under the service's own, never elsewhere on the API's host."""
+    outside = tmp_path.parent / "elsewhere"
+    for root in (str(outside), f"{tmp_path}/runs/../../elsewhere", "/etc"):
+        request = {**api.run_request("atk3"), "storage_root": root}
+        detail = refused(api.client.post("/v1/runs", json=request))
+        assert detail.startswith("storage.root: a path on the API's host outside")
+        assert root not in detail
+    assert not outside.exists()
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+    inside = {**api.run_request("atk3"), "storage_root": str(tmp_path / "runs" / "team")}
+    assert api.client.post("/v1/runs", json=inside, params={"dryrun": "true"}).status_code == 200
+    on_s3 = {**api.run_request("atk3"), "storage_root": "s3://runs-bucket/runs"}
+    assert api.client.post("/v1/runs", json=on_s3, params={"dryrun": "true"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.max_steps=range(0,1000000000)"],  # never expanded
+        ["trainer.lr=range(0,1e308,1e-308)"],
+        ["trainer.lr=1,2", "trainer.warmup_steps=range(0,129)"],  # 258
+        [f"trainer.{k}=1,2" for k in ("lr", "warmup_steps", "max_steps", "seed_x")] * 1
+        + [f"trainer.checkpoint.interval=range(1,{2**5})"],
+    ],
+)
+def test_a_sweep_is_capped_at_256_points(api, apiserver, overrides):
+    request = {"overrides": [f"compute={GPU_TYPE}", f"job.image={IMAGE}", *overrides]}
+    detail = refused(api.client.post("/v1/sweeps", json=request))
+    assert "more than 256 points; allowed: at most 256 per request" in detail
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+def test_a_sweep_range_needs_a_step(api, apiserver):
+    request = {"overrides": [f"compute={GPU_TYPE}", "trainer.max_steps=range(1,5,0)"]}
+    assert refused(api.client.post("/v1/sweeps", json=request)).startswith("trainer.max_steps: ")

@@ -1,0 +1,95 @@
+"""`trainstack logs` once the pods are gone: the rank's log comes from the CloudWatch Logs group
+Fluent Bit ships to (moto's server on 127.0.0.1), said so in one line; with neither pods nor an
+archived copy, one line and exit 2."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.k8s.conftest import NAMESPACE
+from tests.k8s.fake_operator import JobPlan
+from tests.s3_server import s3_env
+
+
+@pytest.fixture
+def log_group(moto_s3, monkeypatch):
+    """A fresh log group on the moto server; boto3's `logs` client in this process uses it."""
+    import boto3
+
+    for name, value in s3_env(moto_s3.url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", moto_s3.url)
+    client = boto3.client("logs", region_name="us-east-1")
+    group = f"/aws/eks/test-{uuid.uuid4().hex[:8]}/containers"
+    client.create_log_group(logGroupName=group)
+    yield client, group
+    client.delete_log_group(logGroupName=group)
+
+
+def archive(client, group: str, stream: str, lines: list[str]) -> None:
+    client.create_log_stream(logGroupName=group, logStreamName=stream)
+    now_ms = int(time.time() * 1000)  # CloudWatch rejects events more than 14 days old
+    events = [{"timestamp": now_ms + i, "message": line} for i, line in enumerate(lines)]
+    client.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
+
+
+def test_expired_run_reads_each_ranks_archived_log(trainstack, log_group, capsys):
+    client, group = log_group
+    archive(client, group, "gone1-master-0.pytorch", ["rank0 step 1", "rank0 step 2"])
+    archive(client, group, "gone1-worker-0.pytorch", ["rank1 step 1"])
+    # Other pods' streams, one whose name extends this pod's, must not leak in.
+    archive(client, group, "gone1-master-0.pytorch-x", ["not this pod"])
+    archive(client, group, "gone1-master-0.sidecar", ["not this container"])
+    where = ["backend=kubernetes", f"cluster.log_group={group}"]
+
+    assert trainstack("logs", "gone1", *where) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["rank0 step 1", "rank0 step 2"]
+    assert captured.err.splitlines() == [
+        f"gone1: pod gone1-master-0 is gone; reading its archived log from {group}"
+    ]
+    assert trainstack("logs", "gone1", "--rank", "1", *where) == 0
+    assert capsys.readouterr().out.splitlines() == ["rank1 step 1"]
+
+
+def test_finished_run_whose_pods_were_deleted_reads_the_archive(
+    apiserver, trainstack, log_group, capsys
+):
+    client, group = log_group
+    apiserver.operator.default = JobPlan(steps=2, step_seconds=0.01)
+    assert trainstack("launch", "--wait", "run_id=arch1", "compute.nodes=1", launch=True) == 0
+    apiserver.operator.wait_idle()
+    assert apiserver.remove("pods", "arch1-master-0", NAMESPACE) is not None
+    archive(client, group, "arch1-master-0.pytorch", ["archived line"])
+    capsys.readouterr()
+
+    assert trainstack("logs", "arch1", f"cluster.log_group={group}") == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["archived line"]
+    assert "reading its archived log" in captured.err
+
+
+def test_no_pods_and_no_archive_is_one_line_exit_2(trainstack, log_group, capsys):
+    _, group = log_group
+    assert trainstack("logs", "nowhere", "backend=kubernetes", f"cluster.log_group={group}") == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"trainstack logs: nowhere: rank 0 has no pod and no archived log (log group {group})"
+    ]
+
+
+def test_missing_log_group_is_no_archive(trainstack, log_group, capsys):
+    assert trainstack("logs", "nowhere", "backend=kubernetes", "cluster.log_group=/no/such") == 2
+    assert "no archived log (log group /no/such)" in capsys.readouterr().err
+
+
+def test_unreadable_archive_is_one_line(trainstack, log_group, monkeypatch, capsys):
+    _, group = log_group
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", "http://127.0.0.1:9")  # closed port
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    assert trainstack("logs", "gone2", "backend=kubernetes", f"cluster.log_group={group}") == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("trainstack logs: gone2: pod gone2-master-0 is gone and reading log ")
