@@ -94,7 +94,8 @@ def test_the_second_line_never_restarts_a_run_it_found_already_active(
         theirs.hold = False  # it ends, Failed, after its steps
 
     threading.Thread(target=fail_once_our_launch_follows_it, daemon=True).start()
-    code = trainstack("launch", "--wait", "run_id=f3", "job.max_retries=2", launch=True)
+    # --force: r23 refuses to resubmit another user's run without it.
+    code = trainstack("launch", "--wait", "--force", "run_id=f3", "job.max_retries=2", launch=True)
     out = capsys.readouterr().out
     assert "f3: already active" in out and "[trainstack] f3: Failed" in out
     assert code != 0 and "restart 1/" not in out
