@@ -18,6 +18,7 @@ from infra.github_deploy import github_deploy_role
 from infra.gpu_health import GpuHealth
 from infra.gpu_nodes import GpuNodeGroup
 from infra.identity import TrainingIdentity
+from infra.kubeflow_trainer import TRAINJOB_API, KubeflowTrainer
 from infra.kueue import Kueue
 from infra.network import Network
 from infra.registry import Registry
@@ -110,6 +111,7 @@ addons = ClusterAddons(
     name,
     cluster.kubeconfig,
     config.namespace,
+    training_operator=config.training_operator,
     # Whichever identity runs `pulumi up` (admin or deploy role) has its access entry first.
     depends_on=[
         cluster.system_nodes,
@@ -128,6 +130,11 @@ autoscaler = ClusterAutoscaler(
     k8s_provider=addons.provider,
 )
 gpu_health = GpuHealth(name, addons.provider)
+trainer = (
+    KubeflowTrainer(name, config.gpu_node_groups, config.service_account, addons.provider)
+    if config.training_operator == TRAINJOB_API
+    else None
+)
 container_logs = ContainerLogs(
     name,
     cluster_name=cluster.name,
@@ -139,7 +146,15 @@ container_logs = ContainerLogs(
     k8s_provider=addons.provider,
 )
 kueue = (
-    Kueue(name, config.kueue, config.gpu_node_groups, addons.namespace, addons.provider)
+    Kueue(
+        name,
+        config.kueue,
+        config.gpu_node_groups,
+        addons.namespace,
+        addons.provider,
+        training_operator=config.training_operator,
+        operator=trainer.release if trainer else None,
+    )
     if config.kueue
     else None
 )
@@ -231,6 +246,9 @@ outputs = {
     "image": config.image,
     "last_good_image": config.last_good_image,
     "local_queue": kueue.local_queue if kueue else None,
+    # Which training operator the cluster runs: jobs default to its API (job.api).
+    "job_api": config.training_operator,
+    "training_runtimes": trainer.runtime_names if trainer else [],
 }
 for key, value in outputs.items():
     pulumi.export(key, value)

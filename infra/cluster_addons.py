@@ -1,5 +1,6 @@
 """What runs inside the cluster for trainstack: the Kubernetes provider, NVIDIA and EFA device
-plugins (Helm), the Kubeflow training operator v1, and the training namespace.
+plugins (Helm), the Kubeflow training operator v1 (`trainstack:trainingOperator: pytorchjob`;
+Kubeflow Trainer v2 is infra/kubeflow_trainer.py), and the training namespace.
 
 The training operator comes from its release's kustomize overlay, pinned by tag, through the
 provider-side `kustomize.v2.Directory` component: the provider fetches and renders it during
@@ -89,6 +90,7 @@ class ClusterAddons(pulumi.ComponentResource):
         namespace: str,
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
+        training_operator: str = "trainjob",
     ):
         super().__init__("trainstack:infra:ClusterAddons", name, None, opts)
         self.provider = k8s.Provider(
@@ -113,10 +115,11 @@ class ClusterAddons(pulumi.ComponentResource):
         )
         helm_release(name, NVIDIA_DEVICE_PLUGIN, "kube-system", nvidia_plugin_values(), in_cluster)
         helm_release(name, EFA_DEVICE_PLUGIN, "kube-system", efa_plugin_values(), in_cluster)
-        k8s.kustomize.v2.Directory(
-            f"{name}-training-operator",
-            directory=TRAINING_OPERATOR_OVERLAY,
-            opts=in_cluster,
-        )
+        if training_operator == "pytorchjob":  # else Kubeflow Trainer (infra/kubeflow_trainer.py)
+            k8s.kustomize.v2.Directory(
+                f"{name}-training-operator",
+                directory=TRAINING_OPERATOR_OVERLAY,
+                opts=in_cluster,
+            )
         self.namespace = training_ns.metadata.name
         self.register_outputs({"namespace": self.namespace})

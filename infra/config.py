@@ -41,6 +41,7 @@ from infra.settings import (
     SystemNodeGroupConfig,
 )
 from infra.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
+from jobs.spec import JOB_APIS
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
@@ -106,9 +107,12 @@ TOP_LEVEL_KEYS = (
     "runsKmsKeyArn",
     "kueue",
     "trainingApi",
+    "trainingOperator",
     "dataAccess",
     "dataPrepareServiceAccount",
 )
+TRAINING_OPERATORS = JOB_APIS
+"""`trainstack:trainingOperator`, named after the job API each operator serves."""
 DATA_ACCESS_KEYS = ("bucket", "prefix", "access", "kmsKeyArn")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _KEY_PREFIX = re.compile(r"^[\w.=-]+(/[\w.=-]+)*$")
@@ -515,7 +519,18 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         deploy=parse_deploy(reader, cluster),
         kueue=_parse_kueue(reader),
         training_api=parse_training_api(reader, _PINNED_IMAGE, repository),
+        training_operator=_parse_training_operator(reader),
     )
+
+
+def _parse_training_operator(reader: SettingsReader) -> str:
+    operator = reader.get_str("trainingOperator", "trainjob")
+    if operator not in TRAINING_OPERATORS:
+        raise fail(
+            reader.key("trainingOperator"),
+            f"{operator!r} is not allowed; allowed: {', '.join(TRAINING_OPERATORS)}",
+        )
+    return operator
 
 
 def load_stack_config() -> StackConfig:

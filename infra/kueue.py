@@ -6,7 +6,8 @@ the flavor's node label into admitted pods, so they land on that group); one Clu
 nominal quota per flavor is what the group's nodes hold at `maxSize` (GPUs, EFA interfaces,
 CPU, memory and the 2 MiB huge pages EFA jobs request, from the catalog); one LocalQueue in the
 training namespace (what `job.queue` names) and the WorkloadPriorityClasses `job.priority`
-picks from. Jobs are created suspended and only Kueue un-suspends them.
+picks from. Jobs are created suspended and only Kueue un-suspends them. Kueue's integrations
+name the installed operator's kind (TrainJob or PyTorchJob), so it manages those jobs.
 """
 
 from __future__ import annotations
@@ -64,6 +65,46 @@ def cluster_queue_spec(groups: tuple[GpuNodeGroupConfig, ...]) -> dict:
     }
 
 
+INTEGRATIONS = {
+    "trainjob": "trainer.kubeflow.org/trainjob",
+    "pytorchjob": "kubeflow.org/pytorchjob",
+}
+"""Kueue's framework name for the job kind each training operator serves."""
+
+
+def manager_config(training_operator: str) -> dict:
+    """Kueue's Configuration (the chart's `managerConfig.controllerManagerConfigYaml`): the
+    chart's defaults, with the integrations trainstack submits (batch Jobs for data prepare,
+    and the installed operator's training jobs) stated rather than inherited."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 5,
+                "LocalQueue.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 1,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
+        "clientConnection": {"qps": 50, "burst": 100},
+        "integrations": {"frameworks": ["batch/job", INTEGRATIONS[training_operator]]},
+    }
+
+
+def kueue_values(training_operator: str) -> dict:
+    import yaml
+
+    config = yaml.safe_dump(manager_config(training_operator), sort_keys=False)
+    return {"managerConfig": {"controllerManagerConfigYaml": config}}
+
+
 def priority_class(name: str, value: int) -> dict:
     return {
         "apiVersion": API_VERSION,
@@ -84,12 +125,23 @@ class Kueue(pulumi.ComponentResource):
         groups: tuple[GpuNodeGroupConfig, ...],
         namespace: pulumi.Input[str],
         k8s_provider: k8s.Provider,
+        training_operator: str = "trainjob",
+        operator: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """`operator`: the training operator's install; Kueue starts after it, so the job
+        kind it integrates with is served when it looks."""
         super().__init__("trainstack:infra:Kueue", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
         release = helm_release(
-            name, KUEUE_CHART, KUEUE_NAMESPACE, None, in_cluster, create_namespace=True
+            name,
+            KUEUE_CHART,
+            KUEUE_NAMESPACE,
+            kueue_values(training_operator),
+            pulumi.ResourceOptions.merge(
+                in_cluster, pulumi.ResourceOptions(depends_on=[operator] if operator else [])
+            ),
+            create_namespace=True,
         )
         after_crds = pulumi.ResourceOptions.merge(
             in_cluster, pulumi.ResourceOptions(depends_on=[release])

@@ -202,6 +202,10 @@ class StackConfig:
     """None: `trainstack:kueue.enabled` is false (no Kueue, jobs go straight to the nodes)."""
     training_api: TrainingApiConfig | None = None
     """None: no Training API in this stack (`trainstack:trainingApi` unset)."""
+    training_operator: str = "trainjob"
+    """`trainstack:trainingOperator`: `trainjob` installs Kubeflow Trainer v2 (with JobSet) and
+    trainstack's ClusterTrainingRuntimes; `pytorchjob` the Training Operator v1 (PyTorchJob).
+    The stack output `job_api` says which, and jobs default to it."""
     data_prepare_service_account: str = "data-prepare"
     data_access: tuple[Grant, ...] = ()
     """`trainstack:dataAccess`: buckets or prefixes beyond the layout, for both pod roles."""

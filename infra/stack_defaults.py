@@ -7,9 +7,10 @@ Writes `stack/<stack>.yaml` in the user's config dir (jobs/config_path.py: the f
 $TRAINSTACK_CONFIG_PATH, else ~/.config/trainstack; never inside the installed package;
 `# @package _global_`, setting only `cluster.*` (with `approved_images`/`approved_secrets`
 when the stack exports them: `launch` then checks images and Secrets as the Training API does),
-`job.image_repository`, `job.image` (the deployed digest, when the stack has one),
-`storage.root`, `storage.grants` (what the pods may reach on S3, checked at launch) and
-`storage.fsx_claim`, `cluster.log_group` (archived container logs); select it with
+`job.image_repository`, `job.image` (the deployed digest, when the stack has one), `job.api`
+(the operator the stack installed), `job.queue`, `storage.root`, `storage.grants` (what the
+pods may reach on S3, checked at launch) and `storage.fsx_claim`, `cluster.log_group`
+(archived container logs); select it with
 `trainstack launch stack=<stack>`),
 and the stack's kubeconfig to `~/.kube/trainstack-<stack>.yaml` (mode 0600) whose PATH goes in
 `cluster.kubeconfig`; the kubeconfig's content never enters the config tree. Everything is
@@ -31,6 +32,7 @@ from typing import Any
 import yaml
 
 from jobs.config_path import user_config_dir
+from jobs.spec import JOB_APIS
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_BAD_INPUT = 2
@@ -62,6 +64,15 @@ def job_image(outputs: dict[str, Any]) -> dict[str, str]:
     if outputs.get("image"):
         job["image"] = outputs["image"]
     return job
+
+
+def job_api(outputs: dict[str, Any]) -> str:
+    """The job API of the operator the stack installed (output `job_api`); a stack from before
+    that output runs the Training Operator v1, so its jobs stay PyTorchJobs."""
+    api = outputs.get("job_api") or "pytorchjob"
+    if api not in JOB_APIS:
+        raise StackOutputError(f"stack output 'job_api' must be one of {JOB_APIS}, got {api!r}")
+    return api
 
 
 def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, Any]:
@@ -115,6 +126,7 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
             **approved,
         },
         "job": job_image(outputs)
+        | {"api": job_api(outputs)}
         | ({"queue": outputs["local_queue"]} if outputs.get("local_queue") else {}),
         "storage": storage,
     }

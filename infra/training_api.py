@@ -39,6 +39,13 @@ RBAC_RULES = (
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
     {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "resources": ["trainjobs"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    # A TrainJob's JobSet: its restarts, in a run's status.
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    {
         "apiGroups": [""],
         "resources": ["configmaps"],
         "verbs": ["get", "list", "create", "update", "patch", "delete"],

@@ -47,6 +47,11 @@ DCGM_EXPORTER = helm_chart(
 )
 KUEUE = helm_chart("kueue", "0.14.3", "oci://registry.k8s.io/kueue/charts")
 """Kueue (infra/kueue.py): queues, all-or-nothing admission and priorities for training jobs."""
+KUBEFLOW_TRAINER = helm_chart("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts")
+"""Kubeflow Trainer v2 (infra/kubeflow_trainer.py): the TrainJob API (trainer.kubeflow.org/
+v1alpha1) and its controller; the chart installs JobSet as its dependency."""
+JOBSET_VERSION = "0.12.0"
+"""The JobSet chart Kubeflow Trainer 2.3.0 depends on (its Chart.yaml), installed with it."""
 FLUENT_BIT = helm_chart("aws-for-fluent-bit", "0.2.1", "https://aws.github.io/eks-charts")
 """Chart 0.2.1 (aws-for-fluent-bit 3.4.16): its core `cloudwatch_logs` output takes EKS Pod
 Identity credentials (infra/container_logs.py)."""
@@ -56,6 +61,7 @@ HELM_CHARTS = (
     CLUSTER_AUTOSCALER,
     DCGM_EXPORTER,
     KUEUE,
+    KUBEFLOW_TRAINER,
     FLUENT_BIT,
 )
 
@@ -64,7 +70,8 @@ PULUMI_CLI_VERSION = "3.272.0"
 Python SDK in constraints.txt (CLI and SDK are released together)."""
 
 TRAINING_OPERATOR_VERSION = "v1.9.4"
-"""Kubeflow Training Operator: the last v1 patch (PyTorchJob API kubeflow.org/v1)."""
+"""Kubeflow Training Operator: the last v1 patch (PyTorchJob API kubeflow.org/v1), installed
+instead of Kubeflow Trainer when `trainstack:trainingOperator` is `pytorchjob`."""
 TRAINING_OPERATOR_OVERLAY = (
     # kustomize's remote form (repo//path?ref=tag); the provider clones it with `git`.
     "https://github.com/kubeflow/trainer//manifests/overlays/standalone"

@@ -1,9 +1,12 @@
 """Checks on manifests before they are written or sent.
 
-Two layers: the training operator's admission-webhook rules for PyTorchJob (which a schema
+Two layers: the operators' admission-webhook rules for PyTorchJob and TrainJob (which a schema
 can't express), and every pod template strictly against the Kubernetes JSON schemas of
-`cluster.kubernetes_version` (kubernetes-validate's bundled schemas). Compiled validators are
-cached per kind and version, so a 1,000-point sweep loads each schema once.
+`cluster.kubernetes_version` (kubernetes-validate's bundled schemas): a PyTorchJob's replica
+templates, what a TrainJob puts into its pods, a runtime's templates. (The TrainJob and runtime
+objects themselves are checked against Trainer's CRDs in the tests: tests/crd_schema.py.)
+Compiled validators are cached per kind and version, so a 1,000-point sweep loads each schema
+once.
 """
 
 from __future__ import annotations
@@ -15,6 +18,15 @@ from typing import Any
 from jobs.naming import run_id_problem
 
 REPLICA_TYPES = ("Master", "Worker")
+TORCH_RESERVED_ENV = (
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+)
+"""Set by Trainer's torch plugin on the `node` container; a TrainJob may not set them."""
+_PATCH_MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*)?$")
 
 
 class ManifestError(ValueError):
@@ -54,6 +66,94 @@ def check_pytorchjob_webhook(job: dict) -> None:
             f"{where}: spec.pytorchReplicaSpecs.Master: elastic jobs are "
             "Worker-only (c10d rendezvous)"
         )
+
+
+def check_trainjob_webhook(job: dict, runtime_jobs: tuple[str, ...] = ("node",)) -> None:
+    """Kubeflow Trainer v2.3's admission rules for a TrainJob on a torch runtime whose
+    replicated jobs (and their containers) are `runtime_jobs`."""
+    name = job["metadata"]["name"]
+    where = f"TrainJob {name}"
+    problem = run_id_problem(name)
+    if problem:
+        raise ManifestError(f"{where}: metadata.name: {problem}")
+    spec = job["spec"]
+    if not (spec.get("runtimeRef") or {}).get("name"):
+        raise ManifestError(f"{where}: spec.runtimeRef.name: the runtime to run on is required")
+    trainer = spec.get("trainer") or {}
+    if not trainer.get("image"):
+        raise ManifestError(f"{where}: spec.trainer.image: required")
+    reserved = sorted({e["name"] for e in trainer.get("env") or []} & set(TORCH_RESERVED_ENV))
+    if reserved:
+        raise ManifestError(f"{where}: spec.trainer.env: reserved for torchrun: {reserved}")
+    for index, patch in enumerate(spec.get("runtimePatches") or []):
+        key = f"spec.runtimePatches[{index}]"
+        if not _PATCH_MANAGER.match(patch.get("manager", "")):
+            raise ManifestError(f"{where}: {key}.manager: a domain-prefixed path, e.g. x.io/y")
+        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        for rjob in (template.get("spec") or {}).get("replicatedJobs") or []:
+            if rjob["name"] not in runtime_jobs:
+                raise ManifestError(
+                    f"{where}: {key}: replicated job {rjob['name']!r} is not in the runtime; "
+                    f"allowed: {', '.join(runtime_jobs)}"
+                )
+            pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+                "spec"
+            ) or {}
+            for container in pod.get("containers") or []:
+                if container["name"] not in runtime_jobs:
+                    raise ManifestError(
+                        f"{where}: {key}: container {container['name']!r} is not in the runtime"
+                    )
+                if container.get("env"):
+                    raise ManifestError(
+                        f"{where}: {key}: no env patches on the {container['name']!r} "
+                        "container; use spec.trainer.env"
+                    )
+
+
+def trainjob_pod_template(job: dict) -> dict:
+    """What the TrainJob itself puts into its pods, as a pod template the Kubernetes schema can
+    check: the trainer container's fields and the patched pod fields (the runtime adds the
+    rest, and is checked on its own)."""
+    spec = job["spec"]
+    trainer = spec["trainer"]
+    container = {"name": "node"}
+    for key in ("image", "command", "args", "env"):
+        if key in trainer:
+            container[key] = trainer[key]
+    if "resourcesPerNode" in trainer:
+        container["resources"] = trainer["resourcesPerNode"]
+    pod: dict[str, Any] = {"containers": [container]}
+    metadata: dict[str, Any] = {}
+    for patch in spec.get("runtimePatches") or []:
+        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        for rjob in (template.get("spec") or {}).get("replicatedJobs") or []:
+            pod_template = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
+            metadata.update(pod_template.get("metadata") or {})
+            for field_name, value in (pod_template.get("spec") or {}).items():
+                if field_name == "containers":
+                    for patched in value:
+                        if patched["name"] == "node":
+                            container.update({k: v for k, v in patched.items() if k != "name"})
+                else:
+                    pod[field_name] = value
+    return {"metadata": metadata, "spec": pod}
+
+
+def runtime_pod_templates(runtime: dict) -> dict[str, dict]:
+    """replicated job name -> pod template of a (Cluster)TrainingRuntime."""
+    jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    return {rjob["name"]: rjob["template"]["spec"]["template"] for rjob in jobs}
+
+
+def _check_pod_template(template: dict, name: str, where: str, version: str) -> None:
+    wrapped = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": name},
+        "template": template,
+    }
+    check_schema(wrapped, version, where)
 
 
 def check_restricted_pod(template: dict, where: str) -> None:
@@ -145,7 +245,16 @@ def check_manifests(manifests: list[dict], kubernetes_version: str) -> None:
     """Raise ManifestError for the first manifest the cluster or the operator would reject."""
     for manifest in manifests:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        if kind == "PyTorchJob":
+        if kind == "TrainJob":
+            check_trainjob_webhook(manifest)
+            where = f"TrainJob {name} pod template"
+            _check_pod_template(trainjob_pod_template(manifest), name, where, kubernetes_version)
+        elif kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+            for rjob, template in runtime_pod_templates(manifest).items():
+                where = f"{kind} {name} {rjob} template"
+                _check_pod_template(template, f"{name}-{rjob}", where, kubernetes_version)
+                check_restricted_pod(template, where)
+        elif kind == "PyTorchJob":
             check_pytorchjob_webhook(manifest)
             for rtype, replica in manifest["spec"]["pytorchReplicaSpecs"].items():
                 wrapped = {

@@ -1,7 +1,9 @@
-"""Job spec -> Kubernetes manifests: a `kubeflow.org/v1` PyTorchJob and the ConfigMap holding
-the trainer's config, as the plain dicts the API server takes (the fields of the official
-client models, camelCase, unset ones left out), checked before returning against the
-Kubernetes schemas and the operator's webhook rules (jobs/manifest_checks.py).
+"""Job spec -> Kubernetes manifests: a `kubeflow.org/v1` PyTorchJob (or, for
+`job.api=trainjob`, the TrainJob of jobs/trainjob.py) and the ConfigMap holding the trainer's
+config, as the plain dicts the API server takes (the fields of the official client models,
+camelCase, unset ones left out), checked before returning against the Kubernetes schemas and
+the operators' webhook rules (jobs/manifest_checks.py). The pieces both job kinds share
+(container env and resources, volumes, security contexts) are the functions here.
 
 Pure: the same spec always gives the same dicts (golden tests pin them).
 """
@@ -16,7 +18,7 @@ from jobs.manifest_checks import check_manifests
 from jobs.network_policy import job_network_policy
 from jobs.runner import SCRATCH_DIR as RUNNER_DIR
 from jobs.runner import TRAINSTACK
-from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
+from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
 
 CONTAINER_NAME = "pytorch"
 """The operator finds the trainer container by this name."""
@@ -70,8 +72,8 @@ def drop_none(value: Any) -> Any:
     return value
 
 
-def _resources(spec: JobSpec) -> dict:
-    res = spec.resources
+def container_resources(res: Resources) -> dict:
+    """Requests equal to limits (the Guaranteed QoS class GPU pods need)."""
     amounts = {"cpu": res.cpu, "memory": res.memory, "nvidia.com/gpu": str(res.gpus)}
     if res.efa:
         amounts["vpc.amazonaws.com/efa"] = str(res.efa)
@@ -80,12 +82,55 @@ def _resources(spec: JobSpec) -> dict:
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
-def _env(spec: JobSpec) -> list[dict]:
-    env = [{"name": k, "value": v} for k, v in spec.env.items()]
+def container_env(spec: JobSpec, leave_out: tuple[str, ...] = ()) -> list[dict]:
+    """The job's environment (values, then secrets by reference), less `leave_out`."""
+    env = [{"name": k, "value": v} for k, v in spec.env.items() if k not in leave_out]
     for ref in spec.secret_env:
         selector = {"key": ref.key, "name": ref.secret}
         env.append({"name": ref.env, "valueFrom": {"secretKeyRef": selector}})
     return env
+
+
+CONFIG_VOLUME = "trainer-config"
+CONFIG_MOUNT = {"mountPath": CONFIG_MOUNT_DIR, "name": CONFIG_VOLUME, "readOnly": True}
+SHM_MOUNT = {"mountPath": "/dev/shm", "name": "dshm"}
+GPU_TOLERATION = {"effect": "NoSchedule", "key": GPU_TAINT, "operator": "Exists"}
+
+
+def config_volume(run_id: str) -> dict:
+    """The run's trainer config (its ConfigMap) as a volume."""
+    return {
+        "configMap": {
+            "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}],
+            "name": config_map_name(run_id),
+        },
+        "name": CONFIG_VOLUME,
+    }
+
+
+def shm_volume(size: str) -> dict:
+    """NCCL and the data loader use shared memory; the default 64 MiB is far too small."""
+    return {"emptyDir": {"medium": "Memory", "sizeLimit": size}, "name": "dshm"}
+
+
+def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) of this job's own beyond the config: the runner's scratch for another
+    runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
+    volumes, mounts = [], []
+    if spec.runner != TRAINSTACK:
+        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        volumes.append({"emptyDir": {}, "name": "runner"})
+        mounts.append({"mountPath": RUNNER_DIR, "name": "runner"})
+    if spec.fsx:
+        claim, mount_path = spec.fsx
+        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"mountPath": mount_path, "name": "fsx"})
+    return volumes, mounts
+
+
+def capacity_selector(spec: JobSpec) -> dict:
+    """`compute.capacity`'s node selector term (none for `any`)."""
+    return {CAPACITY_TYPE_LABEL: spec.capacity_type} if spec.capacity_type else {}
 
 
 def security_contexts() -> tuple[dict, dict]:
@@ -127,7 +172,7 @@ def model_initializer(spec: JobSpec, wait: bool, security: dict) -> dict:
         command += ["--wait", str(MODEL_INITIALIZER_WAIT_S)]
     return {
         "command": command,
-        "env": _env(spec),
+        "env": container_env(spec),
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "name": "model-initializer",
@@ -146,61 +191,42 @@ def pod_template(spec: JobSpec, wait_for_model: bool = False) -> dict:
     scratch, scratch_mount, scratch_env = scratch_volume()
     container = {
         "command": list(spec.command),
-        "env": _env(spec) + scratch_env,
+        "env": container_env(spec) + scratch_env,
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "name": CONTAINER_NAME,
-        "resources": _resources(spec),
+        "resources": container_resources(spec.resources),
         "securityContext": container_security,
-        "volumeMounts": [
-            {"mountPath": CONFIG_MOUNT_DIR, "name": "trainer-config", "readOnly": True},
-            {"mountPath": "/dev/shm", "name": "dshm"},
-            scratch_mount,
-        ],
+        "volumeMounts": [CONFIG_MOUNT, SHM_MOUNT, scratch_mount],
     }
-    volumes = [
-        {
-            "configMap": {
-                "items": [{"key": CONFIG_FILE, "path": CONFIG_FILE}],
-                "name": config_map_name(spec.name),
-            },
-            "name": "trainer-config",
-        },
-        # NCCL and the data loader use shared memory; the default 64 MiB is far too small.
-        {
-            "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size},
-            "name": "dshm",
-        },
-        scratch,
-    ]
-    if spec.runner != TRAINSTACK:
-        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
-        container["volumeMounts"].append({"mountPath": RUNNER_DIR, "name": "runner"})
-        volumes.append({"emptyDir": {}, "name": "runner"})
-    if spec.fsx:
-        claim, mount_path = spec.fsx
-        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})
-        container["volumeMounts"].append({"mountPath": mount_path, "name": "fsx"})
-    selector = {INSTANCE_TYPE_LABEL: spec.instance_type}
-    if spec.capacity_type:
-        selector[CAPACITY_TYPE_LABEL] = spec.capacity_type
+    volumes, mounts = job_volumes(spec)
+    container["volumeMounts"] += mounts
     pod = {
         # The trainer never calls the Kubernetes API; AWS comes through Pod Identity's own token.
         "automountServiceAccountToken": False,
         "containers": [container],
-        "nodeSelector": selector,
+        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type} | capacity_selector(spec),
         "securityContext": pod_security,
         "serviceAccountName": spec.service_account,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
-        "tolerations": [{"effect": "NoSchedule", "key": GPU_TAINT, "operator": "Exists"}],
-        "volumes": volumes,
+        "tolerations": [GPU_TOLERATION],
+        "volumes": [
+            config_volume(spec.name),
+            shm_volume(spec.resources.shm_size),
+            scratch,
+            *volumes,
+        ],
     }
     if spec.model_cache is not None:
         pod["initContainers"] = [model_initializer(spec, wait_for_model, container_security)]
-    # Kueue's labels belong on the job only: Kueue admits the job, never its pods one by one.
+    return {"metadata": pod_metadata(spec), "spec": pod}
+
+
+def pod_metadata(spec: JobSpec) -> dict:
+    """The job's labels and annotations for its pods, less Kueue's: Kueue admits the job,
+    never its pods one by one."""
     labels = {k: v for k, v in spec.labels.items() if not k.startswith("kueue.x-k8s.io/")}
-    meta = {"annotations": dict(spec.annotations), "labels": labels}
-    return {"metadata": meta, "spec": pod}
+    return {"annotations": dict(spec.annotations), "labels": labels}
 
 
 def _metadata(spec: JobSpec, name: str) -> dict:
@@ -268,15 +294,17 @@ def config_map(spec: JobSpec) -> dict:
 
 
 def to_manifests(spec: JobSpec) -> list[dict]:
-    """[ConfigMap, PyTorchJob, NetworkPolicy] as plain dicts, validated (raises
-    `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in. The
-    submitter creates it before the job; applied in file order it lands after the job, which
-    the namespace's default deny keeps closed meanwhile."""
-    manifests = [
-        drop_none(config_map(spec)),
-        drop_none(pytorch_job(spec)),
-        job_network_policy(spec),
-    ]
+    """[ConfigMap, TrainJob or PyTorchJob (`job.api`), NetworkPolicy] as plain dicts, validated
+    (raises `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in.
+    The submitter creates it before the job; applied in file order it lands after the job,
+    which the namespace's default deny keeps closed meanwhile."""
+    if spec.api == "trainjob":
+        from jobs.trainjob import train_job
+
+        job = train_job(spec)
+    else:
+        job = pytorch_job(spec)
+    manifests = [drop_none(config_map(spec)), drop_none(job), job_network_policy(spec)]
     check_manifests(manifests, spec.kubernetes_version)
     return manifests
 

@@ -10,6 +10,8 @@ it, so it lives and goes with the run. Pure: the same spec gives the same dict.
 
 from __future__ import annotations
 
+import copy
+
 from jobs.spec import LABEL_PREFIX, JobSpec
 
 RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
@@ -33,6 +35,7 @@ def job_network_policy(spec: JobSpec) -> dict:
         "spec": {
             "podSelector": same_run,
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": same_run}]}],
+            # A copy: one object twice would render as a YAML anchor and alias.
+            "ingress": [{"from": [{"podSelector": copy.deepcopy(same_run)}]}],
         },
     }

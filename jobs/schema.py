@@ -158,6 +158,13 @@ class RunnerConfig:
 
 @dataclass
 class JobConfig:
+    api: str = "trainjob"
+    """Kubernetes API the job is made of: `trainjob` (Kubeflow Trainer v2, a TrainJob on the
+    stack's ClusterTrainingRuntime) or `pytorchjob` (Training Operator v1). A stack file sets
+    the one its cluster runs; without a stack, trainjob."""
+    runtime: str | None = None
+    """trainjob: the ClusterTrainingRuntime to run on; null picks trainstack's runtime of the
+    node group that has compute's instance type (`trainstack-<group>`)."""
     image: str | None = None
     """Full image reference; null builds `<image_repository>:<git sha>`."""
     image_repository: str | None = None
@@ -168,7 +175,9 @@ class JobConfig:
     """Recovery without a follower, on every backend: torchrun restarts all ranks of a node
     together (from the last committed checkpoint) up to this many times when one dies, and on
     a cluster the operator recreates failed pods (exit 128-255: preempted, killed, peer lost)
-    up to this many times (runPolicy.backoffLimit). Bad input (exit 2) is never restarted."""
+    up to this many times (runPolicy.backoffLimit). Bad input (exit 2) is never restarted.
+    On job.api=trainjob the pods are recreated by the runtime's JobSet failure policy, whose
+    maxRestarts is the platform's (jobs/runtimes.py: 3); this key still sets torchrun's."""
     max_retries: int = 2
     """kubernetes, second line: while `--wait` follows a run it submitted, resubmit it (same
     run id and manifests, resumes) this many times after it ended Failed."""

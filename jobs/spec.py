@@ -56,6 +56,11 @@ NCCL_RECOVERY_ENV = {
     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(NCCL_HEARTBEAT_TIMEOUT_S),
 }
 SECRET_ENV_NAMES = {"wandb_api_key": "WANDB_API_KEY", "hf_token": "HF_TOKEN"}
+JOB_APIS = ("trainjob", "pytorchjob")
+"""`job.api`: a Kubeflow Trainer v2 TrainJob on a trainstack ClusterTrainingRuntime, or a
+Training Operator v1 PyTorchJob (clusters that still run the old operator)."""
+RUNTIME_PREFIX = "trainstack-"
+CPU_RUNTIME = f"{RUNTIME_PREFIX}cpu"
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,13 @@ class JobSpec:
     """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
     config_hash: str
     kubernetes_version: str
+    api: str = "trainjob"
+    """`job.api`: trainjob or pytorchjob."""
+    runtime: str | None = None
+    """trainjob: the ClusterTrainingRuntime the TrainJob names (`runtimeRef`)."""
+    platform_env: tuple[str, ...] = ()
+    """Keys of `env` a trainstack runtime sets for every job on its node group (NCCL/EFA):
+    a TrainJob leaves them to its runtime, a PyTorchJob carries them."""
     capacity_type: str | None = None
     """`eks.amazonaws.com/capacityType` the pods select (ON_DEMAND, SPOT), or None: any."""
     fsx: tuple[str, str] | None = None
@@ -209,6 +221,19 @@ def pod_resources(instance: InstanceType, gpus: int) -> Resources:
     )
 
 
+def platform_env(instance: InstanceType | None) -> dict[str, str]:
+    """What every job on `instance` needs whatever it runs: NCCL's failure detection and, with
+    EFA, libfabric's provider settings. A trainstack runtime carries it (jobs.runtimes)."""
+    env: dict[str, str] = {}
+    if instance is not None and instance.gpus:
+        env.update(NCCL_RECOVERY_ENV)
+    if instance is not None and instance.has_efa:
+        env.update(EFA_ENV)
+        if instance.gpudirect_rdma:
+            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    return env
+
+
 def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) -> dict[str, str]:
     env = {
         "PYTHONUNBUFFERED": "1",
@@ -217,13 +242,31 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     }
     if cfg.sweep_id:
         env["TRAINSTACK_SWEEP_ID"] = cfg.sweep_id
-    if instance is not None and instance.gpus:
-        env.update(NCCL_RECOVERY_ENV)
-    if instance is not None and instance.has_efa:
-        env.update(EFA_ENV)
-        if instance.gpudirect_rdma:
-            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return env
+    return env | platform_env(instance)
+
+
+def gpu_runtime_name(node_group: str) -> str:
+    """The ClusterTrainingRuntime `pulumi up` installs for GPU node group `node_group`."""
+    return f"{RUNTIME_PREFIX}{node_group}"
+
+
+def default_group_name(instance_type: str) -> str:
+    """The node group name a job assumes without a stack: the instance type, DNS-safe."""
+    return instance_type.replace(".", "-")
+
+
+def runtime_for(cfg: Any) -> str | None:
+    """`job.runtime`, else the runtime of the stack's node group of compute's instance type
+    (the first listed), else the one a group named after the instance type would have."""
+    if cfg.job.runtime:
+        return cfg.job.runtime
+    instance_type = cfg.compute.instance_type
+    if instance_type is None:
+        return CPU_RUNTIME
+    for group in cfg.cluster.node_groups:
+        if group.instance_type == instance_type:
+            return gpu_runtime_name(group.name)
+    return gpu_runtime_name(default_group_name(instance_type))
 
 
 def hub_cache_uri(storage_root: str, source: str) -> str:
@@ -319,6 +362,9 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
         trainer_config=trainer_cfg,
         config_hash=digest,
         kubernetes_version=str(cfg.cluster.kubernetes_version),
+        api=cfg.job.api,
+        runtime=runtime_for(cfg) if cfg.job.api == "trainjob" else None,
+        platform_env=tuple(platform_env(instance)),
         capacity_type=None if local else CAPACITY_TYPES[compute.capacity],
         fsx=(cfg.storage.fsx_claim, cfg.storage.fsx_mount) if cfg.storage.fsx else None,
         model_cache=model_cache,

@@ -18,8 +18,8 @@ from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
-from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED
-from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
+from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
+from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
 from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
@@ -419,6 +419,51 @@ def check_job_policy(cfg: Any) -> None:
             )
 
 
+_TRAINJOB_FIXED = {
+    "clean_pod_policy": "the JobSet's pods are kept until its TTL",
+    "ttl_seconds_after_finished": "the runtime's JobSet TTL applies",
+}
+"""job keys a TrainJob cannot set (the runtime decides): allowed only at their default."""
+
+
+def check_job_api(cfg: Any) -> None:
+    """`job.api` is one of JOB_APIS, and what the chosen API cannot express is refused rather
+    than dropped (Kubeflow Trainer v2.2 removed ElasticPolicy; cleanup and TTL are the
+    runtime's)."""
+    job = cfg.job
+    if job.api not in JOB_APIS:
+        raise JobConfigError(
+            "job.api", f"{job.api!r} is not allowed; allowed: {_allowed(JOB_APIS)}"
+        )
+    if job.runtime is not None and not DNS1123_SUBDOMAIN.match(job.runtime):
+        raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
+    if job.api != "trainjob" or cfg.backend.name == "local":
+        if job.runtime is not None and cfg.backend.name != "local":
+            raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
+        return
+    if elastic_of(cfg) is not None:
+        raise JobConfigError(
+            "job.elastic",
+            "elastic min/max nodes need job.api=pytorchjob (Kubeflow Trainer v2 has no "
+            "elastic policy); allowed with trainjob: null",
+        )
+    source = cfg.model.init_from
+    if cfg.compute.name != LOCAL_CPU and source is not None and str(source).startswith("hf://"):
+        raise JobConfigError(
+            "model.init_from",
+            f"{source!r}: an hf:// model needs job.api=pytorchjob on a cluster (a TrainJob has "
+            "no model-initializer step yet); allowed with trainjob: a path or s3:// URL",
+        )
+    defaults = JobConfig()
+    for key, why in _TRAINJOB_FIXED.items():
+        if job[key] != getattr(defaults, key):
+            raise JobConfigError(
+                f"job.{key}",
+                f"not settable with job.api=trainjob ({why}); allowed: "
+                f"{getattr(defaults, key)}, or job.api=pytorchjob",
+            )
+
+
 def check_names(cfg: Any) -> None:
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
     for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
@@ -491,6 +536,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     check_compute(cfg)
     check_elastic(cfg)
     check_fsx(cfg)
+    check_job_api(cfg)
     builtin = cfg.runner.name == TRAINSTACK
     if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from

@@ -29,8 +29,9 @@ class PyTorchJobLauncherConf:
     most 8) from 32 points on Linux, else this process (jobs/sweep_workers.py)."""
 
 
-# `backend_kubernetes` is what conf/config.yaml picks for backend=kubernetes.
-for name in ("pytorchjob", "backend_kubernetes"):
+# `backend_kubernetes` is what conf/config.yaml picks for backend=kubernetes; the job kind is
+# `job.api` (TrainJob or PyTorchJob), so `trainjob` is the same launcher under its v2 name.
+for name in ("pytorchjob", "trainjob", "backend_kubernetes"):
     ConfigStore.instance().store(
         group="hydra/launcher", name=name, node=PyTorchJobLauncherConf, provider="trainstack"
     )

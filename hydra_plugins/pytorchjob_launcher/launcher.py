@@ -1,4 +1,5 @@
-"""The PyTorchJob launcher: submit every point of a Hydra multirun, optionally follow them all.
+"""The kubernetes launcher (`hydra/launcher=trainjob`, `pytorchjob`): submit every point of a
+Hydra multirun as a TrainJob or PyTorchJob (`job.api`), optionally follow them all.
 
 Every point of the batch is composed and materialized first (jobs.sweep.prepare_points): one
 bad point and nothing is submitted. Then each point runs the task function (the `trainstack

@@ -2,5 +2,5 @@
 
 Every request that makes a job goes through `jobs.submission.prepare` (compose -> validate ->
 materialize) and the kubernetes backend's verbs, exactly as `trainstack launch` does; reads
-come from one shared snapshot of the cluster's PyTorchJobs (snapshot.py).
+come from one shared snapshot of the cluster's TrainJobs and PyTorchJobs (snapshot.py).
 """

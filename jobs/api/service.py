@@ -145,7 +145,7 @@ class Service:
     def _list_jobs(self) -> list[dict]:
         from jobs.backends.kubernetes import MANAGED_SELECTOR
 
-        return self.backend.cluster.list_jobs(MANAGED_SELECTOR)
+        return self.backend.job_objects(MANAGED_SELECTOR)
 
     def redact(self, line: str) -> str:
         """`line` without the service's own settings (bucket, registry, account, kubeconfig)."""
@@ -241,6 +241,7 @@ class Service:
         created, and only those: the job must still be the one it created (uid), trainstack's,
         this user's and of this sweep. Returns the run ids left in place."""
         from jobs.backends.kubernetes import KubernetesBackend
+        from jobs.k8s.kinds import kind_of
         from jobs.k8s.ownership import MANAGED_BY, MANAGER, labels_of
         from jobs.k8s.submit import delete_job
         from jobs.spec import LABEL_PREFIX, OWNER_LABEL
@@ -254,7 +255,7 @@ class Service:
             uid = KubernetesBackend._uids.pop(run_id, None)
             KubernetesBackend._scheduled.pop(run_id, None)
             try:
-                job = cluster.get_job(run_id)
+                job = self.backend.find(run_id)
                 labels = labels_of(job)
                 ours = (
                     job is not None
@@ -265,10 +266,10 @@ class Service:
                     and labels.get(f"{LABEL_PREFIX}/sweep-id") == sweep_id
                 )
                 if ours:
-                    delete_job(cluster, run_id, wait=False)
+                    delete_job(cluster, run_id, wait=False, kind=kind_of(job))
                 elif job is not None:
                     left.append(run_id)
-                self.snapshot.refresh_run(run_id, cluster.get_job)
+                self.snapshot.refresh_run(run_id, self.backend.find)
             except BackendError:
                 left.append(run_id)
         return left
@@ -309,6 +310,7 @@ class Service:
 
     def _check(self, job, who: Identity, resume: bool = True, dryrun: bool = False) -> Checked:
         """Everything short of writing: the request, the preflight, and the run id's owner."""
+        from jobs.k8s.kinds import kind_of
         from jobs.k8s.ownership import ensure_ours
 
         backend = self.backend
@@ -317,8 +319,9 @@ class Service:
             checked = Checked(job, dry, job.plan.summary(), None)
             if dryrun:
                 return checked
-            existing = backend.cluster.get_job(job.run_id)
-            ensure_ours("PyTorchJob", self.namespace, job.run_id, existing)
+            existing = backend.find(job.run_id)
+            kind = kind_of(existing).kind if existing else backend.settings.kinds[0].kind
+            ensure_ours(kind, self.namespace, job.run_id, existing)
             if backend.run_preflight:
                 backend.preflight(job)
         except BackendError as err:
@@ -345,7 +348,7 @@ class Service:
         backend = self._submitter
         try:
             backend.schedule(checked.dry)
-            self.snapshot.refresh_run(job.run_id, self.backend.cluster.get_job)
+            self.snapshot.refresh_run(job.run_id, self.backend.find)
         except BackendError as err:
             raise _backend_error(err) from err
         # Like `launch` without --wait, the service never auto-restarts what it scheduled (a log
@@ -367,7 +370,7 @@ class Service:
             )
         try:
             self.backend.cancel(run_id)
-            self.snapshot.refresh_run(run_id, self.backend.cluster.get_job)
+            self.snapshot.refresh_run(run_id, self.backend.find)
         except BackendError as err:
             raise _backend_error(err) from err
         status = view.status

@@ -1,5 +1,5 @@
 """One shared view of the cluster's runs: however many clients poll, the API server sees about
-one LIST of PyTorchJobs per `ttl_s`.
+one LIST of each job kind (TrainJobs, PyTorchJobs) per `ttl_s`.
 
 Reads never wait for the cluster once a snapshot exists: the first read after it went stale
 starts one refresh in the background (one LIST, plus each run's progress from its run dir)
@@ -50,7 +50,11 @@ def _parse(stamp: str | None) -> datetime | None:
 
 def instance_type_of(job: dict) -> str | None:
     from jobs.manifests import INSTANCE_TYPE_LABEL
+    from jobs.trainjob import INSTANCE_TYPE_ANNOTATION
 
+    annotated = ((job.get("metadata") or {}).get("annotations") or {}).get(INSTANCE_TYPE_ANNOTATION)
+    if annotated:  # a TrainJob (its pods' node selector is the runtime's)
+        return annotated
     for replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).values():
         pod = (replica.get("template") or {}).get("spec") or {}
         found = (pod.get("nodeSelector") or {}).get(INSTANCE_TYPE_LABEL)

@@ -1,10 +1,13 @@
-"""The kubernetes backend: a job becomes a PyTorchJob (+ its ConfigMap) on the cluster.
+"""The kubernetes backend: a job becomes a TrainJob or a PyTorchJob (`job.api`), with its
+ConfigMap, on the cluster.
 
 A thin adapter over `jobs.k8s`: `dryrun` is the manifests as YAML; `schedule` runs the
 preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read the
-PyTorchJob objects (plus last step and loss from the run dir's metrics.jsonl); `logs` reads
-or follows a rank's pod; `cancel` records the cancellation and suspends the job (the operator
-deletes its pods, the trainer checkpoints on SIGTERM).
+job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
+TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the
+cancellation and suspends the job (the operator deletes its pods, the trainer checkpoints on
+SIGTERM). A run is looked up as the configured kind first, then as the other, so `status`,
+`logs` and `cancel` work for runs submitted before a stack changed operator.
 
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
@@ -35,6 +38,7 @@ from jobs.backends.base import (
     RunStatus,
 )
 from jobs.k8s import state as k8s_state
+from jobs.k8s.kinds import BY_KIND, JOBSET_GROUP, JOBSET_VERSION, JOBSETS, KINDS, JobKind, kind_of
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -60,19 +64,27 @@ class ClusterSettings:
     namespace: str
     node_groups: tuple[Any, ...] = ()
     """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
+    job_api: str = "trainjob"
+    """`job.api`: the kind looked up first."""
     region: str | None = None
     log_group: str | None = None
     """CloudWatch Logs group holding container logs after pods go (cluster.log_group)."""
+
+    @property
+    def kinds(self) -> tuple[JobKind, ...]:
+        """Both job kinds, the configured one first."""
+        first = KINDS[self.job_api]
+        return (first, *(k for k in KINDS.values() if k is not first))
 
 
 CREATED_AT = f"{LABEL_PREFIX}/created-at"
 
 
 def stamped(manifests: list[dict], now: datetime) -> list[dict]:
-    """`manifests` with the submit time on the PyTorchJob (renders carry none: the same
-    config renders the same bytes)."""
+    """`manifests` with the submit time on the job (renders carry none: the same config
+    renders the same bytes)."""
     for manifest in manifests:
-        if manifest.get("kind") == "PyTorchJob":
+        if manifest.get("kind") in BY_KIND:
             annotations = manifest["metadata"].setdefault("annotations", {})
             annotations[CREATED_AT] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return manifests
@@ -89,6 +101,8 @@ class KubernetesBackend:
     """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
     the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
     can restart points that `launch_point` scheduled."""
+    _kinds: ClassVar[dict[str, JobKind]] = {}
+    """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
     _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
     """(kubeconfig, context, namespace) -> jobs.k8s.api.Cluster, shared by this process's
     instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
@@ -123,6 +137,7 @@ class KubernetesBackend:
             cluster.context,
             cluster.namespace,
             groups,
+            cfg.job.api,
             region=cluster.region,
             log_group=cluster.log_group,
         )
@@ -167,8 +182,9 @@ class KubernetesBackend:
         if self.check_owner:
             from jobs.k8s.ownership import ensure_ours, ensure_owned_by
 
-            existing = self.cluster.get_job(job.run_id)
-            ensure_ours("PyTorchJob", self.settings.namespace, job.run_id, existing)
+            existing = self.find(job.run_id)
+            kind = kind_of(existing) if existing else KINDS[job.spec.api]
+            ensure_ours(kind.kind, self.settings.namespace, job.run_id, existing)
             ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
             self.preflight(job)
@@ -178,6 +194,7 @@ class KubernetesBackend:
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
             self._uids[job.run_id] = submission.job["metadata"]["uid"]
+        self._kinds[job.run_id] = kind_of(submission.job)
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -198,17 +215,63 @@ class KubernetesBackend:
             queue=job.cfg.job.queue,
             cpu_per_node=parse_quantity(resources.cpu) if resources else 0,
             memory_per_node=parse_quantity(resources.memory) if resources else 0,
+            kind=KINDS[spec.api],
+            runtime=spec.runtime,
         )
         for warning in preflight(self.cluster, request):
             print(f"{job.run_id}: preflight warning: {warning}", file=sys.stderr)
 
+    def find(self, run_id: str) -> dict | None:
+        """The run's job object, of whichever kind it is (the configured one first)."""
+        known = self._kinds.get(run_id)
+        kinds = self.settings.kinds
+        for kind in (known, *(k for k in kinds if k is not known)) if known else kinds:
+            job = self.cluster.get_job(run_id, kind)
+            if job is not None:
+                self._kinds[run_id] = kind
+                return job
+        return None
+
+    def kind(self, run_id: str) -> JobKind:
+        return self._kinds.get(run_id) or self.settings.kinds[0]
+
     def status(self, run_id: str) -> RunStatus:
-        job = self.cluster.get_job(run_id)
+        job = self.find(run_id)
         if job is None:
             raise BackendError(
                 f"no run {run_id!r} in namespace {self.settings.namespace} on the cluster"
             )
-        return self._status(job)
+        status = self._status(job)
+        restarts = self._jobset_restarts(job)
+        if restarts:
+            note = f"JobSet restarts: {restarts}"
+            status = replace(status, message=f"{status.message}; {note}".lstrip("; "))
+        return status
+
+    def _jobset_restarts(self, job: dict) -> int:
+        """How often a TrainJob's JobSet recreated its pods (its failure policy); 0 for a
+        PyTorchJob, or when the JobSet is gone or may not be read."""
+        from jobs.k8s.api import status_of
+
+        if kind_of(job).api != "trainjob":
+            return 0
+        name = job["metadata"]["name"]
+        try:
+            jobset = self.cluster.call(
+                f"get JobSet {self.settings.namespace}/{name}",
+                self.cluster.custom.get_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.settings.namespace,
+                JOBSETS,
+                name,
+                expect=(403, 404),
+            )
+        except Exception as exc:
+            if status_of(exc) in (403, 404):
+                return 0
+            raise
+        return int(((jobset or {}).get("status") or {}).get("restarts") or 0)
 
     def _status(self, job: dict) -> RunStatus:
         """to_status, plus Kueue's reason for a queued job."""
@@ -227,32 +290,62 @@ class KubernetesBackend:
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
         runs = []
-        for job in self.cluster.list_jobs(selector):
+        for job in self.job_objects(selector):
             if k8s_state.cancelled_and_expired(job, now):
-                delete_job(self.cluster, job["metadata"]["name"], wait=False)
+                delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind_of(job))
                 continue
             runs.append(self._status(job))
         return [r for r in runs if state is None or r.state == state]
+
+    def job_objects(self, selector: str) -> list[dict]:
+        """Every job object of both kinds matching `selector` (the configured kind first). A
+        kind the cluster does not serve (404: its operator is not installed) has none; when
+        it serves neither, the configured kind's error is raised."""
+        from jobs.k8s.api import ClusterError, status_of
+
+        jobs: list[dict] = []
+        unserved: list[ClusterError] = []
+        for kind in self.settings.kinds:
+            try:
+                jobs += self.cluster.list_jobs(selector, kind)
+            except ClusterError as err:
+                if status_of(err.__cause__) != 404:
+                    raise
+                unserved.append(err)
+        if len(unserved) == len(self.settings.kinds):
+            raise unserved[0]
+        return jobs
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False, cancel=None) -> Iterator[str]:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
         (see the module docstring) and reports state changes as `[trainstack]` lines.
         `cancel` (jobs.k8s.watch.Cancellation) set from another thread ends a follow."""
-        from jobs.k8s.watch import pod_name, read_log
+        from jobs.k8s.watch import pod_name, rank_pod, read_log
 
-        job = self.cluster.get_job(run_id)
+        job = self.find(run_id)
         if job is None:
             if follow:
                 raise BackendError(f"no run {run_id!r} in namespace {self.settings.namespace}")
             yield from self.archived_logs(run_id, rank)  # the job (and its pods) expired
             return
         try:
-            pod = pod_name(job, rank)
+            k8s_state.check_rank(job, rank)
         except ValueError as err:
             raise BackendError(f"{run_id}: {err}") from None
+        kind = kind_of(job)
         if not follow:
-            lines = read_log(self.cluster, pod)
-            yield from self.archived_logs(run_id, rank, pod) if lines is None else lines
+            pod = rank_pod(self.cluster, job, rank)
+            lines = (
+                None
+                if pod is None
+                else read_log(self.cluster, pod["metadata"]["name"], kind.container)
+            )
+            if lines is not None:
+                yield from lines
+            elif kind.api == "pytorchjob":
+                yield from self.archived_logs(run_id, rank, pod_name(job, rank))
+            else:  # a JobSet's pod names are generated: the archive can't be asked by rank
+                raise BackendError(f"{run_id}: rank {rank} has no pod (yet, or any more)")
             return
         while True:
             outcome: list[RunStatus] = []
@@ -296,9 +389,11 @@ class KubernetesBackend:
         lines: queue.Queue = queue.Queue()
         done = object()
 
+        kind = self.kind(run_id)
+
         def pump_log() -> None:
             try:
-                for line in follow_log(self.cluster, run_id, rank, cancel=cancel):
+                for line in follow_log(self.cluster, run_id, rank, kind=kind, cancel=cancel):
                     lines.put(line)
             except Exception as exc:
                 lines.put(exc)
@@ -313,8 +408,8 @@ class KubernetesBackend:
 
         def pump_states() -> None:
             try:
-                job = wait_for_end(self.cluster, run_id, on_state=report, cancel=cancel)
-                outcome.append(to_status(job) if job else _deleted(run_id))
+                job = wait_for_end(self.cluster, run_id, on_state=report, kind=kind, cancel=cancel)
+                outcome.append(to_status(job) if job else _deleted(run_id, kind))
             except Exception as exc:
                 lines.put(exc)
             lines.put(done)
@@ -343,17 +438,19 @@ class KubernetesBackend:
         already cancelled runs are left as they are."""
         from jobs.k8s.ownership import ensure_ours, ensure_owned_by
 
-        job = self.cluster.get_job(run_id)
-        ensure_ours("PyTorchJob", self.settings.namespace, run_id, job)
+        job = self.find(run_id)
+        kind_name = kind_of(job).kind if job else self.settings.kinds[0].kind
+        ensure_ours(kind_name, self.settings.namespace, run_id, job)
         if self.check_owner:
             ensure_owned_by("cancel", run_id, job, self.user)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
             return
+        kind = kind_of(job)
         now = run_state.utc_now()
         patch: dict[str, Any] = {"metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}}}
         if not k8s_state.is_final(k8s_state.job_state(job)):
-            patch["spec"] = {"runPolicy": {"suspend": True}}
-        self.cluster.patch_job(run_id, patch)
+            patch |= kind.suspend_patch()
+        self.cluster.patch_job(run_id, patch, kind)
 
     # -- following and restarting --------------------------------------------------------------
     def wait(self, run_id: str, on_line=print) -> RunStatus:
@@ -361,13 +458,17 @@ class KubernetesBackend:
         state changes and restarts go to `on_line` as `[trainstack]` lines."""
         from jobs.k8s.watch import wait_for_end
 
+        if run_id not in self._kinds:
+            self.find(run_id)
+        kind = self.kind(run_id)
         while True:
             job = wait_for_end(
                 self.cluster,
                 run_id,
                 on_state=lambda state, _: on_line(f"[trainstack] {run_id}: {state}"),
+                kind=kind,
             )
-            final = to_status(job) if job else _deleted(run_id)
+            final = to_status(job) if job else _deleted(run_id, kind)
             if not self._restart_due(run_id, final):
                 return final
             if not _drain(self._restart(run_id, final.retries), on_line):
@@ -387,7 +488,7 @@ class KubernetesBackend:
         attempt = retries_so_far + 1
         yield f"[trainstack] {run_id}: Failed; restart {attempt}/{max_retries} in {delay:.0f}s"
         self.cluster.sleep(delay)
-        job = self.cluster.get_job(run_id)
+        job = self.cluster.get_job(run_id, self.kind(run_id))
         if job is not None and k8s_state.is_cancelled(job):
             yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
             return False
@@ -409,20 +510,19 @@ def _drain(lines: Generator[str, None, bool], on_line) -> bool:
             return done.value
 
 
-def _deleted(run_id: str) -> RunStatus:
-    return RunStatus(run_id, CANCELLED, "kubernetes", message="the PyTorchJob was deleted")
+def _deleted(run_id: str, kind: JobKind) -> RunStatus:
+    return RunStatus(run_id, CANCELLED, "kubernetes", message=f"the {kind.kind} was deleted")
 
 
 def to_status(job: dict) -> RunStatus:
-    """A RunStatus from the PyTorchJob object (and its run dir's metrics, when readable)."""
+    """A RunStatus from the job object (and its run dir's metrics, when readable)."""
     meta = job["metadata"]
     status = job.get("status") or {}
     state = _STATES[k8s_state.job_state(job)]
-    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
     step, loss = run_state.last_metrics(run_dir)
     message = k8s_state.failure_message(job) if state == FAILED else ""
-    nodes = sum(int(r.get("replicas", 0)) for r in replicas.values())
+    nodes = k8s_state.nodes(job)
     return RunStatus(
         run_id=meta["name"],
         state=state,
@@ -431,7 +531,7 @@ def to_status(job: dict) -> RunStatus:
         nodes=nodes,
         log_ranks=nodes,  # `logs --rank N`: node rank N's pod
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
-        finished_at=status.get("completionTime"),
+        finished_at=k8s_state.finished_at(job),
         last_step=step,
         last_loss=loss,
         retries=k8s_state.retries(job),

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from jobs.backends.base import BackendError
+from jobs.k8s.kinds import PYTORCHJOB, JobKind
 
 T = TypeVar("T")
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+GROUP, VERSION, PLURAL = PYTORCHJOB.group, PYTORCHJOB.version, PYTORCHJOB.plural
 CRD_NAME = f"{PLURAL}.{GROUP}"
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -135,40 +136,40 @@ class Cluster:
                 return None
             raise
 
-    # -- PyTorchJob shorthands -------------------------------------------------------------
-    def get_job(self, name: str) -> dict | None:
-        """The PyTorchJob `name`, or None when it does not exist."""
+    # -- job shorthands (PyTorchJob unless `kind` says otherwise) --------------------------
+    def get_job(self, name: str, kind: JobKind = PYTORCHJOB) -> dict | None:
+        """The job `name` of `kind`, or None when it does not exist."""
         return self.call_or_none(
-            f"get PyTorchJob {self.namespace}/{name}",
+            f"get {kind.kind} {self.namespace}/{name}",
             self.custom.get_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            kind.group,
+            kind.version,
             self.namespace,
-            PLURAL,
+            kind.plural,
             name,
         )
 
-    def list_jobs(self, label_selector: str = "") -> list[dict]:
+    def list_jobs(self, label_selector: str = "", kind: JobKind = PYTORCHJOB) -> list[dict]:
         listing = self.call(
-            f"list PyTorchJobs in {self.namespace}",
+            f"list {kind.kind}s in {self.namespace}",
             self.custom.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            kind.group,
+            kind.version,
             self.namespace,
-            PLURAL,
+            kind.plural,
             label_selector=label_selector,
         )
         return listing.get("items", [])
 
-    def patch_job(self, name: str, patch: dict) -> dict | None:
-        """Merge-patch the PyTorchJob; None when it no longer exists."""
+    def patch_job(self, name: str, patch: dict, kind: JobKind = PYTORCHJOB) -> dict | None:
+        """Merge-patch the job; None when it no longer exists."""
         return self.call_or_none(
-            f"patch PyTorchJob {self.namespace}/{name}",
+            f"patch {kind.kind} {self.namespace}/{name}",
             self.custom.patch_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            kind.group,
+            kind.version,
             self.namespace,
-            PLURAL,
+            kind.plural,
             name,
             patch,
         )

@@ -50,19 +50,26 @@ def resolve_digest(image: str, ecr_client=None) -> str:
 def pin_images(
     manifests: list[dict], ecr_client=None, resolve: Callable[[str], str] | None = None
 ) -> list[dict]:
-    """Copies of `manifests` with every ECR container image of the PyTorchJob pinned
-    (`resolve(image)`: resolve_digest with `ecr_client` unless given)."""
+    """Copies of `manifests` with every ECR container image of the job (a PyTorchJob's
+    containers, a TrainJob's trainer image and initializer) pinned (`resolve(image)`:
+    resolve_digest with `ecr_client` unless given)."""
     resolve = resolve or (lambda image: resolve_digest(image, ecr_client))
     pinned = copy.deepcopy(manifests)
     resolved: dict[str, str] = {}
+
+    def pin(holder: dict) -> None:
+        image = holder.get("image", "")
+        if image not in resolved:
+            resolved[image] = resolve(image)
+        holder["image"] = resolved[image]
+
     for manifest in pinned:
+        if manifest.get("kind") == "TrainJob":
+            pin(manifest["spec"]["trainer"])
         if manifest.get("kind") != "PyTorchJob":
             continue
         for replica in manifest["spec"].get("pytorchReplicaSpecs", {}).values():
             pod_spec = replica["template"]["spec"]
             for container in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
-                image = container.get("image", "")
-                if image not in resolved:
-                    resolved[image] = resolve(image)
-                container["image"] = resolved[image]
+                pin(container)
     return pinned

@@ -1,6 +1,7 @@
 """Checks before a submit, each failure one line naming the config key to change.
 
-The training operator's CRD must be served; the namespace and service account must exist;
+The job kind's CRD must be served (and, for a TrainJob, the ClusterTrainingRuntime it names
+must exist); the namespace and service account must exist;
 and the requested nodes must fit: enough schedulable nodes of the instance type with the
 catalog's GPUs and EFA interfaces allocatable, or a node group of that type whose max size
 lets the autoscaler add them.
@@ -8,9 +9,10 @@ lets the autoscaler add them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from jobs.k8s.api import CRD_NAME, GROUP, VERSION, Cluster, ClusterError, status_of
+from jobs.k8s.api import Cluster, ClusterError, status_of
+from jobs.k8s.kinds import PYTORCHJOB, RUNTIME_PLURAL, TRAINJOB, JobKind
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -42,6 +44,9 @@ class PreflightRequest:
     cpu_per_node: float = 0
     memory_per_node: float = 0
     """Bytes."""
+    kind: JobKind = field(default=PYTORCHJOB)
+    runtime: str | None = None
+    """A TrainJob's ClusterTrainingRuntime (job.runtime, or the node group's)."""
 
 
 TOLERATED_TAINTS = {("nvidia.com/gpu", "NoSchedule")}
@@ -54,18 +59,27 @@ def preflight(cluster: Cluster, request: PreflightRequest) -> list[str]:
     namespace = cluster.namespace
     warnings: list[str] = []
 
-    def crd() -> str | None:
-        # Cluster-scoped: namespace-only RBAC (normal on shared clusters) may not read it.
+    def cluster_scoped(check, what: str) -> str | None:
+        # Namespace-only RBAC (normal on shared clusters) may not read cluster-scoped objects.
         try:
-            return _check_crd(cluster)
+            return check()
         except ClusterError as err:
             if status_of(err.__cause__) != 403:
                 raise
-            warnings.append(f"{err} (no permission: CRD check skipped)")
+            warnings.append(f"{err} (no permission: {what} check skipped)")
             return None
+
+    def crd() -> str | None:
+        return cluster_scoped(lambda: _check_crd(cluster, request.kind), "CRD")
+
+    def runtime() -> str | None:
+        if request.kind is not TRAINJOB or _check_crd(cluster, request.kind) or not request.runtime:
+            return None  # a missing CRD is already the problem
+        return cluster_scoped(lambda: _check_runtime(cluster, request.runtime), "runtime")
 
     checks = (
         crd,
+        runtime,
         lambda: _check_exists(
             cluster,
             f"namespace {namespace!r} (cluster.namespace) does not exist",
@@ -103,23 +117,48 @@ def _forbidden_as_problem(check) -> str | None:
         raise
 
 
-def _check_crd(cluster: Cluster) -> str | None:
+def _check_crd(cluster: Cluster, kind: JobKind = PYTORCHJOB) -> str | None:
+    name = kind.crd_name
+    other = "pytorchjob" if kind is TRAINJOB else "trainjob"
     missing = (
-        f"CRD {CRD_NAME} is not installed: install the Kubeflow training operator "
-        "(the infra stack does) before submitting PyTorchJobs"
+        f"CRD {name} is not installed: install {kind.operator} before submitting "
+        f"{kind.kind}s, or set job.api={other} if the cluster runs the other operator"
     )
+    if kind is PYTORCHJOB:  # the message PyTorchJob users have always had
+        missing = (
+            f"CRD {name} is not installed: install the Kubeflow training operator "
+            "(the infra stack does) before submitting PyTorchJobs"
+        )
     crd = cluster.call_or_none(
-        f"get CRD {CRD_NAME}", cluster.extensions.read_custom_resource_definition, CRD_NAME
+        f"get CRD {name}", cluster.extensions.read_custom_resource_definition, name
     )
     if crd is None:
         return missing
     crd = cluster.extensions.api_client.sanitize_for_serialization(crd)
     served = [v["name"] for v in crd["spec"].get("versions", []) if v.get("served")]
-    if VERSION not in served:
-        return f"CRD {CRD_NAME} does not serve {GROUP}/{VERSION} (served: {served or 'none'})"
+    if kind.version not in served:
+        return f"CRD {name} does not serve {kind.api_version} (served: {served or 'none'})"
     conditions = (crd.get("status") or {}).get("conditions") or []
     if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-        return f"CRD {CRD_NAME} is not Established yet"
+        return f"CRD {name} is not Established yet"
+    return None
+
+
+def _check_runtime(cluster: Cluster, name: str) -> str | None:
+    found = cluster.call_or_none(
+        f"get ClusterTrainingRuntime {name}",
+        cluster.custom.get_cluster_custom_object,
+        TRAINJOB.group,
+        TRAINJOB.version,
+        RUNTIME_PLURAL,
+        name,
+    )
+    if found is None:
+        return (
+            f"job.runtime: ClusterTrainingRuntime {name!r} does not exist (the stack installs "
+            "trainstack-<node group> for each GPU node group; check cluster.node_groups, or "
+            "set job.runtime)"
+        )
     return None
 
 

@@ -1,13 +1,18 @@
-"""What a PyTorchJob object says about its run: state, retries, cancellation, pods per rank.
+"""What a job object (PyTorchJob or TrainJob) says about its run: state, retries,
+cancellation, nodes, the pod of each rank.
 
 Pure functions over the job dict as the API returns it, shared by submit, watch, status and
-the sweep launcher.
+the sweep launcher. Both kinds map onto one set of states: a PyTorchJob by the training
+operator's conditions, a TrainJob by Trainer's (Complete, Failed, Suspended) and its jobs'
+status (active pods: Running).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from jobs.k8s.kinds import kind_of
 
 RETRIES_ANNOTATION = "trainstack.io/retries"
 """Auto-restarts so far (resubmissions of the same run id after Failed)."""
@@ -23,6 +28,8 @@ preemption), or an admin paused it; only `trainstack cancel` (the annotation) ma
 suspended job Cancelled."""
 # The operator's condition types, most decisive first.
 _PRECEDENCE = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
+TRAINJOB_TTL_S = 7 * 24 * 3600
+"""A cancelled TrainJob is deleted this long after (its runtime's JobSet TTL: jobs.runtimes)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,8 @@ def job_state(job: dict) -> str:
     it) and the job has not ended. Cancelled: suspended (or never started) by `trainstack
     cancel`."""
     true_types = {c.type for c in conditions(job)}
+    if kind_of(job).api == "trainjob":
+        return _trainjob_state(job, true_types)
     for kind in ("Succeeded", "Failed"):
         if kind in true_types:
             return kind
@@ -62,8 +71,47 @@ def job_state(job: dict) -> str:
     return "Cancelled" if is_cancelled(job) else "Pending"
 
 
+def _trainjob_state(job: dict, true_types: set[str]) -> str:
+    """Trainer's conditions: Complete or Failed end it; Suspended (or spec.suspend) holds it;
+    otherwise it runs once its JobSet has active pods."""
+    if "Complete" in true_types:
+        return "Succeeded"
+    if "Failed" in true_types:
+        return "Failed"
+    if is_suspended(job) or "Suspended" in true_types:
+        return "Cancelled" if is_cancelled(job) else "Suspended"
+    jobs = (job.get("status") or {}).get("jobsStatus") or []
+    if any(int(j.get("active") or 0) > 0 for j in jobs):
+        return "Running"
+    if is_cancelled(job):
+        return "Cancelled"
+    return "Created" if (job.get("metadata") or {}).get("uid") else "Pending"
+
+
+def finished_at(job: dict) -> str | None:
+    """When the job ended: a PyTorchJob's completionTime; a TrainJob has none, so its Complete
+    or Failed condition's transition time."""
+    stamp = (job.get("status") or {}).get("completionTime")
+    if stamp or kind_of(job).api != "trainjob":
+        return stamp
+    ended = [c.since for c in conditions(job) if c.type in ("Complete", "Failed")]
+    return ended[-1] if ended and ended[-1] else None
+
+
 def is_suspended(job: dict) -> bool:
-    return bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+    spec = job.get("spec") or {}
+    if kind_of(job).api == "trainjob":
+        return bool(spec.get("suspend"))
+    return bool((spec.get("runPolicy") or {}).get("suspend"))
+
+
+def nodes(job: dict) -> int:
+    """The job's node (pod) count."""
+    spec = job.get("spec") or {}
+    if kind_of(job).api == "trainjob":
+        return int((spec.get("trainer") or {}).get("numNodes") or 1)
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    return sum(int(r.get("replicas", 0)) for r in replicas.values())
 
 
 def cancelled_at(job: dict) -> datetime | None:
@@ -79,7 +127,10 @@ def cancelled_and_expired(job: dict, now: datetime) -> bool:
     Succeeded and Failed jobs; a cancelled (suspended) job is never finished to it, so
     trainstack deletes it (see the kubernetes backend's `list_runs`)."""
     when = cancelled_at(job)
-    ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    if kind_of(job).api == "trainjob":
+        ttl = TRAINJOB_TTL_S
+    else:
+        ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
     if when is None or ttl is None or job_state(job) != "Cancelled":
         return False
     return (now - when).total_seconds() > int(ttl)
@@ -112,9 +163,16 @@ def failure_message(job: dict) -> str:
     return ""
 
 
+def check_rank(job: dict, rank: int) -> None:
+    """ValueError unless `rank` is one of the job's node ranks."""
+    count = nodes(job)
+    if rank < 0 or rank >= count:
+        raise ValueError(f"--rank {rank} is out of range: the job has ranks 0..{count - 1}")
+
+
 def pod_for_rank(job: dict, rank: int) -> tuple[str, int]:
-    """(replica type, index) of node rank `rank`: rank 0 is the Master when the job has one;
-    elastic jobs are Worker-only."""
+    """(replica type, index) of a PyTorchJob's node rank `rank`: rank 0 is the Master when the
+    job has one; elastic jobs are Worker-only."""
     specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     masters = int((specs.get("Master") or {}).get("replicas", 0))
     workers = int((specs.get("Worker") or {}).get("replicas", 0))

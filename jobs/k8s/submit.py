@@ -1,5 +1,5 @@
-"""Idempotent submission of a run: ConfigMap(s) and the run's NetworkPolicy first, the
-PyTorchJob second, owner-linked.
+"""Idempotent submission of a run: ConfigMap(s) and the run's NetworkPolicy first, the job (a
+TrainJob or a PyTorchJob) second, owner-linked.
 
 The run id is the job's name, so submitting it again can never make a second job: an active
 job is reported and left alone; a finished one (Succeeded, Failed, Cancelled) is deleted and
@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.k8s.api import GROUP, PLURAL, VERSION, Cluster, ClusterError, describe, status_of
+from jobs.k8s.api import Cluster, ClusterError, describe, status_of
+from jobs.k8s.kinds import BY_KIND, PYTORCHJOB, JobKind
 from jobs.k8s.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
 
@@ -32,51 +33,55 @@ class Submission:
     outcome: str
     """created, already active (nothing was sent) or resumed (a finished job was replaced)."""
     job: dict
-    """The PyTorchJob as the API server returned it."""
+    """The job as the API server returned it."""
 
 
 def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Submission:
-    """Apply one run's manifests (one PyTorchJob plus ConfigMaps); see the module docstring."""
-    job = copy.deepcopy(next(m for m in manifests if m.get("kind") == "PyTorchJob"))
-    companions = [m for m in manifests if m.get("kind") in COMPANION_KINDS]
-    unsupported = sorted({m.get("kind") for m in manifests} - {"PyTorchJob", *COMPANION_KINDS})
-    if unsupported:
+    """Apply one run's manifests (one TrainJob or PyTorchJob plus ConfigMaps and its
+    NetworkPolicy); see the module docstring."""
+    kinds = {m.get("kind") for m in manifests}
+    unsupported = sorted(kinds - {*BY_KIND, *COMPANION_KINDS}, key=str)
+    jobs = [m for m in manifests if m.get("kind") in BY_KIND]
+    if unsupported or len(jobs) != 1:
         raise ClusterError(
-            f"cannot submit manifests of kind {unsupported}: only PyTorchJob, "
-            f"{', '.join(COMPANION_KINDS)}"
+            f"cannot submit manifests of kind {unsupported or sorted(kinds, key=str)}: one "
+            f"TrainJob or PyTorchJob, and {', '.join(COMPANION_KINDS)}"
         )
+    job = copy.deepcopy(jobs[0])
+    kind = BY_KIND[job["kind"]]
+    companions = [m for m in manifests if m.get("kind") in COMPANION_KINDS]
     name = job["metadata"]["name"]
     outcome = CREATED
-    existing = cluster.get_job(name)
-    ensure_ours("PyTorchJob", cluster.namespace, name, existing)
+    existing = cluster.get_job(name, kind)
+    ensure_ours(kind.kind, cluster.namespace, name, existing)
     for companion in companions:  # all checked before anything is written
-        kind, cm_name = companion["kind"], companion["metadata"]["name"]
-        ensure_ours(kind, cluster.namespace, cm_name, _read_companion(cluster, kind, cm_name))
+        c_kind, c_name = companion["kind"], companion["metadata"]["name"]
+        ensure_ours(c_kind, cluster.namespace, c_name, _read_companion(cluster, c_kind, c_name))
     if existing is not None:
         if not is_final(job_state(existing)):
             return Submission(name, ALREADY_ACTIVE, existing)
-        delete_job(cluster, name)
+        delete_job(cluster, name, kind=kind)
         outcome = RESUMED
     job["metadata"].setdefault("annotations", {})[RETRIES_ANNOTATION] = str(retries)
 
     created_maps = [_apply_companion(cluster, cm) for cm in companions]
     try:
         created = cluster.call(
-            f"create PyTorchJob {cluster.namespace}/{name}",
+            f"create {kind.kind} {cluster.namespace}/{name}",
             cluster.custom.create_namespaced_custom_object,
-            GROUP,
-            VERSION,
+            kind.group,
+            kind.version,
             cluster.namespace,
-            PLURAL,
+            kind.plural,
             job,
             expect=(409,),
         )
     except Exception as exc:
-        winner = cluster.get_job(name) if status_of(exc) == 409 else None
+        winner = cluster.get_job(name, kind) if status_of(exc) == 409 else None
         if winner is not None and labels_of(winner).get(MANAGED_BY) != MANAGER:
             for companion in created_maps:
                 _delete_companion(cluster, companion)
-            ensure_ours("PyTorchJob", cluster.namespace, name, winner)
+            ensure_ours(kind.kind, cluster.namespace, name, winner)
         if winner is not None:
             # Another submitter created the same run id between our check and our create:
             # theirs is the run. The ConfigMaps hold the same run's config; give them its owner.
@@ -87,24 +92,30 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
         if isinstance(exc, ClusterError):
             raise
         raise ClusterError(
-            f"create PyTorchJob {cluster.namespace}/{name} failed: conflict"
+            f"create {kind.kind} {cluster.namespace}/{name} failed: conflict"
         ) from exc
     _own(cluster, created_maps, created)
     return Submission(name, outcome, created)
 
 
-def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool = True) -> None:
+def delete_job(
+    cluster: Cluster,
+    name: str,
+    timeout_s: float = 120.0,
+    wait: bool = True,
+    kind: JobKind = PYTORCHJOB,
+) -> None:
     """Delete the job and (`wait`) block, bounded, until it and its dependents are gone
     (Foreground: the job stays, with a deletionTimestamp, until its pods are deleted)."""
     from kubernetes.client import V1DeleteOptions
 
     cluster.call_or_none(
-        f"delete PyTorchJob {cluster.namespace}/{name}",
+        f"delete {kind.kind} {cluster.namespace}/{name}",
         cluster.custom.delete_namespaced_custom_object,
-        GROUP,
-        VERSION,
+        kind.group,
+        kind.version,
         cluster.namespace,
-        PLURAL,
+        kind.plural,
         name,
         body=V1DeleteOptions(propagation_policy="Foreground"),
     )
@@ -112,10 +123,10 @@ def delete_job(cluster: Cluster, name: str, timeout_s: float = 120.0, wait: bool
         return
     deadline = time.monotonic() + timeout_s
     delay = 0.1
-    while cluster.get_job(name) is not None:
+    while cluster.get_job(name, kind) is not None:
         if time.monotonic() > deadline:
             raise ClusterError(
-                f"PyTorchJob {cluster.namespace}/{name} still exists {timeout_s:.0f}s after delete"
+                f"{kind.kind} {cluster.namespace}/{name} still exists {timeout_s:.0f}s after delete"
             )
         cluster.sleep(delay)
         delay = min(delay * 2, 2.0)
@@ -192,9 +203,10 @@ def _replace_companion(
 
 
 def _own(cluster: Cluster, companions: list[tuple[str, str]], job: dict) -> None:
+    kind = BY_KIND[job.get("kind", PYTORCHJOB.kind)]
     owner = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PyTorchJob",
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
         "name": job["metadata"]["name"],
         "uid": job["metadata"]["uid"],
         "blockOwnerDeletion": True,

@@ -14,16 +14,21 @@ import time
 from collections.abc import Callable, Iterator
 
 from jobs.k8s.api import (
-    GROUP,
-    PLURAL,
-    VERSION,
     Cluster,
     ClusterError,
     describe,
     is_transient,
     status_of,
 )
-from jobs.k8s.state import is_final, job_state, pod_for_rank
+from jobs.k8s.kinds import (
+    COMPLETION_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    PYTORCHJOB,
+    RESTART_ATTEMPT_LABEL,
+    JobKind,
+    kind_of,
+)
+from jobs.k8s.state import check_rank, is_final, job_state, pod_for_rank
 
 MAX_RECONNECTS = 5
 """Consecutive failed log connections (no line in between) before giving up."""
@@ -37,7 +42,7 @@ WATCH_WINDOW_S = 60
 LOG_READ_TIMEOUT_S = 120.0
 """A followed log silent this long is read again from a new connection (a dropped connection
 sends nothing, not even an end); lines already shown are skipped."""
-CONTAINER = "pytorch"
+CONTAINER = PYTORCHJOB.container
 
 
 class FollowCancelled(Exception):
@@ -106,6 +111,7 @@ def wait_for_end(
     cluster: Cluster,
     name: str,
     on_state: Callable[[str, dict], None] = lambda state, job: None,
+    kind: JobKind = PYTORCHJOB,
     cancel: Cancellation | None = None,
 ) -> dict | None:
     """Block until the job reaches a final state; return it (None when it was deleted).
@@ -136,16 +142,16 @@ def wait_for_end(
         stream = watch.Watch()
         try:
             if version is None:
-                job = cluster.get_job(name)
+                job = cluster.get_job(name, kind)
                 if job is None or observe(job):
                     return job
                 version = job["metadata"]["resourceVersion"]
             for event in stream.stream(
                 list_jobs,
-                GROUP,
-                VERSION,
+                kind.group,
+                kind.version,
                 cluster.namespace,
-                PLURAL,
+                kind.plural,
                 field_selector=f"metadata.name={name}",
                 resource_version=version,
                 allow_watch_bookmarks=True,
@@ -167,7 +173,7 @@ def wait_for_end(
         except Exception as exc:
             if cancel.is_set():
                 raise FollowCancelled from None
-            what = f"watch PyTorchJob {cluster.namespace}/{name}"
+            what = f"watch {kind.kind} {cluster.namespace}/{name}"
             if status_of(exc) == 410:
                 version = None  # our resourceVersion left the server's history: re-read
                 continue
@@ -190,18 +196,55 @@ def wait_for_end(
 
 
 def pod_name(job: dict, rank: int) -> str:
+    """A PyTorchJob's pod of node rank `rank` (the operator names them)."""
     replica_type, index = pod_for_rank(job, rank)
     return f"{job['metadata']['name']}-{replica_type}-{index}"
 
 
-def read_log(cluster: Cluster, pod: str) -> list[str] | None:
+def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
+    """The current pod of node rank `rank` (ValueError for a rank the job does not have). A
+    PyTorchJob's pods are named by rank; a TrainJob's are its JobSet's, found by the JobSet's
+    and the Indexed Job's labels, the newest restart attempt first."""
+    if kind_of(job).api == "pytorchjob":
+        return _get_pod(cluster, pod_name(job, rank))
+    check_rank(job, rank)
+    name = job["metadata"]["name"]
+    listing = cluster.call(
+        f"list pods of {cluster.namespace}/{name}",
+        cluster.core.list_namespaced_pod,
+        cluster.namespace,
+        label_selector=f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}={rank}",
+    )
+    pods = [
+        p
+        for p in cluster.core.api_client.sanitize_for_serialization(listing).get("items", [])
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+    def newest(pod: dict) -> tuple[int, str]:
+        labels = pod["metadata"].get("labels") or {}
+        return int(labels.get(RESTART_ATTEMPT_LABEL, 0)), pod["metadata"].get(
+            "creationTimestamp", ""
+        )
+
+    return max(pods, key=newest, default=None)
+
+
+def rank_pod_label(job: dict, rank: int) -> str:
+    """How messages name a rank's pod."""
+    if kind_of(job).api == "pytorchjob":
+        return pod_name(job, rank)
+    return f"{job['metadata']['name']} rank {rank}"
+
+
+def read_log(cluster: Cluster, pod: str, container: str = CONTAINER) -> list[str] | None:
     """The pod's log so far, as lines; None when the pod is gone."""
     text = cluster.call_or_none(
         f"read log of pod {cluster.namespace}/{pod}",
         cluster.core.read_namespaced_pod_log,
         pod,
         cluster.namespace,
-        container=CONTAINER,
+        container=container,
     )
     return None if text is None else text.splitlines()
 
@@ -212,6 +255,7 @@ def follow_log(
     rank: int = 0,
     poll_s: float = 0.5,
     start_timeout_s: float = 1800,
+    kind: JobKind = PYTORCHJOB,
     cancel: Cancellation | None = None,
 ) -> Iterator[str]:
     """Stream rank `rank`'s log until the job ends, across pod restarts, each line once.
@@ -226,7 +270,7 @@ def follow_log(
     read_log_stream = cancel.tracked(cluster.core.read_namespaced_pod_log)
     try:
         yield from _follow_log(
-            cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream
+            cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream, kind
         )
     except FollowCancelled:
         return
@@ -234,7 +278,7 @@ def follow_log(
         cancel.release()
 
 
-def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream):
+def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream, kind):
     from kubernetes import watch
 
     yielded: dict[str, int] = {}
@@ -244,18 +288,18 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
     while True:
         if cancel.is_set():
             return
-        job = cluster.get_job(name)
+        job = cluster.get_job(name, kind)
         if job is None:
             return
-        pod = _get_pod(cluster, pod_name(job, rank))
+        pod = rank_pod(cluster, job, rank)
         phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
-        container = f"{pod['metadata']['uid']}/{_restarts(pod)}" if pod else ""
+        container = f"{pod['metadata']['uid']}/{_restarts(pod, kind.container)}" if pod else ""
         if pod is None or phase == "Pending" or container in drained:
             if is_final(job_state(job)):
                 return
             if time.monotonic() - waiting_since > start_timeout_s:
                 raise ClusterError(
-                    f"pod {pod_name(job, rank)} did not start in {start_timeout_s:.0f}s"
+                    f"pod {rank_pod_label(job, rank)} did not start in {start_timeout_s:.0f}s"
                 )
             cancel.sleep(poll_s, cluster.sleep)
             continue
@@ -265,7 +309,7 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                 read_log_stream,
                 name=pod["metadata"]["name"],
                 namespace=cluster.namespace,
-                container=CONTAINER,
+                container=kind.container,
                 _request_timeout=(cluster.retry.connect_timeout_s, LOG_READ_TIMEOUT_S),
             ):
                 seen += 1
@@ -291,7 +335,7 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                     f"follow log of pod {cluster.namespace}/{pod['metadata']['name']} failed "
                     f"{failures} times in a row: {describe(exc)}"
                 ) from exc
-        job = cluster.get_job(name)
+        job = cluster.get_job(name, kind)
         if job is None or is_final(job_state(job)):
             return
         # The pod ended or was replaced while the job goes on: follow its successor.
@@ -314,9 +358,9 @@ def _read_timed_out(exc: BaseException) -> bool:
     return False
 
 
-def _restarts(pod: dict) -> int:
+def _restarts(pod: dict, container: str = CONTAINER) -> int:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return next((c.get("restartCount", 0) for c in statuses if c.get("name") == CONTAINER), 0)
+    return next((c.get("restartCount", 0) for c in statuses if c.get("name") == container), 0)
 
 
 def _get_pod(cluster: Cluster, name: str) -> dict | None:

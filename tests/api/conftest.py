@@ -66,8 +66,11 @@ def start_api(
     runs_root: Path,
     overrides: tuple[str, ...] = (),
     admins: tuple[str, ...] = (),
+    job_api: str = "pytorchjob",
     **service_args,
 ):
+    """The API in a thread. These suites were written against PyTorchJobs (the service's
+    stack says which kind; test_api_trainjob.py runs it on TrainJobs)."""
     import httpx
 
     from jobs.api.app import create_app
@@ -78,6 +81,7 @@ def start_api(
         overrides=[
             f"cluster.kubeconfig={kubeconfig}",
             f"cluster.approved_images=[{APPROVED_REGISTRY}]",
+            f"job.api={job_api}",
             *overrides,
         ],
         **service_args,

@@ -25,6 +25,10 @@ from trainer.hf.hub_cache import main as hub_cache
 V1 = "1" * 40
 
 
+PYTORCHJOB = "job.api=pytorchjob"
+"""A TrainJob refuses hf:// (no model-initializer step yet: tests/jobs/test_trainjob.py)."""
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     return build_llama(tmp_path_factory.mktemp("hub") / "tiny", tied=True)
@@ -74,7 +78,7 @@ def test_the_plan_reads_config_json_from_the_hub(hub, tmp_path):
 
 def test_a_gated_repo_without_a_token_is_one_line_at_launch(hub):
     overrides = ["model=hf", "model.init_from=hf://org/gated", "data=sample", *CLUSTER,
-                 "compute=g5.12xlarge", "model.name=tiny"]  # fmt: skip
+                 "compute=g5.12xlarge", "model.name=tiny", PYTORCHJOB]  # fmt: skip
     with pytest.raises(JobConfigError) as raised:
         build(overrides)
     message = str(raised.value)
@@ -86,7 +90,8 @@ def test_a_gated_repo_without_a_token_is_one_line_at_launch(hub):
 
 def test_a_cluster_job_gets_a_model_initializer_and_the_cache_as_init_from(hub):
     job = build(["model=hf", "model.init_from=hf://org/tiny@v1", "data=sample", *CLUSTER,
-                 "compute=g5.12xlarge", "compute.nodes=2", "model.name=tiny"])  # fmt: skip
+                 "compute=g5.12xlarge", "compute.nodes=2", "model.name=tiny",
+                 PYTORCHJOB])  # fmt: skip
     root = job.cfg.storage.root.rstrip("/")
     cache = f"{root}/models/org--tiny/v1"
     assert job.spec.trainer_config["model"]["init_from"] == cache

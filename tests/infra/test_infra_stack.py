@@ -330,8 +330,7 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     assert {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"} <= set(addons)
     assert addons["vpc-cni"]["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
     assert "eks-node-monitoring-agent" in addons
-    operator = run.one("kubernetes:kustomize/v2:Directory").inputs
-    assert operator["directory"].endswith("/manifests/overlays/standalone?ref=v1.9.4")
+    # The training operator (Kubeflow Trainer by default): test_infra_kubeflow_trainer.py.
     # CodeBuild, its webhook and the nightly rule: tests/infra/test_infra_ci.py.
     entries = [e.inputs["principalArn"] for e in run.of_type("aws:eks/accessEntry:AccessEntry")]
     assert stack_file_config(stack)["trainstack:adminRoleArn"] in entries

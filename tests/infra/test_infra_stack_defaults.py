@@ -38,13 +38,18 @@ def run(tmp_path, outputs_file, stack="dev"):
     )
 
 
+def outputs_api(stack_runs) -> str:
+    return stack_runs["dev"].outputs["job_api"]
+
+
 def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_runs):
     assert run(tmp_path, dev_outputs) == 0
     text = (tmp_path / "conf" / "dev.yaml").read_text()
     assert text.startswith("# @package _global_\n")
     defaults = yaml.safe_load(text)
     assert set(defaults) == {"cluster", "job", "storage"}
-    assert set(defaults["job"]) == {"image_repository", "queue"}
+    assert set(defaults["job"]) == {"image_repository", "queue", "api"}
+    assert defaults["job"]["api"] == outputs_api(stack_runs) == "trainjob"  # the operator's
     assert set(defaults["storage"]) == {"root", "grants", "fsx_claim"}
     outputs = stack_runs["dev"].outputs
     assert defaults["storage"]["grants"] == outputs["s3_grants"]

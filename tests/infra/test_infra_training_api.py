@@ -102,6 +102,8 @@ def test_the_api_deployment_service_rbac_identity_and_secret():
     }
     assert granted == {
         ("kubeflow.org", "pytorchjobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("jobset.x-k8s.io", "jobsets"),
         ("", "configmaps"),
         ("", "pods"),
         ("", "pods/log"),

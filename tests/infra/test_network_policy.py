@@ -10,6 +10,7 @@ import json
 import pytest
 
 from jobs.data_prepare import PrepareJobSpec, indexed_job
+from jobs.manifest_checks import trainjob_pod_template
 from tests.infra.netpol_eval import Pod, ingress_allowed
 from tests.infra.test_infra_training_api import run as run_with_api
 from tests.infra.test_infra_training_api import with_api
@@ -31,15 +32,18 @@ def recorded_policies(run) -> list[dict]:
     ]
 
 
-def job_pods(run_id: str) -> tuple[list[Pod], dict]:
-    manifests = build([*CLUSTER, "compute=g5.12xlarge", "compute.nodes=3"], run_id=run_id).manifests
-    job = next(m for m in manifests if m["kind"] == "PyTorchJob")
-    policy = next(m for m in manifests if m["kind"] == "NetworkPolicy")
-    pods = [
-        Pod(job["metadata"]["namespace"], replica["template"]["metadata"]["labels"])
-        for replica in job["spec"]["pytorchReplicaSpecs"].values()
-    ]
-    return pods, policy
+def job_pods(run_id: str, api: str) -> tuple[list[Pod], dict]:
+    """Two of the run's pods (a PyTorchJob's master and a worker; two of a TrainJob's nodes,
+    labelled as its patch labels them) and its NetworkPolicy."""
+    overrides = [*CLUSTER, "compute=g5.12xlarge", "compute.nodes=3", f"job.api={api}"]
+    _, job, policy = build(overrides, run_id=run_id).manifests
+    assert policy["kind"] == "NetworkPolicy"
+    namespace = job["metadata"]["namespace"]
+    if job["kind"] == "TrainJob":
+        labels = trainjob_pod_template(job)["metadata"]["labels"]
+        return [Pod(namespace, labels), Pod(namespace, dict(labels))], policy
+    replicas = job["spec"]["pytorchReplicaSpecs"].values()
+    return [Pod(namespace, r["template"]["metadata"]["labels"]) for r in replicas], policy
 
 
 def test_vpc_cni_enforces_network_policies(stack_runs):
@@ -50,7 +54,8 @@ def test_vpc_cni_enforces_network_policies(stack_runs):
         assert json.loads(cni.inputs["configurationValues"])["enableNetworkPolicy"] == "true"
 
 
-def test_only_the_runs_own_pods_and_the_api_port_get_in(api_stack):
+@pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
+def test_only_the_runs_own_pods_and_the_api_port_get_in(api_stack, job_api):
     namespace = "training"
     infra = recorded_policies(api_stack)
     deny = [p for p in infra if p["metadata"]["name"] == "default-deny-ingress"]
@@ -59,8 +64,8 @@ def test_only_the_runs_own_pods_and_the_api_port_get_in(api_stack):
         r for r in api_stack.of_type("kubernetes:apps/v1:Deployment") if r.name.endswith("-api")
     )
     api = Pod(namespace, api_deployment.inputs["spec"]["template"]["metadata"]["labels"])
-    (run_a_master, run_a_worker), policy_a = job_pods("run-a")
-    (run_b_master, _), policy_b = job_pods("run-b")
+    (run_a_master, run_a_worker), policy_a = job_pods("run-a", job_api)
+    (run_b_master, _), policy_b = job_pods("run-b", job_api)
     policies = [*infra, policy_a, policy_b]
     prepare = indexed_job(
         PrepareJobSpec(

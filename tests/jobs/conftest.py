@@ -68,3 +68,36 @@ def cli(workdir: Path, capsys: pytest.CaptureFixture[str], exec_in_process):
 
 def files_under(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def trainjob_pod(job: dict, runtime: dict | None = None) -> dict:
+    """The node pod Trainer makes of TrainJob `job` on `runtime` (default: the GPU runtime of
+    its instance type's group): the runtime's template, then the job's trainer fields and its
+    patch (lists appended, maps merged, the rest replaced), as a PyTorchJob's pod compares."""
+    import copy
+
+    from catalog import INSTANCE_TYPES
+    from jobs.manifest_checks import trainjob_pod_template
+    from jobs.runtimes import gpu_runtime
+    from jobs.spec import default_group_name
+    from jobs.trainjob import INSTANCE_TYPE_ANNOTATION
+
+    if runtime is None:
+        name = job["metadata"]["annotations"][INSTANCE_TYPE_ANNOTATION]
+        runtime = gpu_runtime(default_group_name(name), INSTANCE_TYPES[name])
+    pod = copy.deepcopy(runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"])
+    pod = pod["spec"]["template"]["spec"]
+    own = copy.deepcopy(trainjob_pod_template(job)["spec"])
+    (container,) = pod["containers"]
+    (job_container,) = own.pop("containers")
+    container["env"] = container.get("env", []) + job_container.pop("env")
+    container["volumeMounts"] += job_container.pop("volumeMounts")
+    container.update(job_container)
+    for key, value in own.items():
+        if isinstance(value, list):
+            pod[key] = pod.get(key, []) + value
+        elif isinstance(value, dict):
+            pod[key] = {**pod.get(key, {}), **value}
+        else:
+            pod[key] = value
+    return pod

@@ -11,14 +11,20 @@ from jobs.compose import compose
 from jobs.errors import JobConfigError
 from jobs.materialize import materialize
 from jobs.validate import validate_job
-from tests.jobs.conftest import CLUSTER, GIT_SHA, NOW, build
+from tests.jobs.conftest import CLUSTER, GIT_SHA, NOW, build, trainjob_pod
 
 G5 = [*CLUSTER, "compute=g5.12xlarge", "compute.nodes=2"]
 
 
 def pod_specs(manifests: list[dict]) -> list[dict]:
-    job = next(m for m in manifests if m["kind"] == "PyTorchJob")
+    """The pods of the job, of either kind (a TrainJob's on its runtime)."""
+    job = manifests[1]
+    if job["kind"] == "TrainJob":
+        return [trainjob_pod(job)]
     return [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+
+
+APIS = pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 
 
 def plan_of(overrides: list[str]):
@@ -28,8 +34,11 @@ def plan_of(overrides: list[str]):
 @pytest.mark.parametrize(
     ("capacity", "label"), [("on-demand", "ON_DEMAND"), ("spot", "SPOT"), ("any", None)]
 )
-def test_capacity_selects_the_nodes_capacity_type(capacity, label):
-    for pod in pod_specs(build([*G5, f"compute.capacity={capacity}"]).manifests):
+@APIS
+def test_capacity_selects_the_nodes_capacity_type(capacity, label, api):
+    job = build([*G5, f"compute.capacity={capacity}", f"job.api={api}"])
+    assert job.manifests[1]["kind"] == {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}[api]
+    for pod in pod_specs(job.manifests):
         assert pod["nodeSelector"].get("eks.amazonaws.com/capacityType") == label
         assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "g5.12xlarge"
 
@@ -50,10 +59,12 @@ def test_unknown_capacity_is_one_line():
         validate_job(compose([*G5, "compute.capacity=cheap"]), git_sha=GIT_SHA)
 
 
-def test_fsx_mounts_the_stacks_claim_in_every_pod_and_pods_read_from_it():
+@APIS
+def test_fsx_mounts_the_stacks_claim_in_every_pod_and_pods_read_from_it(api):
     job = build(
         [
             *G5,
+            f"job.api={api}",
             "storage.fsx=true",
             "storage.fsx_claim=fsx-claim",
             "data.path=/fsx/datasets/web",
@@ -64,7 +75,8 @@ def test_fsx_mounts_the_stacks_claim_in_every_pod_and_pods_read_from_it():
         assert volume["persistentVolumeClaim"] == {"claimName": "fsx-claim"}
         (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "fsx"]
         assert mount["mountPath"] == "/fsx"
-    assert not any("fsx" in str(v) for p in pod_specs(build(G5).manifests) for v in p["volumes"])
+    plain = pod_specs(build([*G5, f"job.api={api}"]).manifests)
+    assert not any("fsx" in str(v) for p in plain for v in p["volumes"])
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ def test_sft_experiment_renders_two_p5_nodes_from_s3(tmp_path: Path):
     assert trainer["trainer"]["export_hf"] is True
     assert job.plan.params == MODEL_PRESETS["llama3_8b"].num_params()
     kinds = [m["kind"] for m in job.manifests]
-    assert kinds == ["ConfigMap", "PyTorchJob", "NetworkPolicy"]
+    assert kinds == ["ConfigMap", "TrainJob", "NetworkPolicy"]  # job.api's default
     assert S3_MODEL in job.manifests[0]["data"]["config.yaml"]
 
 

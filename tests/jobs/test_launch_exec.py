@@ -41,7 +41,7 @@ def test_a_dry_run_sweep_leaves_no_scratch_dir_and_no_marker_in_children(tmp_pat
     args = ["launch", "-m", "--dryrun", "trainer.lr=1e-4,2e-4", *RENDER]
     done = trainstack(*args, cwd=tmp_path, script=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("kind: PyTorchJob") == 2
+    assert done.stdout.count("kind: TrainJob") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # TMPDIR and cwd: nothing left
 
 

@@ -13,7 +13,7 @@ from tests.jobs.conftest import CLUSTER, build
 
 @pytest.fixture(scope="module")
 def manifests() -> list[dict]:
-    job = build(["compute=p5.48xlarge", "compute.nodes=2", *CLUSTER])
+    job = build(["compute=p5.48xlarge", "compute.nodes=2", *CLUSTER, "job.api=pytorchjob"])
     return job.manifests
 
 

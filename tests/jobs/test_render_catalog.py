@@ -1,5 +1,5 @@
-"""For every GPU instance in the catalog, the rendered pods ask for exactly its GPUs and EFA
-interfaces, with the EFA environment only where EFA exists; a pod on part of an EFA node
+"""For every GPU instance in the catalog, the rendered PyTorchJob pods ask for exactly its GPUs
+and EFA interfaces, with the EFA environment only where EFA exists; a pod on part of an EFA node
 still gets an EFA device (validation refuses a layout that would not)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def pods(manifests: list[dict]) -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
 def test_pods_ask_for_the_catalogs_gpus_and_efa(name: str):
     instance = INSTANCE_TYPES[name]
-    job = build([*CLUSTER, f"compute={name}", "compute.nodes=2"])
+    job = build([*CLUSTER, "job.api=pytorchjob", f"compute={name}", "compute.nodes=2"])
     pytorch_job = job.manifests[1]
     assert pytorch_job["spec"]["nprocPerNode"] == str(instance.gpus)
     templates = pods(job.manifests)
@@ -64,7 +64,15 @@ def test_one_gpu_of_an_efa_instance_still_gets_an_efa_device(name: str):
     """The pods that set FI_PROVIDER=efa are exactly the pods given an EFA device: one GPU of
     a g5 or p4d (a share of its interfaces below one) gets one."""
     instance = INSTANCE_TYPES[name]
-    job = build([*CLUSTER, f"compute={name}", "compute.gpus_per_node=1", "compute.nodes=2"])
+    job = build(
+        [
+            *CLUSTER,
+            "job.api=pytorchjob",
+            f"compute={name}",
+            "compute.gpus_per_node=1",
+            "compute.nodes=2",
+        ]
+    )
     for template in pods(job.manifests).values():
         (container,) = template["spec"]["containers"]
         efa = int(container["resources"]["limits"].get("vpc.amazonaws.com/efa", 0))

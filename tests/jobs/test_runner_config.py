@@ -141,6 +141,7 @@ def test_render_runs_the_same_command_with_the_workdir_fetch_efa_and_env(
         f"runner.workdir={project}",
         "+runner.args.lr=0.001",
         "+runner.env.MY_FLAG=1",
+        "job.api=pytorchjob",  # the TrainJob of the same: test_trainjob.py, the goldens
     ]
     job = build(overrides, run_id="cmd-render")
     sha = job.cfg.runner.code

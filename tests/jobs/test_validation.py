@@ -140,6 +140,29 @@ BAD_INPUTS = {
         "data.mixture[0].path",
         "prepared dataset",
     ),
+    # What one job API cannot express is refused for it, never dropped.
+    "elastic on a TrainJob": (
+        [*P5, "compute.nodes=2", "job.elastic.min_nodes=1", "job.elastic.max_nodes=4"],
+        "job.elastic",
+        "job.api=pytorchjob",
+    ),
+    "clean pod policy on a TrainJob": (
+        [*P5, "job.clean_pod_policy=All"],
+        "job.clean_pod_policy",
+        "allowed: Running, or job.api=pytorchjob",
+    ),
+    "TTL on a TrainJob": (
+        [*P5, "job.ttl_seconds_after_finished=60"],
+        "job.ttl_seconds_after_finished",
+        "allowed: 604800",
+    ),
+    "unknown job API": ([*P5, "job.api=mpijob"], "job.api", "trainjob, pytorchjob"),
+    "runtime on a PyTorchJob": (
+        [*P5, "job.api=pytorchjob", "job.runtime=trainstack-p5"],
+        "job.runtime",
+        "job.api=trainjob",
+    ),
+    "runtime not a DNS name": ([*P5, "job.runtime=My_Runtime"], "job.runtime", "DNS-1123"),
     "unsupported kubernetes version": (
         [*P5, "cluster.kubernetes_version=2.5"],
         "cluster.kubernetes_version",
@@ -170,5 +193,5 @@ def test_bad_point_in_a_sweep_writes_nothing(cli, workdir):
 def test_dryrun_writes_nothing(cli, workdir):
     result = cli("launch", "--dryrun", *P5, "run_id=dry")
     assert result.code == 0
-    assert "kind: PyTorchJob" in result.out and "name: dry" in result.out
+    assert "kind: TrainJob" in result.out and "name: dry" in result.out
     assert files_under(workdir) == []

@@ -10,11 +10,12 @@ from jobs.manifest_checks import ManifestError, check_manifests
 from tests.jobs.conftest import CLUSTER, build
 
 VERSION = "1.33"
+PYTORCHJOB = "job.api=pytorchjob"
 
 
 @pytest.fixture(scope="module")
 def manifests() -> list[dict]:
-    return build([*CLUSTER, "compute=p4d.24xlarge", "compute.nodes=2"]).manifests
+    return build([*CLUSTER, PYTORCHJOB, "compute=p4d.24xlarge", "compute.nodes=2"]).manifests
 
 
 def broken(manifests: list[dict], edit) -> list[dict]:

@@ -10,32 +10,53 @@ import pytest
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
 from tests.k8s.fake_operator import FakeOperator, JobPlan
+from tests.k8s.fake_trainer import FakeTrainer
 from tests.s3_server import s3_env
 
 NAMESPACE = "training"
 GPU_TYPE = "p4d.24xlarge"
 
 
-def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str = GPU_TYPE) -> None:
-    """A ready cluster: the CRD, namespace, service account and GPU nodes with EFA."""
+def put_crd(server: FakeKubeApiServer, kind) -> None:
+    """The served, Established CRD of a job kind (a jobs.k8s.kinds.JobKind)."""
     server.put(
         "customresourcedefinitions",
         {
             "apiVersion": "apiextensions.k8s.io/v1",
-            "metadata": {"name": "pytorchjobs.kubeflow.org"},
+            "metadata": {"name": kind.crd_name},
             "spec": {
-                "group": "kubeflow.org",
-                "names": {"kind": "PyTorchJob", "plural": "pytorchjobs"},
+                "group": kind.group,
+                "names": {"kind": kind.kind, "plural": kind.plural},
                 "scope": "Namespaced",
-                "versions": [{"name": "v1", "served": True, "storage": True}],
+                "versions": [{"name": kind.version, "served": True, "storage": True}],
             },
             "status": {"conditions": [{"type": "Established", "status": "True"}]},
         },
     )
+
+
+def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str = GPU_TYPE) -> None:
+    """A ready cluster: the CRD, namespace, service account and GPU nodes with EFA."""
+    from jobs.k8s.kinds import PYTORCHJOB
+
+    put_crd(server, PYTORCHJOB)
     server.put("namespaces", {"apiVersion": "v1", "metadata": {"name": NAMESPACE}})
     server.put("serviceaccounts", {"apiVersion": "v1", "metadata": {"name": "trainer"}}, NAMESPACE)
     for index in range(nodes):
         add_node(server, f"gpu-{index}", instance_type)
+
+
+def seed_trainer(server: FakeKubeApiServer, instance_type: str = GPU_TYPE) -> None:
+    """Kubeflow Trainer as `pulumi up` installs it: the TrainJob CRD and trainstack's runtime
+    of a node group of `instance_type` (named as a job without a stack expects)."""
+    from catalog import INSTANCE_TYPES
+    from jobs.k8s.kinds import TRAINJOB
+    from jobs.runtimes import gpu_runtime
+    from jobs.spec import default_group_name
+
+    put_crd(server, TRAINJOB)
+    group = default_group_name(instance_type)
+    server.put("clustertrainingruntimes", gpu_runtime(group, INSTANCE_TYPES[instance_type]))
 
 
 def add_node(
@@ -73,9 +94,12 @@ def add_node(
 def apiserver() -> Iterator[FakeKubeApiServer]:
     server = FakeKubeApiServer().start()
     FakeOperator(server, JobPlan())
+    FakeTrainer(server)
     seed_cluster(server)
+    seed_trainer(server)
     yield server
     server.operator.shutdown()
+    server.trainer.shutdown()
     server.stop()
 
 
@@ -138,6 +162,7 @@ LAUNCH_ARGS = [
     "backend=kubernetes",
     f"compute={GPU_TYPE}",
     "job.image=registry.example.com/trainer:v1",
+    "job.api=pytorchjob",  # these suites drive the operator v1; TrainJob: test_k8s_trainjob.py
 ]
 
 

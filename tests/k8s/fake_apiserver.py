@@ -2,7 +2,8 @@
 
 It speaks just enough of the API for trainstack's cluster code, driven through the official
 client: namespaces, nodes, service accounts, config maps, pods (+ logs, incl. follow), the
-PyTorchJob custom resource (`kubeflow.org/v1`) and the CRD object itself. Objects get uids and
+PyTorchJob custom resource (`kubeflow.org/v1`), Kubeflow Trainer's TrainJob, JobSet and
+ClusterTrainingRuntime (`fake_trainer.py`), and the CRD object itself. Objects get uids and
 a global resourceVersion; list/get/create/patch/delete behave like the apiserver (409
 AlreadyExists, 404 NotFound, ownerReference cascades, PATCH by its Content-Type as in
 `fake_patch.py`), and `?watch=true` streams chunked JSON events from a resourceVersion (410 Gone
@@ -78,6 +79,7 @@ class FakeKubeApiServer(ObjectStore):
         self.operator = None  # set by FakeOperator
         self.kueue = None  # set by FakeKueue
         self.batch = None  # set by FakeBatchController (batch/v1 Jobs)
+        self.trainer = None  # set by FakeTrainer (TrainJobs, their JobSets and pods)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -281,14 +283,20 @@ def _handler_for(server: FakeKubeApiServer):
                 return self._error(409, "AlreadyExists", f'{plural} "{name}" already exists')
             if server.get(plural, name, namespace) is not None:
                 return self._error(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            if plural == "trainjobs" and server.trainer is not None:
+                refused = server.trainer.admission_error(obj)
+                if refused:
+                    return self._error(422, "Invalid", f'TrainJob "{name}" is invalid: {refused}')
             return self._send(201, self._create(plural, namespace, obj))
 
         def _create(self, plural: str, namespace: str, obj: dict) -> dict:
             created = server.put(plural, obj, namespace)
-            if plural == "pytorchjobs" and server.kueue is not None:
+            if plural in ("pytorchjobs", "trainjobs") and server.kueue is not None:
                 server.kueue.job_created(created)
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_created(created)
+            if plural == "trainjobs" and server.trainer is not None:
+                server.trainer.job_created(created)
             if plural == "jobs" and server.batch is not None:
                 server.batch.job_created(created)
             return created
@@ -311,6 +319,8 @@ def _handler_for(server: FakeKubeApiServer):
                 updated = server.put(plural, patched, namespace)
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_patched(updated)
+            if plural == "trainjobs" and server.trainer is not None:
+                server.trainer.job_patched(updated)
             return self._send(200, updated)
 
         def do_PUT(self) -> None:
@@ -349,6 +359,8 @@ def _handler_for(server: FakeKubeApiServer):
                 return self._error(404, "NotFound", f'{plural} "{name}" not found')
             if plural == "pytorchjobs" and server.operator is not None:
                 server.operator.job_deleted(name)
+            if plural == "trainjobs" and server.trainer is not None:
+                server.trainer.job_deleted(name)
             if policy == "Foreground":
                 # The object stays, marked, until its dependents are gone (pods take their
                 # grace period): a create of the same name meanwhile gets 409 AlreadyExists.
@@ -451,6 +463,10 @@ def _handler_for(server: FakeKubeApiServer):
             if pod is None or operator is None:
                 return self._error(404, "NotFound", f'pods "{name}" not found')
             uid = pod["metadata"]["uid"]
+            if server.trainer is not None and "jobset.sigs.k8s.io/jobset-name" in (
+                pod["metadata"].get("labels") or {}
+            ):
+                operator = server.trainer  # a TrainJob's (JobSet's) pod
             if query.get("follow", ["false"])[0].lower() != "true":
                 text = "".join(line + "\n" for line in operator.log_lines(uid))
                 return self._send(200, text, "text/plain")

@@ -1,5 +1,6 @@
-"""Kueue, simulated inside the fake apiserver (test-only): queue-labelled PyTorchJobs get a
-Workload (`kueue.x-k8s.io/v1beta1`) that stays pending until a test admits it; `admit`
+"""Kueue, simulated inside the fake apiserver (test-only): queue-labelled PyTorchJobs and
+TrainJobs (its `trainer.kubeflow.org/trainjob` integration) get a Workload
+(`kueue.x-k8s.io/v1beta1`) that stays pending until a test admits it; `admit`
 un-suspends the job (Kueue is the only one that does), `preempt` suspends it again (the
 operator then deletes its pods, as on a real preemption) and marks the Workload evicted.
 """
@@ -32,24 +33,26 @@ def _condition(kind: str, status: bool, reason: str, message: str) -> dict:
 class FakeKueue:
     def __init__(self, server: FakeKubeApiServer) -> None:
         self.server = server
+        self.kinds: dict[str, str] = {}
+        """job name -> its kind (PyTorchJob or TrainJob)."""
         server.kueue = self
 
-    @staticmethod
-    def workload_name(job_name: str) -> str:
-        return f"pytorchjob-{job_name}"
+    def workload_name(self, job_name: str) -> str:
+        return f"{self.kinds.get(job_name, 'PyTorchJob').lower()}-{job_name}"
 
     def job_created(self, job: dict) -> None:
         meta = job["metadata"]
         queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
         if not queue:
             return
+        self.kinds[meta["name"]] = job["kind"]
         workload = {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "metadata": {
                 "name": self.workload_name(meta["name"]),
                 "labels": {JOB_UID_LABEL: meta["uid"]},
                 "ownerReferences": [
-                    {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": meta["name"]}
+                    {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"]}
                     | {"uid": meta["uid"], "controller": True}
                 ],
             },
@@ -67,6 +70,13 @@ class FakeKueue:
             namespace,
             lambda w: w.setdefault("status", {}).update(conditions=conditions),
         )
+        if self.kinds.get(job_name) == "TrainJob":
+            job = self.server.update(
+                "trainjobs", job_name, namespace, lambda j: j["spec"].update(suspend=suspend)
+            )
+            if job is not None and self.server.trainer is not None:
+                self.server.trainer.job_patched(job)
+            return
         job = self.server.update(
             "pytorchjobs",
             job_name,

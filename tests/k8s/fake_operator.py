@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
+from tests.k8s.fake_pods import PodLogs
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 
@@ -53,17 +54,17 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class FakeOperator:
+class FakeOperator(PodLogs):
+    pod_label = JOB_LABEL
+
     def __init__(self, server: FakeKubeApiServer, default: JobPlan | None = None) -> None:
-        self.server = server
+        super().__init__(server)
         self.default = default or JobPlan()
         self.plans: dict[str, list[JobPlan]] = {}
         self.created: dict[str, int] = {}
         """Submissions per job name (what the tests count duplicates with)."""
         self._runs: dict[str, _Run] = {}
         self._plans_in_use: dict[str, JobPlan] = {}
-        self._logs: dict[str, list[str]] = {}
-        self._closed: set[str] = set()
         server.operator = self
 
     # -- hooks called by the apiserver ---------------------------------------------------------
@@ -110,12 +111,6 @@ class FakeOperator:
             run.thread.join(timeout=5)
         for pod in self.server.list("pods", selector={"labels": {JOB_LABEL: ("=", name)}}):
             self._closed.add(pod["metadata"]["uid"])
-
-    def log_lines(self, pod_uid: str) -> list[str]:
-        return list(self._logs.get(pod_uid, []))
-
-    def log_closed(self, pod_uid: str) -> bool:
-        return pod_uid in self._closed
 
     def shutdown(self) -> None:
         """Stop every simulated job (held ones included)."""
@@ -205,22 +200,6 @@ class FakeOperator:
         self._set_phase(pod_name, namespace, "Running")
         self._log(pod_name, namespace, "resumed from latest checkpoint")
         self._condition(job_name, namespace, "Running", "PyTorchJobRunning", "running")
-
-    def _delete_pods(self, job_name: str, namespace: str) -> None:
-        for pod in self.server.list("pods", namespace, {"labels": {JOB_LABEL: ("=", job_name)}}):
-            self._closed.add(pod["metadata"]["uid"])
-            self.server.remove("pods", pod["metadata"]["name"], namespace)
-
-    def _uid(self, pod_name: str, namespace: str) -> str:
-        pod = self.server.get("pods", pod_name, namespace)
-        return pod["metadata"]["uid"] if pod else ""
-
-    def _log(self, pod_name: str, namespace: str, line: str) -> None:
-        uid = self._uid(pod_name, namespace)
-        if uid:
-            self._logs.setdefault(uid, []).append(f"[{pod_name}] {line}")
-            with self.server.cond:
-                self.server.cond.notify_all()
 
     def _set_phase(self, pod_name: str, namespace: str, phase: str) -> None:
         """Phase plus the container's status, as the kubelet reports it."""

@@ -20,6 +20,7 @@ CLUSTER_SCOPED = {
     "persistentvolumes",
     "clusterqueues",
     "resourceflavors",
+    "clustertrainingruntimes",
 }
 KINDS = {
     "namespaces": "Namespace",
@@ -33,6 +34,9 @@ KINDS = {
     "localqueues": "LocalQueue",
     "clusterqueues": "ClusterQueue",
     "jobs": "Job",
+    "trainjobs": "TrainJob",
+    "jobsets": "JobSet",
+    "clustertrainingruntimes": "ClusterTrainingRuntime",
     "networkpolicies": "NetworkPolicy",
 }
 

@@ -69,7 +69,9 @@ def test_cancelled_runs_are_not_restarted(apiserver, trainstack, capsys, monkeyp
     # backend's cancel directly: the CLI's config composition could outlast the backoff.)
     monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.5)
     apiserver.operator.plans["rc2"] = [FAILED, JobPlan()]
-    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), None, NAMESPACE))
+    backend = KubernetesBackend(
+        ClusterSettings(str(kubeconfig), None, NAMESPACE, job_api="pytorchjob")
+    )
     canceller = _when_failed(apiserver, "rc2", lambda: backend.cancel("rc2"))
     code = trainstack("launch", "--wait", "run_id=rc2", "job.max_retries=3", launch=True)
     canceller.join()

@@ -47,6 +47,14 @@ def test_launch_submits_the_pinned_image(ecr, apiserver, trainstack):
     assert master["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
 
 
+def test_a_trainjob_is_submitted_with_the_pinned_image(ecr, apiserver, trainstack):
+    image = f"{REGISTRY}/trainstack/trainer:v1"
+    args = ["run_id=e3", f"job.image={image}", "job.api=trainjob"]
+    assert trainstack("launch", *args, launch=True) == 0
+    job = apiserver.get("trainjobs", "e3", "training")
+    assert job["spec"]["trainer"]["image"] == f"{REGISTRY}/trainstack/trainer@{ecr}"
+
+
 def test_a_render_carries_the_digest_the_kubernetes_backend_would_submit(ecr, monkeypatch):
     from jobs.backends import render
     from jobs.backends.render import RenderBackend

@@ -69,8 +69,8 @@ def test_foreground_deletion_keeps_the_job_until_its_pods_are_gone(apiserver, cl
     seen_terminating = []
     original = cluster.get_job
 
-    def get_job(name):
-        job = original(name)
+    def get_job(name, *kind):
+        job = original(name, *kind)
         if job is not None and job["metadata"].get("deletionTimestamp"):
             seen_terminating.append(job["metadata"]["finalizers"])
         return job

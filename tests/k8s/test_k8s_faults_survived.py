@@ -32,7 +32,9 @@ def test_a_followed_run_survives_without_a_resubmit(
     apiserver, kubeconfig, fast_retry, fast_restarts, plan, faults
 ):
     apiserver.operator.default = plan
-    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    backend = KubernetesBackend(
+        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
+    )
     submit(backend.cluster, [config_map("f1"), pytorch_job("f1", workers=2)])
     for name, value in faults.items():
         setattr(apiserver.faults, name, value)
@@ -49,7 +51,9 @@ def test_the_second_line_never_restarts_a_run_someone_else_replaced(
     apiserver, kubeconfig, fast_retry, fast_restarts
 ):
     apiserver.operator.plans["f2"] = [JobPlan(outcome="Failed", steps=2)]
-    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    backend = KubernetesBackend(
+        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
+    )
     ours = [config_map("f2"), pytorch_job("f2")]
     created = submit(backend.cluster, ours)
     backend._scheduled["f2"] = (ours, 2)  # as schedule() records a run it submitted
@@ -90,7 +94,8 @@ def test_the_second_line_never_restarts_a_run_it_found_already_active(
         theirs.hold = False  # it ends, Failed, after its steps
 
     threading.Thread(target=fail_once_our_launch_follows_it, daemon=True).start()
-    code = trainstack("launch", "--wait", "run_id=f3", "job.max_retries=2", launch=True)
+    # --force: r23 refuses to resubmit another user's run without it.
+    code = trainstack("launch", "--wait", "--force", "run_id=f3", "job.max_retries=2", launch=True)
     out = capsys.readouterr().out
     assert "f3: already active" in out and "[trainstack] f3: Failed" in out
     assert code != 0 and "restart 1/" not in out

@@ -33,7 +33,9 @@ def queued_job(name: str) -> list[dict]:
 def backend_for(kubeconfig) -> KubernetesBackend:
     from jobs.backends.kubernetes import ClusterSettings
 
-    return KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    return KubernetesBackend(
+        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
+    )
 
 
 def client_patches(apiserver, name: str) -> int:

@@ -128,4 +128,4 @@ def test_wheel_installs_and_runs_a_user_experiment_from_anywhere(tmp_path):
     ]
     run(render, work, env)
     manifests = (work / "runs" / "mine-render" / "manifests.yaml").read_text()
-    assert "kind: PyTorchJob" in manifests and "n_layers: 2" in manifests
+    assert "kind: TrainJob" in manifests and "n_layers: 2" in manifests

@@ -1,0 +1,73 @@
+"""Kubeflow Trainer v2 in the cluster: its pinned Helm chart (the controller, the TrainJob and
+runtime CRDs, and JobSet as the chart's dependency) and trainstack's ClusterTrainingRuntimes,
+one per GPU node group and a CPU one.
+
+The runtimes are what jobs/runtimes.py builds from the instance catalog: the same function the
+job tests check TrainJobs against, so the stack and the jobs cannot drift apart. Trainer's
+own example runtimes (`runtimes.defaultEnabled`) stay off: jobs only run on trainstack's.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.cluster_addons import helm_release
+from infra.settings import GpuNodeGroupConfig
+from infra.versions import KUBEFLOW_TRAINER
+from jobs.runtimes import cluster_training_runtimes
+
+TRAINER_NAMESPACE = "kubeflow-system"
+TRAINJOB_API = "trainjob"
+"""The stack output `job_api` of a stack with Kubeflow Trainer: jobs default to TrainJobs."""
+
+
+def trainer_values() -> dict:
+    """Chart values: JobSet with it (its pinned dependency), no example runtimes."""
+    return {"jobset": {"install": True}, "runtimes": {"defaultEnabled": False}}
+
+
+def runtime_objects(groups: tuple[GpuNodeGroupConfig, ...], service_account: str) -> list[dict]:
+    """Pure: every ClusterTrainingRuntime the stack installs."""
+    pairs = [(group.name, group.instance) for group in groups]
+    return cluster_training_runtimes(pairs, service_account=service_account)
+
+
+class KubeflowTrainer(pulumi.ComponentResource):
+    release: k8s.helm.v3.Release
+    runtime_names: pulumi.Output[list[str]]
+
+    def __init__(
+        self,
+        name: str,
+        groups: tuple[GpuNodeGroupConfig, ...],
+        service_account: str,
+        k8s_provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("trainstack:infra:KubeflowTrainer", name, None, opts)
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
+        self.release = helm_release(
+            name,
+            KUBEFLOW_TRAINER,
+            TRAINER_NAMESPACE,
+            trainer_values(),
+            in_cluster,
+            create_namespace=True,
+        )
+        after_crds = pulumi.ResourceOptions.merge(
+            in_cluster, pulumi.ResourceOptions(depends_on=[self.release])
+        )
+        runtimes = [
+            k8s.apiextensions.CustomResource(
+                f"{name}-runtime-{runtime['metadata']['name']}",
+                api_version=runtime["apiVersion"],
+                kind=runtime["kind"],
+                metadata=runtime["metadata"],
+                spec=runtime["spec"],
+                opts=after_crds,
+            )
+            for runtime in runtime_objects(groups, service_account)
+        ]
+        self.runtime_names = pulumi.Output.all(*[r.metadata["name"] for r in runtimes])
+        self.register_outputs({"runtime_names": self.runtime_names})

@@ -1,0 +1,88 @@
+"""Job spec -> a Kubeflow Trainer v2 `TrainJob` (trainer.kubeflow.org/v1alpha1), the sibling of
+jobs/manifests.py's PyTorchJob.
+
+Runtimes are the platform's, jobs are the user's: what every job on a node group repeats (node
+selector and tolerations, EFA interfaces and huge pages, /dev/shm, the restricted security
+context, NCCL/EFA environment, the failure policy) lives in the ClusterTrainingRuntime that
+`pulumi up` installs (jobs/runtimes.py); the TrainJob names it (`runtimeRef`) and carries only
+the job's own parts: image, command, env, nodes, processes and resources per node, labels, and
+through one `runtimePatches` entry what the trainer API has no field for (the config
+ConfigMap's volume and mount, the runner's scratch and the FSx claim, `compute.capacity`'s node
+selector, the service account, the grace period, the pods' labels — the run-id label the run's
+NetworkPolicy selects them by).
+
+Pure, like the PyTorchJob: the same spec always gives the same dict.
+"""
+
+from __future__ import annotations
+
+from jobs.manifests import (
+    CONFIG_MOUNT,
+    capacity_selector,
+    config_volume,
+    container_env,
+    container_resources,
+    job_volumes,
+    pod_metadata,
+)
+from jobs.spec import JobSpec
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+RUNTIME_KIND = "ClusterTrainingRuntime"
+NODE = "node"
+"""The torch runtime's replicated job and trainer container: Trainer injects PET_* there."""
+INSTANCE_TYPE_ANNOTATION = "trainstack.io/instance-type"
+"""Where a TrainJob's nodes run (its runtime's node selector), for cost and the API's views."""
+PATCH_MANAGER = "trainstack.io/launcher"
+"""Who owns trainstack's `runtimePatches` entry (a domain-prefixed path, as the webhook wants)."""
+
+
+def job_patch(spec: JobSpec) -> dict:
+    """The `runtimePatches` entry: what the pods need from this job that `spec.trainer` can't
+    say. Env is not here: the webhook refuses env patches on the `node` container."""
+    volumes, mounts = job_volumes(spec)
+    pod = {
+        "containers": [{"name": NODE, "volumeMounts": [dict(CONFIG_MOUNT), *mounts]}],
+        "nodeSelector": capacity_selector(spec) or None,
+        "serviceAccountName": spec.service_account,
+        "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+        "volumes": [config_volume(spec.name), *volumes],
+    }
+    job_template = {"spec": {"template": {"metadata": pod_metadata(spec), "spec": pod}}}
+    return {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {"spec": {"replicatedJobs": [{"name": NODE, "template": job_template}]}}
+        },
+    }
+
+
+def train_job(spec: JobSpec) -> dict:
+    trainer = {
+        "command": list(spec.command),
+        "env": container_env(spec, leave_out=spec.platform_env),
+        "image": spec.image,
+        "numNodes": spec.nodes,
+        "numProcPerNode": spec.nproc_per_node,
+        "resourcesPerNode": container_resources(spec.resources) if spec.resources else None,
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {
+            "annotations": dict(spec.annotations)
+            | ({INSTANCE_TYPE_ANNOTATION: spec.instance_type} if spec.instance_type else {}),
+            "labels": dict(spec.labels),
+            "name": spec.name,
+            "namespace": spec.namespace,
+        },
+        "spec": {
+            "activeDeadlineSeconds": spec.run_policy.active_deadline_seconds,
+            "runtimePatches": [job_patch(spec)],
+            "runtimeRef": {"apiGroup": GROUP, "kind": RUNTIME_KIND, "name": spec.runtime},
+            # Created suspended for Kueue (job.queue): only Kueue un-suspends it, on admission.
+            "suspend": True if spec.run_policy.suspend else None,
+            "trainer": trainer,
+        },
+    }

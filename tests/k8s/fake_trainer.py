@@ -1,0 +1,329 @@
+"""Kubeflow Trainer v2 and JobSet, simulated inside the fake apiserver (test-only).
+
+Admission is the real schema: a TrainJob is checked against Trainer v2.3.0's vendored CRD
+(tests/crd_schema.py, strictly) and must name a ClusterTrainingRuntime that exists, else the
+create is refused 422 as the webhook would. A created TrainJob gets a JobSet of the same name
+(owned by it) and, unless suspended, one pod per node (owned by the JobSet) labelled as JobSet
+labels them (jobset name, replicated job `node`, completion index = node rank, restart
+attempt). What then happens is scripted per name with `TrainPlan`s (one per submission):
+steps with log lines; a node's pod failing with an exit code, which the runtime's failure policy
+decides (1-127: the pod failure policy fails the Job and the JobSet at once; else the JobSet
+recreates every pod, up to the runtime's `maxRestarts`, counting `status.restarts`);
+completion (Complete) or failure (Failed), as Trainer reports its JobSet's. Suspending the
+TrainJob (Kueue preempts, trainstack cancels) deletes the pods; un-suspending (Kueue admits)
+starts them again. Deleting the TrainJob deletes the JobSet and the pods by owner references.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from tests import crd_schema
+from tests.k8s.fake_apiserver import FakeKubeApiServer
+from tests.k8s.fake_pods import PodLogs
+
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR"} | {
+    "PET_MASTER_PORT"
+}
+PERMANENT = range(1, 128)
+"""trainstack's runtimes fail the Job on these exit codes (its pod failure policy)."""
+
+
+@dataclass
+class TrainPlan:
+    outcome: str = "Succeeded"
+    steps: int = 4
+    step_seconds: float = 0.05
+    fail_at: int | None = None
+    """At this step node rank `fail_rank`'s pod exits with `exit_code`..."""
+    fail_rank: int = 0
+    exit_code: int = 137
+    failures: int = 1
+    """...in this many attempts in a row (the JobSet's restarts)."""
+    hold: bool = False
+    """Keep running after the last step until suspended or deleted."""
+
+
+@dataclass
+class _Run:
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class FakeTrainer(PodLogs):
+    pod_label = JOBSET_LABEL
+
+    def __init__(self, server: FakeKubeApiServer, default: TrainPlan | None = None) -> None:
+        super().__init__(server)
+        self.default = default or TrainPlan()
+        self.plans: dict[str, list[TrainPlan]] = {}
+        self.created: dict[str, int] = {}
+        self._runs: dict[str, _Run] = {}
+        self._plans_in_use: dict[str, TrainPlan] = {}
+        crd_schema.errors({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"})
+        # (compiles the CRD's validator now, not inside a create with the client waiting)
+        server.trainer = self
+
+    # -- hooks called by the apiserver ---------------------------------------------------------
+    def admission_error(self, job: dict) -> str | None:
+        """What Trainer's CRD schema or webhook refuses about a new TrainJob, or None."""
+        problems = crd_schema.errors({**job, "metadata": {**job["metadata"]}})
+        if problems:
+            return "; ".join(problems)
+        runtime = job["spec"]["runtimeRef"]["name"]
+        if self.server.get("clustertrainingruntimes", runtime) is None:
+            return f'spec.runtimeRef: ClusterTrainingRuntime "{runtime}" not found'
+        # The torch plugin's and the JobSet plugin's webhook rules (Trainer v2.3.0).
+        env = {e["name"] for e in (job["spec"].get("trainer") or {}).get("env") or []}
+        if env & RESERVED_ENV:
+            return f"spec.trainer.env: must not have reserved envs: {sorted(env & RESERVED_ENV)}"
+        for patch in job["spec"].get("runtimePatches") or []:
+            template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+            for rjob in (template.get("spec") or {}).get("replicatedJobs") or []:
+                pod = rjob.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
+                if any(c.get("env") for c in pod.get("containers") or []):
+                    return "spec.runtimePatches: must not have envs for the node container"
+        return None
+
+    def job_created(self, job: dict) -> None:
+        meta = job["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        self.created[name] = self.created.get(name, 0) + 1
+        queue = self.plans.get(name) or []
+        self._plans_in_use[name] = queue.pop(0) if queue else self.default
+        self.server.put(
+            "jobsets",
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "metadata": {
+                    "name": name,
+                    "labels": dict(meta.get("labels") or {}),
+                    "ownerReferences": [_owner("trainer.kubeflow.org/v1alpha1", "TrainJob", meta)],
+                },
+                "spec": {"suspend": bool(job["spec"].get("suspend"))},
+                "status": {"restarts": 0},
+            },
+            namespace,
+        )
+        if job["spec"].get("suspend"):
+            self._condition(name, namespace, "Suspended", True, "Suspended", "suspended")
+            return
+        self._start(job)
+
+    def job_patched(self, job: dict) -> None:
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        suspended = bool(job["spec"].get("suspend"))
+        run = self._runs.get(name)
+        running = run is not None and not run.stop.is_set()
+        if suspended and running:
+            self._stop(name)
+            self._delete_pods(name, namespace)
+            self._active(name, namespace, 0)
+            self._condition(name, namespace, "Suspended", True, "Suspended", "suspended")
+        elif not suspended and not running and name in self._plans_in_use:
+            if self._final(job):
+                return
+            self._condition(name, namespace, "Suspended", False, "Resumed", "resumed")
+            self._start(job)
+
+    def job_deleted(self, name: str) -> None:
+        self._stop(name)
+        for pod in self.server.list("pods", selector={"labels": {JOBSET_LABEL: ("=", name)}}):
+            self._closed.add(pod["metadata"]["uid"])
+
+    def shutdown(self) -> None:
+        for run in list(self._runs.values()):
+            run.stop.set()
+        self.wait_idle(timeout=2)
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        for run in list(self._runs.values()):
+            run.thread.join(timeout=timeout)
+
+    # -- the simulation ------------------------------------------------------------------------
+    def _start(self, job: dict) -> None:
+        run = _Run()
+        plan = self._plans_in_use[job["metadata"]["name"]]
+        run.thread = threading.Thread(target=self._run, args=(job, plan, run.stop), daemon=True)
+        self._runs[job["metadata"]["name"]] = run
+        run.thread.start()
+
+    def _stop(self, name: str) -> None:
+        run = self._runs.get(name)
+        if run and not run.stop.is_set():
+            run.stop.set()
+            if run.thread is not threading.current_thread():
+                run.thread.join(timeout=5)
+
+    def _max_restarts(self, job: dict) -> int:
+        runtime = self.server.get("clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])
+        policy = ((runtime or {}).get("spec") or {}).get("template", {}).get("spec", {})
+        return int((policy.get("failurePolicy") or {}).get("maxRestarts") or 0)
+
+    def _run(self, job: dict, plan: TrainPlan, stop: threading.Event) -> None:
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        nodes = int(job["spec"]["trainer"].get("numNodes") or 1)
+        jobset = self.server.get("jobsets", name, namespace) or {}
+        restarts = int((jobset.get("status") or {}).get("restarts") or 0)
+        failures_left = plan.failures if restarts == 0 else max(plan.failures - restarts, 0)
+        while True:
+            pods = [self._put_pod(job, rank, restarts) for rank in range(nodes)]
+            if stop.wait(plan.step_seconds):
+                return
+            for pod in pods:
+                self._set_phase(pod, namespace, "Running")
+            self._active(name, namespace, nodes)
+            step, failed_code = 0, None
+            while step < plan.steps or plan.hold:
+                step += 1
+                if stop.is_set():
+                    return
+                for pod in pods:
+                    self._log(pod, namespace, f"step {step} loss {4.0 / step:.3f}")
+                if plan.fail_at == step and failures_left > 0:
+                    failures_left -= 1
+                    failed_code = plan.exit_code
+                    break
+                if stop.wait(plan.step_seconds):
+                    return
+            if stop.is_set():
+                return
+            if failed_code is None:
+                break
+            failed = pods[plan.fail_rank]
+            self._set_phase(failed, namespace, "Failed", failed_code)
+            self._closed.add(self._uid(failed, namespace))
+            if failed_code in PERMANENT:
+                return self._end(
+                    job, pods, "Failed", "PodFailurePolicy", f"exit code {failed_code}"
+                )
+            if restarts >= self._max_restarts(job):
+                return self._end(job, pods, "Failed", "FailedJobs", "reached max restarts")
+            restarts += 1  # the JobSet recreates every node's pod
+            self._delete_pods(name, namespace)
+            count = restarts
+            self.server.update(
+                "jobsets", name, namespace, lambda js, n=count: js["status"].update(restarts=n)
+            )
+        self._end(job, pods, "Complete" if plan.outcome == "Succeeded" else "Failed")
+
+    def _end(
+        self, job: dict, pods: list[str], kind: str, reason: str = "", message: str = ""
+    ) -> None:
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        phase = "Succeeded" if kind == "Complete" else "Failed"
+        for pod in pods:
+            if (self.server.get("pods", pod, namespace) or {}).get("status", {}).get(
+                "phase"
+            ) != "Failed":
+                self._set_phase(pod, namespace, phase, 0 if phase == "Succeeded" else 1)
+            self._closed.add(self._uid(pod, namespace))
+        if kind == "Complete":
+            self._condition(name, namespace, "Complete", True, "JobSetCompleted", "completed")
+        else:
+            detail = f"jobset failed: {reason}: {message}" if reason else "node-0 exited with 1"
+            self._condition(name, namespace, "Failed", True, reason or "JobSetFailed", detail)
+        self._active(name, namespace, 0)
+
+    def _put_pod(self, job: dict, rank: int, attempt: int) -> str:
+        meta = job["metadata"]
+        jobset = self.server.get("jobsets", meta["name"], meta["namespace"])
+        pod_name = f"{meta['name']}-node-0-{rank}-{uuid.uuid4().hex[:5]}"
+        patch = job["spec"].get("runtimePatches") or [{}]
+        template = patch[0].get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {})
+        rjob = (template.get("replicatedJobs") or [{}])[0]
+        labels = dict(
+            (
+                rjob.get("template", {}).get("spec", {}).get("template", {}).get("metadata") or {}
+            ).get("labels")
+            or {}
+        )
+        labels |= {
+            JOBSET_LABEL: meta["name"],
+            RJOB_LABEL: "node",
+            "jobset.sigs.k8s.io/job-index": "0",
+            INDEX_LABEL: str(rank),
+            ATTEMPT_LABEL: str(attempt),
+        }
+        pod = {
+            "apiVersion": "v1",
+            "metadata": {
+                "name": pod_name,
+                "labels": labels,
+                "ownerReferences": [
+                    _owner("jobset.x-k8s.io/v1alpha2", "JobSet", jobset["metadata"])
+                ],
+            },
+            "spec": {"containers": [{"name": "node", "image": job["spec"]["trainer"]["image"]}]},
+            "status": {"phase": "Pending"},
+        }
+        self.server.put("pods", pod, meta["namespace"])
+        return pod_name
+
+    def _set_phase(self, pod_name: str, namespace: str, phase: str, code: int = 0) -> None:
+        if phase == "Running":
+            state = {"running": {"startedAt": _now()}}
+        else:
+            reason = "Completed" if not code else "Error"
+            state = {"terminated": {"exitCode": code, "reason": reason}}
+        container = {"name": "node", "ready": phase == "Running", "restartCount": 0, "state": state}
+        container |= {"image": "trainer", "imageID": ""}  # required by the client's model
+        self.server.update(
+            "pods",
+            pod_name,
+            namespace,
+            lambda p: p.setdefault("status", {}).update(phase=phase, containerStatuses=[container]),
+        )
+
+    def _active(self, name: str, namespace: str, active: int) -> None:
+        def mutate(job: dict) -> None:
+            job.setdefault("status", {})["jobsStatus"] = [
+                {"name": "node", "active": active, "ready": active, "failed": 0, "succeeded": 0}
+                | {"suspended": 0}
+            ]
+
+        self.server.update("trainjobs", name, namespace, mutate)
+
+    @staticmethod
+    def _final(job: dict) -> bool:
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(
+            c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions
+        )
+
+    def _condition(
+        self, name: str, namespace: str, kind: str, status: bool, reason: str, message: str
+    ) -> None:
+        """Set a metav1.Condition (one per type), as Trainer does."""
+
+        def mutate(job: dict) -> None:
+            conditions = job.setdefault("status", {}).setdefault("conditions", [])
+            conditions[:] = [c for c in conditions if c["type"] != kind]
+            conditions.append(
+                {"type": kind, "status": "True" if status else "False", "reason": reason}
+                | {"message": message, "lastTransitionTime": _now()}
+            )
+
+        self.server.update("trainjobs", name, namespace, mutate)
+
+
+def _owner(api_version: str, kind: str, meta: dict) -> dict:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
