@@ -8,6 +8,9 @@ continuation lines joined. Each is one of:
 - **usage**: a synopsis, not a command: `...`, `[optional]`, `a | b` or an upper-case
   placeholder (`RUN`, `ID`, `DIR`) after `trainstack`. Its subcommand must exist
   (`trainstack <command> --help` exits 0).
+- **walkthrough**: a block whose first line is `# walkthrough` runs whole, in order, for real
+  (no `--dryrun`) as one bash script with `set -e`, in one such directory: the newcomer's path
+  (train, list, resume, sweep) works end to end, each step on what the previous one left.
 - **runnable**: everything else. `<placeholders>` are replaced from PLACEHOLDERS (an unknown
   one fails this test: add it there or mark the line), `trainstack launch` gets `--dryrun`
   (nothing trains or is written), and the whole line runs through bash, from a temporary
@@ -15,8 +18,8 @@ continuation lines joined. Each is one of:
   checkout; nothing reaches the checkout). It must exit 0, and a launch must leave that
   directory as it was.
 
-A README section added later is covered without touching this file, as long as its commands
-follow these conventions.
+The same holds for every Markdown file in `docs/`. A section added later is covered without
+touching this file, as long as its commands follow these conventions.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]
+WALKTHROUGH = "# walkthrough"
 FENCE = re.compile(r"^```(?:bash|sh|shell|console)\s*\n(.*?)^```", re.S | re.M)
 CLUSTER_MARK = re.compile(r"needs a cluster")
 PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>")
@@ -49,6 +54,8 @@ PLACEHOLDERS = {
 class Command:
     line: int
     text: str
+    walkthrough: bool = False
+    source: str = "README.md"
     """The command with continuations joined, comment included."""
 
     @property
@@ -68,6 +75,8 @@ class Command:
 
     @property
     def kind(self) -> str:
+        if self.walkthrough:
+            return "walkthrough"
         if CLUSTER_MARK.search(self.comment):
             return "cluster"
         args = self.trainstack_args
@@ -90,10 +99,11 @@ def comment_start(line: str) -> int:
     return len(line)
 
 
-def readme_commands(text: str) -> list[Command]:
+def readme_commands(text: str, source: str = "README.md") -> list[Command]:
     commands = []
     for block in FENCE.finditer(text):
         first_line = text[: block.start(1)].count("\n") + 1
+        walkthrough = block.group(1).lstrip().startswith(WALKTHROUGH)
         joined, start = "", None
         for offset, raw in enumerate(block.group(1).splitlines()):
             start = first_line + offset if start is None else start
@@ -104,17 +114,24 @@ def readme_commands(text: str) -> list[Command]:
             joined += raw
             words = re.split(r"[\s|;&]+", joined.strip())
             if "trainstack" in words:
-                commands.append(Command(start, re.sub(r"\s+", " ", joined.strip())))
+                text_ = re.sub(r"\s+", " ", joined.strip())
+                commands.append(Command(start, text_, walkthrough, source))
             joined, start = "", None
     return commands
 
 
-COMMANDS = readme_commands(README.read_text())
+COMMANDS = [c for doc in DOCS for c in readme_commands(doc.read_text(), doc.name)]
+WALKTHROUGHS = [
+    block.group(1)
+    for doc in DOCS
+    for block in FENCE.finditer(doc.read_text())
+    if block.group(1).lstrip().startswith(WALKTHROUGH)
+]
 
 
 def test_the_readme_has_commands_of_each_kind():
     kinds = {c.kind for c in COMMANDS}
-    assert kinds == {"cluster", "usage", "run"}, kinds
+    assert kinds == {"cluster", "usage", "run", "walkthrough"}, kinds
     assert sum(c.kind == "run" for c in COMMANDS) >= 5
 
 
@@ -195,7 +212,8 @@ def test_runnable_readme_command(command: Command, tokenizer_dir: Path, checkout
     before = listing(checkout_dir)
     result = run_shell(code, checkout_dir)
     assert result.returncode == 0, (
-        f"README line {command.line}: {code}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        f"{command.source} line {command.line}: {code}\n"
+        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     )
     if "trainstack launch --dryrun" in code and code.count("trainstack ") == 1:
         # (a line that also prepares data writes on purpose before its dry-run launch)
@@ -210,3 +228,17 @@ def test_usage_lines_name_real_commands(subcommand: str, checkout_dir: Path):
     result = run_shell(f"trainstack {subcommand} --help", checkout_dir)
     assert result.returncode == 0, result.stderr
     assert f"trainstack {subcommand}" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", WALKTHROUGHS, ids=lambda b: b.splitlines()[1][:40])
+def test_walkthrough_runs_in_order(block: str, checkout_dir: Path):
+    """The newcomer's path: every step for real, each on what the steps before it left."""
+    script = "set -e\n" + block
+    result = run_shell(script, checkout_dir)
+    assert result.returncode == 0, f"{block}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    launched = re.findall(r"trainstack launch[^\n]*run_id=(\S+)", block)
+    for run_id in launched:
+        assert (checkout_dir / "runs" / run_id).is_dir(), run_id
+    if "backend=render" in block:  # a rendered run is listed as such
+        assert "rendered" in result.stdout
