@@ -320,7 +320,7 @@ class KubernetesBackend:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
         (see the module docstring) and reports state changes as `[trainstack]` lines.
         `cancel` (jobs.k8s.watch.Cancellation) set from another thread ends a follow."""
-        from jobs.k8s.watch import pod_name, rank_pod, read_log
+        from jobs.k8s.watch import rank_pod, read_log
 
         job = self.find(run_id)
         if job is None:
@@ -342,10 +342,8 @@ class KubernetesBackend:
             )
             if lines is not None:
                 yield from lines
-            elif kind.api == "pytorchjob":
-                yield from self.archived_logs(run_id, rank, pod_name(job, rank))
-            else:  # a JobSet's pod names are generated: the archive can't be asked by rank
-                raise BackendError(f"{run_id}: rank {rank} has no pod (yet, or any more)")
+            else:
+                yield from self.archived_logs(run_id, rank, kind)
             return
         while True:
             outcome: list[RunStatus] = []
@@ -358,24 +356,42 @@ class KubernetesBackend:
             if not (yield from self._restart(run_id, final.retries)):
                 return
 
-    def archived_logs(self, run_id: str, rank: int, pod: str | None = None) -> list[str]:
-        """The rank's log from CloudWatch Logs once its pod is gone; `pod` defaults to the
-        operator's name for the rank (rank 0 is master-0, rank N worker-(N-1))."""
-        from jobs.k8s.archived_logs import ArchiveError, archived_log
+    def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
+        """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
+        named pod (rank 0 master-0, rank N worker-(N-1)); a TrainJob's is the newest of its
+        JobSet pods' streams. A run whose job is gone too is looked for as either kind, the
+        configured one first."""
+        from jobs.k8s.archived_logs import (
+            ArchiveError,
+            archived_log,
+            archived_log_by_prefix,
+            jobset_pod_prefix,
+        )
+        from jobs.trainjob import NODE
 
-        pod = pod or (f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}")
-        group = self.settings.log_group
-        try:
-            lines = archived_log(self.settings.region, group, pod) if group else None
-        except ArchiveError as err:
-            raise BackendError(f"{run_id}: pod {pod} is gone and {err}") from None
-        if lines is None:
+        group, region = self.settings.log_group, self.settings.region
+        found = None
+        for each in ((kind,) if kind else self.settings.kinds) if group else ():
+            try:
+                if each.api == "pytorchjob":
+                    pod = f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}"
+                    found = archived_log(region, group, pod, each.container)
+                else:
+                    prefix = jobset_pod_prefix(run_id, NODE, rank)
+                    found = archived_log_by_prefix(region, group, prefix, each.container)
+            except ArchiveError as err:
+                raise BackendError(f"{run_id}: rank {rank} has no pod and {err}") from None
+            if found is not None:
+                break
+        if found is None:
             where = f"log group {group}" if group else "no cluster.log_group set"
             raise NoLogs(f"{run_id}: rank {rank} has no pod and no archived log ({where})")
+        newest = f" (the newest of rank {rank}'s {found.streams})" if found.streams > 1 else ""
         print(
-            f"{run_id}: pod {pod} is gone; reading its archived log from {group}", file=sys.stderr
+            f"{run_id}: pod {found.pod} is gone; reading its archived log from {group}{newest}",
+            file=sys.stderr,
         )
-        return lines
+        return found.lines
 
     def _follow(self, run_id: str, rank: int, outcome: list[RunStatus], cancel) -> Iterator[str]:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job

@@ -92,4 +92,90 @@ def test_unreadable_archive_is_one_line(trainstack, log_group, monkeypatch, caps
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     assert trainstack("logs", "gone2", "backend=kubernetes", f"cluster.log_group={group}") == 1
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("trainstack logs: gone2: pod gone2-master-0 is gone and reading log ")
+    assert line.startswith("trainstack logs: gone2: rank 0 has no pod and reading log group ")
+
+
+def archive_at(client, group: str, stream: str, lines: list[str], at_ms: int) -> None:
+    client.create_log_stream(logGroupName=group, logStreamName=stream)
+    events = [{"timestamp": at_ms + i, "message": line} for i, line in enumerate(lines)]
+    client.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
+
+
+def test_expired_trainjob_reads_each_ranks_newest_jobset_pod_stream(trainstack, log_group, capsys):
+    client, group = log_group
+    now_ms = int(time.time() * 1000)
+    archive_at(client, group, "a-node-0-0-x1y2z.node", ["a rank0 step 1"], now_ms)
+    # A restart left two pods for rank 1: the later attempt's stream is the one read.
+    archive_at(client, group, "a-node-0-1-old00.node", ["a rank1 attempt 0"], now_ms)
+    archive_at(client, group, "a-node-0-1-new11.node", ["a rank1 attempt 1"], now_ms + 1000)
+    # Streams that share the prefix's characters but are not run a's rank pods' `node`.
+    archive_at(client, group, "ab-node-0-0-q9w8e.node", ["run ab"], now_ms + 2000)
+    archive_at(client, group, "a-node-0-1-node-0-0-r5t6y.node", ["run a-node-0-1"], now_ms + 3000)
+    archive_at(client, group, "a-node-0-0-x1y2z.sidecar", ["not this container"], now_ms + 4000)
+    where = ["backend=kubernetes", f"cluster.log_group={group}"]  # job.api=trainjob: default
+
+    assert trainstack("logs", "a", *where) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["a rank0 step 1"]
+    assert captured.err.splitlines() == [
+        f"a: pod a-node-0-0-x1y2z is gone; reading its archived log from {group}"
+    ]
+    assert trainstack("logs", "a", "--rank", "1", *where) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["a rank1 attempt 1"]
+    assert captured.err.splitlines() == [
+        f"a: pod a-node-0-1-new11 is gone; reading its archived log from {group}"
+        " (the newest of rank 1's 2)"
+    ]
+    assert trainstack("logs", "a", "--rank", "2", *where) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"trainstack logs: a: rank 2 has no pod and no archived log (log group {group})"
+    ]
+
+
+def test_finished_trainjob_whose_pods_were_deleted_reads_the_archive(
+    apiserver, trainstack, log_group, capsys
+):
+    from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
+
+    client, group = log_group
+    apiserver.trainer.plans["tjarch"] = [TrainPlan(steps=2, step_seconds=0.01)]
+    launched = trainstack(
+        "launch", "--wait", "job.api=trainjob", "run_id=tjarch", "compute.nodes=1", launch=True
+    )
+    assert launched == 0
+    apiserver.trainer.wait_idle()
+    (pod,) = apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tjarch")}})
+    name = pod["metadata"]["name"]  # as the fake JobSet named it, random suffix and all
+    assert apiserver.remove("pods", name, NAMESPACE) is not None
+    archive(client, group, f"{name}.node", ["archived trainjob line"])
+    capsys.readouterr()
+
+    assert trainstack("logs", "tjarch", f"cluster.log_group={group}") == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["archived trainjob line"]
+    assert captured.err.splitlines() == [
+        f"tjarch: pod {name} is gone; reading its archived log from {group}"
+    ]
+
+
+def test_trainjob_without_pods_or_archive_is_one_line_exit_2(
+    apiserver, trainstack, log_group, capsys
+):
+    from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
+
+    _, group = log_group
+    apiserver.trainer.plans["tjnone"] = [TrainPlan(steps=1, step_seconds=0.01)]
+    launched = trainstack(
+        "launch", "--wait", "job.api=trainjob", "run_id=tjnone", "compute.nodes=1", launch=True
+    )
+    assert launched == 0
+    apiserver.trainer.wait_idle()
+    for pod in apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tjnone")}}):
+        apiserver.remove("pods", pod["metadata"]["name"], NAMESPACE)
+    capsys.readouterr()
+
+    assert trainstack("logs", "tjnone", f"cluster.log_group={group}") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"trainstack logs: tjnone: rank 0 has no pod and no archived log (log group {group})"
+    ]
