@@ -145,7 +145,9 @@ def rendered_trainer_pod() -> tuple[dict[str, str], list[str]]:
     from tests.jobs.conftest import CLUSTER, build
 
     job = next(
-        m for m in build([*CLUSTER, "compute=g5.12xlarge"]).manifests if m["kind"] == "PyTorchJob"
+        m
+        for m in build([*CLUSTER, "compute=g5.12xlarge", "job.api=pytorchjob"]).manifests
+        if m["kind"] == "PyTorchJob"
     )
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     (container,) = pod["containers"]
