@@ -92,3 +92,23 @@ def test_a_sweep_is_capped_at_256_points(api, apiserver, overrides):
 def test_a_sweep_range_needs_a_step(api, apiserver):
     request = {"overrides": [f"compute={GPU_TYPE}", "trainer.max_steps=range(1,5,0)"]}
     assert refused(api.client.post("/v1/sweeps", json=request)).startswith("trainer.max_steps: ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--rdzv-endpoint=evil.example.com:29400", "python", "train.py"],  # torchrun's option
+        ["--nproc-per-node=64", "python"],
+        ["-m", "evil"],
+    ],
+)
+def test_a_command_cannot_pass_options_to_the_launcher(api, apiserver, tmp_path, command):
+    """Under torchrun the command follows the launcher's own options: a leading `-` would
+    change the rendezvous or the process count rather than name the program."""
+    before = files_under(tmp_path)
+    request = api.run_request("atk4", runner="command", command=command)
+    del request["storage_root"]
+    for dryrun in ("true", "false"):
+        response = api.client.post("/v1/runs", json=request, params={"dryrun": dryrun})
+        assert refused(response).startswith("runner.command: starts with an option")
+    assert_nothing_happened(api, apiserver, before, tmp_path)
