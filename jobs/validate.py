@@ -180,9 +180,11 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         # On the stack's FSx mount: read in the pod, like s3://.
         remote = init_from is not None and ("://" in init_from or on_fsx(cfg, init_from))
         wanted = init_from is not None and (not remote or trainer_cfg.model.name is None)
-        hf_config = read_hf_config(init_from) if wanted else None
         if init_from is not None and init_from.startswith("hf://"):
+            # One metadata call with a timeout first: huggingface_hub's download retries a
+            # hung Hub for minutes, this fails in seconds.
             check_hub_access(cfg, init_from)
+        hf_config = read_hf_config(init_from) if wanted else None
         plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")

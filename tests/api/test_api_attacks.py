@@ -34,6 +34,16 @@ from tests.api.test_api_boundary import assert_nothing_happened, files_under, re
         "job.image=docker.io/evil/img:1",
         "run_id=../../etc",
         "model.init_from=/etc",  # a path on the API's host: never read there
+        "model.init_from=hf://org/name@main/../../../../tmp/x",  # the Hub cache's refs/<rev>
+        "model.init_from=hf://org/..%2F..%2Fx",
+        "model.init_from=hf://org/" + "n" * 300,
+        "trainer.resume_from=/etc",
+        "trainer.resume_from=../other-team",
+        "trainer.resume_from=file:///etc",
+        "storage.fsx=true",
+        "storage.fsx_claim=other-teams-claim",
+        "job.runtime=admin-privileged",  # job.api is the service's (pytorchjob): no runtime
+        "job.api=trainjob",
         "data.path=/etc/passwd",
         "data.tokenizer=/root",
         "data.mixture=[{path: /etc/passwd, weight: 1.0}]",
@@ -112,3 +122,47 @@ def test_a_command_cannot_pass_options_to_the_launcher(api, apiserver, tmp_path,
         response = api.client.post("/v1/runs", json=request, params={"dryrun": dryrun})
         assert refused(response).startswith("runner.command: starts with an option")
     assert_nothing_happened(api, apiserver, before, tmp_path)
+
+
+@pytest.fixture
+def hung_hub(monkeypatch):
+    """A Hub endpoint that accepts connections and never answers."""
+    import socket
+
+    import trainer.hf.hub
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(trainer.hf.hub, "HUB_TIMEOUT_S", 1.0)
+    yield
+    listener.close()
+
+
+def test_a_hung_hub_holds_up_neither_the_request_nor_anyone_elses(api, apiserver, hung_hub):
+    """`model.init_from=hf://...` makes the API host ask the Hub at launch: a Hub that never
+    answers costs that request a bounded wait and one 422 line, while other requests compose
+    meanwhile (the composition lock is not held across the network)."""
+    import threading
+    import time
+
+    answers = {}
+
+    def hub_request():
+        request = api.run_request("atk5", model="hf", init_from="hf://org/name@main")
+        answers["hub"] = api.client.post("/v1/runs", json=request, params={"dryrun": "true"})
+        answers["hub_done"] = time.monotonic() - started
+
+    started = time.monotonic()
+    waiting = threading.Thread(target=hub_request)
+    waiting.start()
+    time.sleep(0.3)  # the Hub request is composed and waiting on the Hub
+    other = api.client.post("/v1/runs", json=api.run_request("atk6"), params={"dryrun": "true"})
+    other_done = time.monotonic() - started
+    waiting.join(timeout=60)
+    assert other.status_code == 200, other.text
+    detail = refused(answers["hub"])
+    assert detail.startswith("model.init_from: hf://org/name@main: the Hub did not answer")
+    assert other_done < answers["hub_done"]  # answered while the Hub request waited
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
