@@ -542,6 +542,10 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     builtin = cfg.runner.name == TRAINSTACK
     if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
+    # Before anything here reads an s3:// input (init_from's config.json, resume_from's
+    # listing) with this machine's credentials: the API's may reach more than the pods'.
+    check_storage(cfg)
+    check_grants(cfg)
     trainer_plan = check_trainer(cfg) if builtin else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
@@ -549,8 +553,6 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     check_secrets_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
-    check_storage(cfg)
-    check_grants(cfg)
     if cfg.runner.name != COMMAND:
         check_local_files(cfg)
     check_resume_from(cfg)

@@ -166,3 +166,37 @@ def test_a_hung_hub_holds_up_neither_the_request_nor_anyone_elses(api, apiserver
     assert detail.startswith("model.init_from: hf://org/name@main: the Hub did not answer")
     assert other_done < answers["hub_done"]  # answered while the Hub request waited
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+@pytest.fixture
+def granted_api(kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch):
+    """The service as a stack runs it: training pods may read and write s3://ours-bucket/runs/
+    and nothing else (storage.grants)."""
+    from tests.api.conftest import start_api
+
+    monkeypatch.chdir(tmp_path)
+    grants = "[{url: 's3://ours-bucket/runs/', access: readwrite}]"
+    server, handle = start_api(
+        kubeconfig, token_dir, tmp_path / "runs", overrides=(f"storage.grants.training={grants}",)
+    )
+    yield handle
+    handle.client.close()
+    server.stop()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"model": "hf", "init_from": "s3://other-team/models/x"},  # config.json read at launch
+        {"trainer": {"resume_from": "s3://other-team/runs/theirs"}},  # listed at launch
+        {"trainer": {"resume_from": "s3://other-team/runs/theirs/checkpoints/step-00000001"}},
+    ],
+)
+def test_the_api_host_reads_no_s3_url_outside_the_grants(granted_api, apiserver, fields):
+    """A request's s3:// input outside the pods' grants is refused before the API host reads
+    it with its own credentials (which may reach more than the pods')."""
+    api = granted_api
+    request = {**api.run_request("atk7", **fields), "storage_root": "s3://ours-bucket/runs"}
+    detail = refused(api.client.post("/v1/runs", json=request, params={"dryrun": "true"}))
+    assert "outside the training pods' read grants" in detail, detail
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
