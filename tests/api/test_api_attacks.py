@@ -49,6 +49,9 @@ from tests.api.test_api_boundary import assert_nothing_happened, files_under, re
         "data.mixture=[{path: /etc/passwd, weight: 1.0}]",
         "storage.root=/etc",  # the API would read run dirs (metrics) there
         "storage.root=file:///etc",
+        "trainer.lr=" + "[" * 2000 + "]" * 2000,  # Hydra's parser recursed: a 500
+        "trainer.lr=" + "[" * 200 + "]" * 200,
+        "trainer.lr={a: " * 100 + "1" + "}" * 100,
     ],
 )
 def test_grammar_and_path_tricks_are_one_4xx_line(api, apiserver, tmp_path, override):
