@@ -46,6 +46,21 @@ def _at_least(key: str, value: int | None, minimum: int) -> None:
         raise JobConfigError(key, f"must be >= {minimum}, got {value}")
 
 
+def _at_most(key: str, value: int | None, maximum: int) -> None:
+    if value is not None and value > maximum:
+        raise JobConfigError(key, f"must be <= {maximum}, got {value}")
+
+
+JOB_LIMITS = {
+    "termination_grace_period_seconds": 3600,
+    "max_restarts": 100,
+    "max_retries": 100,
+    "ttl_seconds_after_finished": 90 * 24 * 3600,
+}
+"""The most each job key may be: a checkpoint's save window, restarts and resubmissions of a
+run that keeps failing, and how long a finished job stays on the cluster."""
+
+
 def data_parallel_sizes(cfg: Any) -> list[int]:
     """Every world size the job can run at (elastic jobs: each node count in range)."""
     elastic = elastic_of(cfg)
@@ -410,6 +425,10 @@ def check_job_policy(cfg: Any) -> None:
     _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
     _at_least("job.active_deadline_seconds", job.active_deadline_seconds, 1)
     _at_least("job.termination_grace_period_seconds", job.termination_grace_period_seconds, 60)
+    # Upper bounds: a cancelled or preempted job must give its GPUs back (grace), a crashing
+    # one must stop (restarts), a finished one must go (TTL), whoever set them.
+    for key, most in JOB_LIMITS.items():
+        _at_most(f"job.{key}", job[key], most)
     for key, ref in job.secrets.items():
         if (ref.name, ref.key) == (None, None):
             continue
