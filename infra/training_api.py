@@ -22,7 +22,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.iam import service_role
+from infra.iam import pod_identity_role
 from infra.policies import RUNS_PREFIX, training_api_policy
 from infra.settings import TrainingApiConfig
 
@@ -135,32 +135,24 @@ class TrainingApi(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:TrainingApi", name, None, opts)
-        aws_child = pulumi.ResourceOptions(parent=self)
         child = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
         app = f"{name}-api"
         labels = {"app.kubernetes.io/name": "trainstack-api", "app.kubernetes.io/instance": app}
 
-        role = service_role(
-            app,
-            "pods.eks.amazonaws.com",
-            self,
-            partition,
-            inline_policy=pulumi.Output.all(bucket_arn, bucket_key_arn, repository_arn).apply(
-                lambda arns: training_api_policy(arns[0], RUNS_PREFIX, arns[1], arns[2])
-            ),
-            tag_session=True,
-            source_account=account_id,
-        )
         account = k8s.core.v1.ServiceAccount(
             app, metadata={"name": app, "namespace": namespace, "labels": labels}, opts=child
         )
-        aws.eks.PodIdentityAssociation(
+        role, _ = pod_identity_role(
             app,
-            cluster_name=cluster_name,
-            namespace=namespace,
-            service_account=account.metadata.name,
-            role_arn=role.arn,
-            opts=aws_child,
+            self,
+            partition,
+            account_id,
+            cluster_name,
+            namespace,
+            account.metadata.name,
+            inline_policy=pulumi.Output.all(bucket_arn, bucket_key_arn, repository_arn).apply(
+                lambda arns: training_api_policy(arns[0], RUNS_PREFIX, arns[1], arns[2])
+            ),
         )
         rbac_role = k8s.rbac.v1.Role(
             app,
