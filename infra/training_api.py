@@ -186,9 +186,13 @@ class TrainingApi(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        tls = "pod" if settings.tls_secret_name else "nlb"
-        scheme = "HTTPS" if tls == "pod" else "HTTP"
-        port_name = "https" if tls == "pod" else "http"
+        if settings.tls_secret_name:  # the pod serves HTTPS with the mounted certificate
+            tls, scheme, port_name = "pod", "HTTPS", "https"
+            tls_mounts = [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+            tls_volumes = [{"name": "tls", "secret": {"secretName": settings.tls_secret_name}}]
+        else:  # the NLB ends TLS with the stack's ACM certificate
+            tls, scheme, port_name = "nlb", "HTTP", "http"
+            tls_mounts, tls_volumes = [], []
         container = {
             "name": "api",
             "image": settings.image,
@@ -222,18 +226,9 @@ class TrainingApi(pulumi.ComponentResource):
             "volumeMounts": [
                 {"name": "token-hashes", "mountPath": TOKEN_DIR, "readOnly": True},
                 {"name": "tmp", "mountPath": "/tmp"},
-                *(
-                    [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
-                    if tls == "pod"
-                    else []
-                ),
+                *tls_mounts,
             ],
         }
-        tls_volumes = (
-            [{"name": "tls", "secret": {"secretName": settings.tls_secret_name}}]
-            if tls == "pod"
-            else []
-        )
         deployment = k8s.apps.v1.Deployment(
             app,
             metadata={"name": app, "namespace": namespace, "labels": labels},
@@ -275,14 +270,6 @@ class TrainingApi(pulumi.ComponentResource):
             },
             opts=child,
         )
-        annotations = (
-            {
-                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-            }
-            if settings.internal_load_balancer
-            else {}
-        )
         # The training namespace denies ingress by default: open the API's port, to its pods only
         # (the Service and its internal load balancer forward there; nothing reaches the jobs).
         k8s.networking.v1.NetworkPolicy(
@@ -295,6 +282,12 @@ class TrainingApi(pulumi.ComponentResource):
             },
             opts=child,
         )
+        annotations = {}
+        if settings.internal_load_balancer:
+            annotations = {
+                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            }
         if settings.certificate_arn:  # the NLB ends TLS with the stack's ACM certificate
             annotations = {
                 **annotations,
