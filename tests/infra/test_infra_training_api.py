@@ -39,16 +39,16 @@ CERTIFICATE_ARN = (
 
 
 def with_api(**settings) -> dict:
+    """The dev stack with the API; TLS from the pod's Secret unless `settings` name a TLS
+    setting (a None value leaves that setting out)."""
     config = stack_file_config("dev")
-    tls = {} if "certificateArn" in settings else {"tlsSecretName": TLS_SECRET}
+    tls_named = {"certificateArn", "tlsSecretName"} & set(settings)
     config["trainstack:trainingApi"] = {
         "image": IMAGE,
         "tokenHashesSecretArn": SECRET_ARN,
-        **tls,
+        **({} if tls_named else {"tlsSecretName": TLS_SECRET}),
         **{k: v for k, v in settings.items() if v is not None},
     }
-    if settings.get("tlsSecretName", "") is None:
-        del config["trainstack:trainingApi"]["tlsSecretName"]
     return config
 
 
