@@ -9,21 +9,15 @@ import uuid
 
 import pytest
 
-from tests.k8s.conftest import NAMESPACE
+from tests.k8s.conftest import NAMESPACE, moto_client
 from tests.k8s.fake_operator import JobPlan
 from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
-from tests.s3_server import s3_env
 
 
 @pytest.fixture
 def log_group(moto_s3, monkeypatch):
     """A fresh log group on the moto server; boto3's `logs` client in this process uses it."""
-    import boto3
-
-    for name, value in s3_env(moto_s3.url).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", moto_s3.url)
-    client = boto3.client("logs", region_name="us-east-1")
+    client = moto_client(moto_s3, monkeypatch, "logs", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
     group = f"/aws/eks/test-{uuid.uuid4().hex[:8]}/containers"
     client.create_log_group(logGroupName=group)
     yield client, group
