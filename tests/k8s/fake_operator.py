@@ -13,25 +13,18 @@ import threading
 from dataclasses import dataclass
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_pods import FakeController, now
+from tests.k8s.fake_pods import FakeController, Plan, now
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 
 
 @dataclass
-class JobPlan:
-    outcome: str = "Succeeded"
-    """Final condition: Succeeded or Failed."""
-    steps: int = 4
-    """Log lines (training steps) each pod writes before the job ends."""
-    step_seconds: float = 0.05
+class JobPlan(Plan):
     kill_pod_at: int | None = None
     """Kill the master pod at this step; the operator restarts it (condition Restarting)."""
     lose_node_at: int | None = None
     """Lose worker 0's node at this step: its pod vanishes (no SIGTERM, no exit code) and the
     operator recreates it; the job goes Restarting, then Running again."""
-    hold: bool = False
-    """Keep running after the last step until the job is suspended or deleted."""
 
 
 def _suspended(job: dict) -> bool:

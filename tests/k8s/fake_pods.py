@@ -8,13 +8,25 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
 
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class Plan:
+    """What a simulated job does (the controllers' plans add their faults)."""
+
+    outcome: str = "Succeeded"
+    """Final condition: Succeeded or Failed."""
+    steps: int = 4
+    """Log lines (training steps) each pod writes before the job ends."""
+    step_seconds: float = 0.05
+    hold: bool = False
+    """Keep running after the last step until the job is suspended or deleted."""
 
 
 @dataclass
@@ -29,19 +41,19 @@ class FakeController:
     container: str
     """The name of the pods' one container."""
 
-    def __init__(self, server: FakeKubeApiServer, default: Any) -> None:
+    def __init__(self, server: FakeKubeApiServer, default: Plan) -> None:
         self.server = server
         self.default = default
-        self.plans: dict[str, list] = {}
+        self.plans: dict[str, list[Plan]] = {}
         """What happens to each job name, one plan per submission (else `default`)."""
         self.created: dict[str, int] = {}
         """Submissions per job name (what the tests count duplicates with)."""
         self._runs: dict[str, _Run] = {}
-        self._plans_in_use: dict[str, Any] = {}
+        self._plans_in_use: dict[str, Plan] = {}
         self._logs: dict[str, list[str]] = {}
         self._closed: set[str] = set()
 
-    def _run(self, job: dict, plan: Any, stop: threading.Event) -> None:
+    def _run(self, job: dict, plan: Plan, stop: threading.Event) -> None:
         raise NotImplementedError
 
     # -- hooks called by the apiserver ---------------------------------------------------------

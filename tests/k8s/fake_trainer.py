@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tests import crd_schema
 from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_pods import FakeController, now
+from tests.k8s.fake_pods import FakeController, Plan, now
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -36,18 +36,13 @@ PERMANENT = range(1, 128)
 
 
 @dataclass
-class TrainPlan:
-    outcome: str = "Succeeded"
-    steps: int = 4
-    step_seconds: float = 0.05
+class TrainPlan(Plan):
     fail_at: int | None = None
     """At this step node rank `fail_rank`'s pod exits with `exit_code`..."""
     fail_rank: int = 0
     exit_code: int = 137
     failures: int = 1
     """...in this many attempts in a row (the JobSet's restarts)."""
-    hold: bool = False
-    """Keep running after the last step until suspended or deleted."""
 
 
 class FakeTrainer(FakeController):
