@@ -25,12 +25,11 @@ ECR_PUSH_ACTIONS = [
 ]
 ECR_LOGIN = {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
 
-# The runs bucket's prefixes, each owned by one writer (infra/bucket_layout.py).
-RUNS_PREFIX = RUNS
-"""`storage.root` for jobs is s3://<bucket>/runs."""
+# The runs bucket's prefixes, each owned by one writer (infra/bucket_layout.py; `storage.root`
+# for jobs is s3://<bucket>/runs).
 BUILD_ARTIFACTS_PREFIX = "image-builds"
 """Bucket prefix for the build's artifact (image.json: URI and digest of each pushed image)."""
-RESERVED_PREFIXES = (RUNS_PREFIX, BUILD_ARTIFACTS_PREFIX)
+RESERVED_PREFIXES = (RUNS, BUILD_ARTIFACTS_PREFIX)
 
 
 def policy_document(statements: list[dict]) -> str:

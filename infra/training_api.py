@@ -22,8 +22,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from infra.bucket_layout import RUNS
 from infra.iam import pod_identity_role
-from infra.policies import RUNS_PREFIX, training_api_policy
+from infra.policies import training_api_policy
 from infra.settings import TrainingApiConfig
 
 PORT = 8080
@@ -151,7 +152,7 @@ class TrainingApi(pulumi.ComponentResource):
             namespace,
             account.metadata.name,
             inline_policy=pulumi.Output.all(bucket_arn, bucket_key_arn, repository_arn).apply(
-                lambda arns: training_api_policy(arns[0], RUNS_PREFIX, arns[1], arns[2])
+                lambda arns: training_api_policy(arns[0], RUNS, arns[1], arns[2])
             ),
         )
         rbac_role = k8s.rbac.v1.Role(
