@@ -49,7 +49,13 @@ from trainer.profiling import StepProfiler
 from trainer.step_timer import StepTimer, device_synchronize
 from trainer.storage import StorageError, open_run_storage
 from trainer.tokenizer import build_tokenizer
-from trainer.train_state import Progress, checkpoint_state, restore, restore_weights
+from trainer.train_state import (
+    Progress,
+    checkpoint_state,
+    restore,
+    restore_weights,
+    trained_only,
+)
 
 
 def run(cfg: TrainerJobConfig) -> int:
@@ -77,11 +83,7 @@ def run(cfg: TrainerJobConfig) -> int:
     env = init_distributed(plan.dp_replicate, cfg.trainer.collective_timeout_s)
     try:
         torch.manual_seed(cfg.seed)
-        with torch.device("meta"):
-            model = Transformer(plan.model)
-        lora = cfg.model.lora
-        if lora.rank:
-            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
+        model = _meta_model(cfg, plan)
         parallelize(
             model,
             env.mesh,
@@ -157,21 +159,23 @@ def _resume_source(cfg: TrainerJobConfig, plan: Plan, storage) -> ResumeSource |
     if cfg.trainer.resume_from is None or committed_steps(storage):
         return None
     source = locate(cfg.trainer.resume_from)
-    lora = cfg.model.lora
+    model = _meta_model(cfg, plan)
+    saved = model.state_dict()
+    if cfg.model.lora.rank:  # its checkpoints hold the adapters only, as checkpoint_state saves
+        saved = trained_only(model, saved)
+    check_fits(source, {name: tuple(tensor.shape) for name, tensor in saved.items()})
+    return source
+
+
+def _meta_model(cfg: TrainerJobConfig, plan: Plan) -> Transformer:
+    """The model `plan` describes on the meta device (no memory), with `model.lora`'s adapters
+    when its rank is set: what `run` shards and what a resume_from checkpoint must fit."""
     with torch.device("meta"):
         model = Transformer(plan.model)
-        if lora.rank:  # its checkpoints hold the adapters only (train_state.trained_only)
-            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
-    trained = {name for name, p in model.named_parameters() if p.requires_grad}
-    check_fits(
-        source,
-        {
-            name: tuple(tensor.shape)
-            for name, tensor in model.state_dict().items()
-            if not lora.rank or name in trained
-        },
-    )
-    return source
+    lora = cfg.model.lora
+    if lora.rank:
+        add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
+    return model
 
 
 def _start_from(parts: Parts, source: ResumeSource) -> Progress:
