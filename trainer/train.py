@@ -73,8 +73,9 @@ def run(cfg: TrainerJobConfig) -> int:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
         raise ConfigError(f"run_dir: {exc}") from None
-    check_checkpoints_fit(storage, plan.model)  # before config.yaml, the record, is rewritten
-    source = _resume_source(cfg, plan, storage)  # before the data: reading that takes longer
+    own_steps = committed_steps(storage)  # one listing: for the fit check, resume_from, init_from
+    check_checkpoints_fit(storage, plan.model, own_steps)  # before config.yaml is rewritten
+    source = _resume_source(cfg, plan, own_steps)  # before the data: reading that takes longer
     tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
     tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)
     data = open_training_data(cfg.data, tokenizer, plan.model.vocab_size)
@@ -107,7 +108,9 @@ def run(cfg: TrainerJobConfig) -> int:
             run_config=resolved,  # type: ignore[arg-type]
         )
         checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint, report=metrics.log)
-        started_from = _initialize(model, cfg, plan, env, checkpointer, source)
+        started_from = _initialize(
+            model, cfg, plan, env, later=bool(own_steps) or source is not None
+        )
         optimizer = build_optimizer(model, cfg.trainer)
         scheduler = build_scheduler(optimizer, cfg.trainer)
         if env.is_main:
@@ -132,14 +135,14 @@ def _initialize(
     cfg: TrainerJobConfig,
     plan: Plan,
     env: Distributed,
-    checkpointer: Checkpointer,
-    resume_source: ResumeSource | None,
+    *,
+    later: bool,
 ) -> str | None:
     """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
-    yet and no `trainer.resume_from` (either is loaded later), else seeded random ones. A
-    LoRA run's checkpoints hold only its adapters: its frozen base is always init_from's."""
+    yet and no `trainer.resume_from` (`later`: either is loaded later), else seeded random
+    ones. A LoRA run's checkpoints hold only its adapters: its frozen base is always
+    init_from's."""
     source, lora = cfg.model.init_from, bool(cfg.model.lora.rank)
-    later = checkpointer.has_committed() or resume_source is not None
     if source is None or (later and not lora):
         model.init_weights(cfg.seed)
         return None
@@ -152,11 +155,11 @@ def _initialize(
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"
 
 
-def _resume_source(cfg: TrainerJobConfig, plan: Plan, storage) -> ResumeSource | None:
+def _resume_source(cfg: TrainerJobConfig, plan: Plan, own_steps: list[int]) -> ResumeSource | None:
     """`trainer.resume_from`, checked before any rank starts: a committed checkpoint whose
     files are whole and whose tensors fit the model (else exit 2). None when unset or once the
     run has a committed checkpoint of its own (a restart resumes from its own)."""
-    if cfg.trainer.resume_from is None or committed_steps(storage):
+    if cfg.trainer.resume_from is None or own_steps:
         return None
     source = locate(cfg.trainer.resume_from)
     model = _meta_model(cfg, plan)
