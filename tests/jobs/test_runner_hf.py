@@ -19,7 +19,7 @@ from jobs.backends.local import LocalBackend
 from tests.hf.models import build_family, build_llama
 from tests.hf.test_hf_finetune_export import word_corpus
 from tests.jobs.test_local_recovery import wait_until
-from tests.procs import processes
+from tests.procs import ranks_of
 from trainer.faults import STEP_DELAY_ENV
 from trainer.runners.hf.settings import training_arguments
 
@@ -50,14 +50,6 @@ def hf_job(workdir: Path, source: Path, run_id: str, *extra: str):
     return materialize(compose(overrides), now=datetime.now(UTC), git_sha=None)
 
 
-def hf_ranks(run_id: str) -> dict[int, int]:
-    return {
-        int(p.env["RANK"]): p.pid
-        for p in processes(TRAINSTACK_RUN_ID=run_id)
-        if "RANK" in p.env and "trainer.runners.hf" in p.argv
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("family", "extra"),
@@ -81,7 +73,7 @@ def test_hf_runner_finetunes_resumes_after_sigkill_and_exports(workdir, monkeypa
         "a checkpoint",
     )
     wait_until(lambda: (backend.status(family).last_step or 0) >= 3, "step 3")
-    victim = hf_ranks(family)[1]
+    victim = ranks_of(family, "trainer.runners.hf")[1]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: backend.status(family).finished, "the run to finish")
     status = backend.status(family)
