@@ -16,7 +16,7 @@ import torch
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
-from tests.hf.models import build_llama, build_qwen3
+from tests.hf.models import build_family, build_llama
 from tests.hf.test_hf_finetune_export import word_corpus
 from tests.jobs.test_local_recovery import wait_until
 from tests.procs import ranks_of
@@ -58,8 +58,10 @@ def hf_job(workdir: Path, source: Path, run_id: str, *extra: str):
 def test_hf_runner_finetunes_resumes_after_sigkill_and_exports(workdir, monkeypatch, family, extra):
     from transformers import AutoModelForCausalLM
 
-    build = build_llama if family == "llama" else build_qwen3
-    source = build(workdir / family, **({"tied": False} if family == "llama" else {}))
+    if family == "llama":
+        source = build_llama(workdir / family, tied=False)
+    else:
+        source = build_family(workdir / family, family, tied=False)
     backend = LocalBackend(str(workdir / "runs"))
     monkeypatch.setenv(STEP_DELAY_ENV, "0.5")  # slow steps: the kill lands mid-run
     job = hf_job(workdir, source, family, *extra)
@@ -137,7 +139,7 @@ def test_hf_runner_with_an_s3_run_dir_keeps_checkpoints_there_and_resumes_from_t
 
     from trainer.runners.hf.train import staging
 
-    source = build_qwen3(workdir / "qwen3")
+    source = build_family(workdir / "qwen3", "qwen3", tied=False)
     backend = LocalBackend(f"s3://{s3_bucket}/runs")
     root = f"storage.root=s3://{s3_bucket}/runs"
     first = hf_job(workdir, source, "remote", root, "trainer.max_steps=4")
