@@ -12,13 +12,12 @@ get capacity for a whole gang before admitting it (all-or-nothing scale-up).
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cluster_addons import helm_release
 from infra.iam import pod_identity_role
+from infra.policies import policy_document
 from infra.settings import AutoscalerConfig
 from infra.versions import CLUSTER_AUTOSCALER
 
@@ -31,40 +30,36 @@ def autoscaler_policy(cluster_name: str) -> str:
     """Reads are account-wide (these Describe calls take no resource); scaling only for groups
     tagged as this cluster's (EKS tags its managed node groups' ASGs so)."""
     owned = f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}"
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "DescribeCapacity",
-                    "Effect": "Allow",
-                    "Action": [
-                        "autoscaling:DescribeAutoScalingGroups",
-                        "autoscaling:DescribeAutoScalingInstances",
-                        "autoscaling:DescribeLaunchConfigurations",
-                        "autoscaling:DescribeScalingActivities",
-                        "autoscaling:DescribeTags",
-                        "ec2:DescribeImages",
-                        "ec2:DescribeInstanceTypes",
-                        "ec2:DescribeLaunchTemplateVersions",
-                        "ec2:GetInstanceTypesFromInstanceRequirements",
-                        "eks:DescribeNodegroup",
-                    ],
-                    "Resource": "*",
-                },
-                {
-                    "Sid": "ScaleThisClustersGroups",
-                    "Effect": "Allow",
-                    "Action": [
-                        "autoscaling:SetDesiredCapacity",
-                        "autoscaling:TerminateInstanceInAutoScalingGroup",
-                    ],
-                    "Resource": "*",
-                    "Condition": {"StringEquals": {owned: "owned"}},
-                },
-            ],
-        },
-        sort_keys=True,
+    return policy_document(
+        [
+            {
+                "Sid": "DescribeCapacity",
+                "Effect": "Allow",
+                "Action": [
+                    "autoscaling:DescribeAutoScalingGroups",
+                    "autoscaling:DescribeAutoScalingInstances",
+                    "autoscaling:DescribeLaunchConfigurations",
+                    "autoscaling:DescribeScalingActivities",
+                    "autoscaling:DescribeTags",
+                    "ec2:DescribeImages",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplateVersions",
+                    "ec2:GetInstanceTypesFromInstanceRequirements",
+                    "eks:DescribeNodegroup",
+                ],
+                "Resource": "*",
+            },
+            {
+                "Sid": "ScaleThisClustersGroups",
+                "Effect": "Allow",
+                "Action": [
+                    "autoscaling:SetDesiredCapacity",
+                    "autoscaling:TerminateInstanceInAutoScalingGroup",
+                ],
+                "Resource": "*",
+                "Condition": {"StringEquals": {owned: "owned"}},
+            },
+        ]
     )
 
 

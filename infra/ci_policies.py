@@ -7,16 +7,16 @@ buildspec and build.sh, so these policies, not the scripts, are what keeps it fr
 
 from __future__ import annotations
 
-import json
-
-from infra.policies import BUILD_ARTIFACTS_PREFIX, ECR_LOGIN, ECR_PULL_ACTIONS, ECR_PUSH_ACTIONS
+from infra.policies import (
+    BUILD_ARTIFACTS_PREFIX,
+    ECR_LOGIN,
+    ECR_PULL_ACTIONS,
+    ECR_PUSH_ACTIONS,
+    policy_document,
+)
 
 ECR_WRITE_ACTIONS = sorted(set(ECR_PUSH_ACTIONS) - set(ECR_PULL_ACTIONS) | {"ecr:BatchDeleteImage"})
 """Every ECR action that adds, changes or removes an image or a tag."""
-
-
-def _document(statements: list[dict]) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
 def _logs(log_group_arn: str) -> dict:
@@ -50,7 +50,7 @@ def release_build_policy(
     connection_arn: str | None = None,
 ) -> str:
     """Main, tag and nightly builds: push the image, rewrite the cache, write the artifact."""
-    return _document(
+    return policy_document(
         [
             {
                 "Sid": "PushTrainerImage",
@@ -95,7 +95,7 @@ def pull_request_build_policy(
 ) -> str:
     """Pull-request builds: read the layer cache and write their own logs. No ECR write, no
     release repository, no bucket: whatever the pull request's buildspec does."""
-    return _document(
+    return policy_document(
         [
             {
                 "Sid": "ReadBuildCache",
@@ -113,7 +113,7 @@ def pull_request_build_policy(
 def only_writer_repository_policy(writer_role_arn: str) -> str:
     """A repository policy denying every image write to anyone but `writer_role_arn`, so even a
     role granted ecr:* by mistake (or a pull-request build role widened later) cannot push."""
-    return _document(
+    return policy_document(
         [
             {
                 "Sid": "OnlyTheReleaseBuildWrites",
@@ -131,7 +131,7 @@ GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 
 def github_trust_policy(provider_arn: str, subjects: list[str]) -> str:
     """Trust GitHub's OIDC tokens for these `sub` claims only (wildcards allowed)."""
-    return _document(
+    return policy_document(
         [
             {
                 "Effect": "Allow",
@@ -169,7 +169,7 @@ def preview_policy(secret_arns: tuple[str, ...] = ()) -> str:
                 "Resource": sorted(secret_arns),
             }
         )
-    return _document(statements)
+    return policy_document(statements)
 
 
 def no_buildspec_override(project_arn: str) -> dict:
@@ -186,7 +186,7 @@ def no_buildspec_override(project_arn: str) -> dict:
 
 def start_release_build_policy(project_arn: str, log_group_arn: str, repository_arn: str) -> str:
     """The deploy workflow's image job: start and follow the release build, read its digest."""
-    return _document(
+    return policy_document(
         [
             no_buildspec_override(project_arn),
             {
@@ -233,7 +233,7 @@ def runner_deploy_policy(repository_arn: str, cluster_arn: str) -> str:
     """The deploy workflow's runner deploying this stack (public endpoint): the scan gate and the
     cluster's endpoint; `pulumi up`'s AWS side comes from `ci.deployPolicyArns`, the cluster
     side from the role's access entry."""
-    return _document(
+    return policy_document(
         [
             _scan_gate(repository_arn),
             {
@@ -249,7 +249,7 @@ def runner_deploy_policy(repository_arn: str, cluster_arn: str) -> str:
 def in_vpc_deploy_policy(repository_arn: str, project_arn: str, log_group_arn: str) -> str:
     """The deploy workflow's prod job: the scan gate, then start and follow the in-VPC deploy
     project (what aws-codebuild-run-build calls). `pulumi up` runs with the project's role."""
-    return _document(
+    return policy_document(
         [
             _scan_gate(repository_arn),
             {

@@ -89,8 +89,8 @@ class ClusterAddons(pulumi.ComponentResource):
         kubeconfig: pulumi.Input[str],
         namespace: str,
         depends_on: list[pulumi.Resource],
+        training_operator: str,
         opts: pulumi.ResourceOptions | None = None,
-        training_operator: str = "trainjob",
     ):
         super().__init__("trainstack:infra:ClusterAddons", name, None, opts)
         self.provider = k8s.Provider(

@@ -42,7 +42,8 @@ _SECRET_ARN = re.compile(r"^arn:aws[a-z-]*:secretsmanager:[\w-]+:\d{12}:secret:[
 _ACM_ARN = re.compile(r"^arn:aws[a-z-]*:acm:[\w-]+:\d{12}:certificate/[\w-]+$")
 _USER_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 """A user name as the API records it: a Kubernetes label value (`trainstack.io/owner`)."""
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+"""A DNS-1123 subdomain: what a Secret's name may be (not a 63-character label)."""
 _CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _MEMORY = re.compile(r"^\d+(Mi|Gi)$")
 _POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(aws|\d{12}):policy/[\w+=,.@/-]+$")
@@ -169,7 +170,7 @@ def parse_training_api(
             "the certificate is served by the internal NLB: set internalLoadBalancer: true (or "
             "use tlsSecretName for a ClusterIP service)",
         )
-    if tls_secret is not None and not _DNS_LABEL.match(tls_secret):
+    if tls_secret is not None and not _DNS_SUBDOMAIN.match(tls_secret):
         raise fail(api.key("tlsSecretName"), f"{tls_secret!r}: a Kubernetes Secret name")
     if (certificate is None) == (tls_secret is None):
         raise fail(

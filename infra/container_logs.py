@@ -14,14 +14,13 @@ rank's archived log by its pod's name once the pod is gone (jobs/k8s/archived_lo
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra.cluster_addons import GPU_TOLERATION, helm_release
 from infra.iam import pod_identity_role
+from infra.policies import policy_document
 from infra.versions import FLUENT_BIT
 
 NAMESPACE = "kube-system"
@@ -37,20 +36,16 @@ def log_group_name(cluster_name: str) -> str:
 def log_writer_policy(log_group_arn: str, account_id: str) -> str:
     """Create streams in and write to the one group; nothing else (no group creation, no
     retention change, no reads)."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "WriteContainerLogs",
-                    "Effect": "Allow",
-                    "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-                    "Resource": [log_group_arn, f"{log_group_arn}:log-stream:*"],
-                    "Condition": {"StringEquals": {"aws:ResourceAccount": account_id}},
-                }
-            ],
-        },
-        sort_keys=True,
+    return policy_document(
+        [
+            {
+                "Sid": "WriteContainerLogs",
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": [log_group_arn, f"{log_group_arn}:log-stream:*"],
+                "Condition": {"StringEquals": {"aws:ResourceAccount": account_id}},
+            }
+        ]
     )
 
 

@@ -11,12 +11,11 @@ Manager secret or SSM SecureString that CodeBuild resolves when the build starts
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pulumi_aws as aws
 
 from infra.iam import service_role
+from infra.policies import policy_document
 from infra.settings import DeployConfig
 from infra.versions import PULUMI_CLI_VERSION
 
@@ -103,7 +102,7 @@ def deploy_policy(
                 "Resource": connection_arn,
             }
         )
-    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+    return policy_document(statements)
 
 
 def deploy_access(

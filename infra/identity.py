@@ -5,11 +5,10 @@ ServiceAccount per pod role, bound by EKS Pod Identity to a role holding that ro
 from __future__ import annotations
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from infra.bucket_layout import DATA_PREPARE, TRAINING, Grant, pod_grants
-from infra.iam import service_role
+from infra.iam import pod_identity_role
 from infra.policies import training_policy
 
 ROLE_SUFFIXES = {TRAINING: "trainer", DATA_PREPARE: "data-prepare"}
@@ -47,17 +46,6 @@ class TrainingIdentity(pulumi.ComponentResource):
                 grants = pod_grants(role_name, bucket_name, data_access)
                 return training_policy(partition, grants, key_arn, repo_arn)
 
-            role = service_role(
-                f"{name}-{suffix}",
-                "pods.eks.amazonaws.com",
-                self,
-                partition,
-                inline_policy=pulumi.Output.all(bucket, bucket_key_arn, repository_arn).apply(
-                    policy
-                ),
-                tag_session=True,
-                source_account=account_id,
-            )
             account = k8s.core.v1.ServiceAccount(
                 f"{name}-{suffix}",
                 metadata={"name": account_name, "namespace": namespace},
@@ -66,13 +54,17 @@ class TrainingIdentity(pulumi.ComponentResource):
                 automount_service_account_token=False,
                 opts=pulumi.ResourceOptions(parent=self, provider=k8s_provider),
             )
-            aws.eks.PodIdentityAssociation(
+            role, _ = pod_identity_role(
                 f"{name}-{suffix}",
-                cluster_name=cluster_name,
-                namespace=namespace,
-                service_account=account.metadata.name,
-                role_arn=role.arn,
-                opts=pulumi.ResourceOptions(parent=self),
+                self,
+                partition,
+                account_id,
+                cluster_name,
+                namespace,
+                account.metadata.name,
+                inline_policy=pulumi.Output.all(bucket, bucket_key_arn, repository_arn).apply(
+                    policy
+                ),
             )
             self.service_accounts[role_name] = account.metadata.name
             self.role_arns[role_name] = role.arn

@@ -125,7 +125,7 @@ class Kueue(pulumi.ComponentResource):
         groups: tuple[GpuNodeGroupConfig, ...],
         namespace: pulumi.Input[str],
         k8s_provider: k8s.Provider,
-        training_operator: str = "trainjob",
+        training_operator: str,
         operator: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):

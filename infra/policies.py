@@ -25,15 +25,15 @@ ECR_PUSH_ACTIONS = [
 ]
 ECR_LOGIN = {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
 
-# The runs bucket's prefixes, each owned by one writer (infra/bucket_layout.py).
-RUNS_PREFIX = RUNS
-"""`storage.root` for jobs is s3://<bucket>/runs."""
+# The runs bucket's prefixes, each owned by one writer (infra/bucket_layout.py; `storage.root`
+# for jobs is s3://<bucket>/runs).
 BUILD_ARTIFACTS_PREFIX = "image-builds"
 """Bucket prefix for the build's artifact (image.json: URI and digest of each pushed image)."""
-RESERVED_PREFIXES = (RUNS_PREFIX, BUILD_ARTIFACTS_PREFIX)
+RESERVED_PREFIXES = (RUNS, BUILD_ARTIFACTS_PREFIX)
 
 
-def _document(statements: list[dict]) -> str:
+def policy_document(statements: list[dict]) -> str:
+    """An IAM policy document (identity, trust or resource policy) of `statements`."""
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
 
 
@@ -56,7 +56,7 @@ def assume_role_policy(
         condition["ArnLike"] = {"aws:SourceArn": source_arn}
     if condition:
         statement["Condition"] = condition
-    return _document([statement])
+    return policy_document([statement])
 
 
 def _list_runs(bucket_arn: str, prefix: str) -> dict:
@@ -132,7 +132,7 @@ def training_policy(
 ) -> str:
     """A pod role (training or data-prepare): its grants of the bucket layout
     (infra/bucket_layout.py) and `trainstack:dataAccess`, and pulling the one image."""
-    return _document(
+    return policy_document(
         [
             *grant_statements(partition, grants, bucket_key_arn),
             {
@@ -205,12 +205,12 @@ def codebuild_policy(
                 "Resource": connection_arn,
             }
         )
-    return _document(statements)
+    return policy_document(statements)
 
 
 def tls_only_policy(bucket_arn: str) -> str:
     """Bucket policy refusing every request to the bucket that does not use TLS."""
-    return _document(
+    return policy_document(
         [
             {
                 "Sid": "DenyInsecureTransport",
@@ -226,12 +226,12 @@ def tls_only_policy(bucket_arn: str) -> str:
 
 def kms_key_policy(key_arn: str, actions: list[str]) -> str:
     """Use of one KMS key (e.g. the EKS control plane encrypting secrets)."""
-    return _document([{"Effect": "Allow", "Action": sorted(actions), "Resource": key_arn}])
+    return policy_document([{"Effect": "Allow", "Action": sorted(actions), "Resource": key_arn}])
 
 
 def start_build_policy(project_arn: str) -> str:
     """EventBridge's nightly rule may start this one project."""
-    return _document(
+    return policy_document(
         [{"Effect": "Allow", "Action": "codebuild:StartBuild", "Resource": project_arn}]
     )
 
@@ -306,13 +306,13 @@ def bucket_key_policy(
                 "Condition": {"StringEquals": via_s3},
             }
         )
-    return _document(statements)
+    return policy_document(statements)
 
 
 def training_api_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
     """The Training API's pods: read run dirs (metrics, configs) under `<bucket>/<prefix>/`, and
     look up the trainer image's digest (jobs/k8s/ecr.py); no writes, no pulls."""
-    return _document(
+    return policy_document(
         [
             {
                 "Sid": "ReadRunObjects",

@@ -61,7 +61,7 @@ class Registry(pulumi.ComponentResource):
         name: str,
         repository_name: str,
         untagged_days: int,
-        protection: DataProtection | None = None,
+        protection: DataProtection,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """`protection`: the images key is stateful (every image is encrypted with it), so it is
@@ -73,7 +73,7 @@ class Registry(pulumi.ComponentResource):
             description=f"ECR encryption for {repository_name}",
             enable_key_rotation=True,
             deletion_window_in_days=30,
-            opts=stateful(self, protection) if protection else child,
+            opts=stateful(self, protection),
         )
         encryption = [{"encryption_type": "KMS", "kms_key": key.arn}]
         repository = aws.ecr.Repository(

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from infra.bucket_layout import ACCESS_LEVELS, POD_ROLES
 from jobs.config_path import user_config_dir
 from jobs.spec import JOB_APIS
 
@@ -138,14 +139,14 @@ def _grants(grants: Any) -> dict[str, list[dict[str, str]]]:
         raise StackOutputError("stack output 's3_grants' must be an object of role -> grants")
     checked: dict[str, list[dict[str, str]]] = {}
     for role, items in grants.items():
-        if role not in ("training", "data_prepare") or not isinstance(items, list):
+        if role not in POD_ROLES or not isinstance(items, list):
             raise StackOutputError(f"stack output 's3_grants.{role}': unknown role or not a list")
         for index, item in enumerate(items):
             ok = isinstance(item, dict) and str(item.get("url", "")).startswith("s3://")
-            if not ok or item.get("access") not in ("read", "readwrite"):
+            if not ok or item.get("access") not in ACCESS_LEVELS:
                 raise StackOutputError(
                     f"stack output 's3_grants.{role}[{index}]' needs url: s3://... and access: "
-                    "read|readwrite"
+                    + "|".join(ACCESS_LEVELS)
                 )
         checked[role] = [{"url": i["url"], "access": i["access"]} for i in items]
     return checked

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from infra.policies import RUNS_PREFIX, tls_only_policy
+from infra.bucket_layout import RUNS
+from infra.policies import tls_only_policy
 from infra.protection import stateful
 from infra.settings import DataProtection
 
@@ -111,5 +112,5 @@ class RunStorage(pulumi.ComponentResource):
         self.bucket_arn = bucket.arn
         self.key_arn = key_arn
         self.key_id = key_id
-        self.root = pulumi.Output.concat("s3://", bucket.bucket, f"/{RUNS_PREFIX}")
+        self.root = pulumi.Output.concat("s3://", bucket.bucket, f"/{RUNS}")
         self.register_outputs({"bucket": self.bucket, "root": self.root})

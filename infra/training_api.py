@@ -22,8 +22,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.iam import service_role
-from infra.policies import RUNS_PREFIX, training_api_policy
+from infra.bucket_layout import RUNS
+from infra.iam import pod_identity_role
+from infra.policies import training_api_policy
 from infra.settings import TrainingApiConfig
 
 PORT = 8080
@@ -135,32 +136,24 @@ class TrainingApi(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:TrainingApi", name, None, opts)
-        aws_child = pulumi.ResourceOptions(parent=self)
         child = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
         app = f"{name}-api"
         labels = {"app.kubernetes.io/name": "trainstack-api", "app.kubernetes.io/instance": app}
 
-        role = service_role(
-            app,
-            "pods.eks.amazonaws.com",
-            self,
-            partition,
-            inline_policy=pulumi.Output.all(bucket_arn, bucket_key_arn, repository_arn).apply(
-                lambda arns: training_api_policy(arns[0], RUNS_PREFIX, arns[1], arns[2])
-            ),
-            tag_session=True,
-            source_account=account_id,
-        )
         account = k8s.core.v1.ServiceAccount(
             app, metadata={"name": app, "namespace": namespace, "labels": labels}, opts=child
         )
-        aws.eks.PodIdentityAssociation(
+        role, _ = pod_identity_role(
             app,
-            cluster_name=cluster_name,
-            namespace=namespace,
-            service_account=account.metadata.name,
-            role_arn=role.arn,
-            opts=aws_child,
+            self,
+            partition,
+            account_id,
+            cluster_name,
+            namespace,
+            account.metadata.name,
+            inline_policy=pulumi.Output.all(bucket_arn, bucket_key_arn, repository_arn).apply(
+                lambda arns: training_api_policy(arns[0], RUNS, arns[1], arns[2])
+            ),
         )
         rbac_role = k8s.rbac.v1.Role(
             app,
@@ -194,9 +187,13 @@ class TrainingApi(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        tls = "pod" if settings.tls_secret_name else "nlb"
-        scheme = "HTTPS" if tls == "pod" else "HTTP"
-        port_name = "https" if tls == "pod" else "http"
+        if settings.tls_secret_name:  # the pod serves HTTPS with the mounted certificate
+            tls, scheme, port_name = "pod", "HTTPS", "https"
+            tls_mounts = [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+            tls_volumes = [{"name": "tls", "secret": {"secretName": settings.tls_secret_name}}]
+        else:  # the NLB ends TLS with the stack's ACM certificate
+            tls, scheme, port_name = "nlb", "HTTP", "http"
+            tls_mounts, tls_volumes = [], []
         container = {
             "name": "api",
             "image": settings.image,
@@ -230,18 +227,9 @@ class TrainingApi(pulumi.ComponentResource):
             "volumeMounts": [
                 {"name": "token-hashes", "mountPath": TOKEN_DIR, "readOnly": True},
                 {"name": "tmp", "mountPath": "/tmp"},
-                *(
-                    [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
-                    if tls == "pod"
-                    else []
-                ),
+                *tls_mounts,
             ],
         }
-        tls_volumes = (
-            [{"name": "tls", "secret": {"secretName": settings.tls_secret_name}}]
-            if tls == "pod"
-            else []
-        )
         deployment = k8s.apps.v1.Deployment(
             app,
             metadata={"name": app, "namespace": namespace, "labels": labels},
@@ -283,14 +271,6 @@ class TrainingApi(pulumi.ComponentResource):
             },
             opts=child,
         )
-        annotations = (
-            {
-                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-            }
-            if settings.internal_load_balancer
-            else {}
-        )
         # The training namespace denies ingress by default: open the API's port, to its pods only
         # (the Service and its internal load balancer forward there; nothing reaches the jobs).
         k8s.networking.v1.NetworkPolicy(
@@ -303,6 +283,12 @@ class TrainingApi(pulumi.ComponentResource):
             },
             opts=child,
         )
+        annotations = {}
+        if settings.internal_load_balancer:
+            annotations = {
+                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            }
         if settings.certificate_arn:  # the NLB ends TLS with the stack's ACM certificate
             annotations = {
                 **annotations,

@@ -33,13 +33,18 @@ class ManifestError(ValueError):
     """A manifest would be rejected by the API server or the operator; one line."""
 
 
-def check_pytorchjob_webhook(job: dict) -> None:
-    """The operator's validating webhook rules for kubeflow.org/v1 PyTorchJob."""
-    name = job["metadata"]["name"]
-    where = f"PyTorchJob {name}"
-    problem = run_id_problem(name)
+def _checked_name(job: dict, kind: str) -> str:
+    """`<kind> <name>`, what every message starts with, once the name is known to be valid."""
+    where = f"{kind} {job['metadata']['name']}"
+    problem = run_id_problem(job["metadata"]["name"])
     if problem:
         raise ManifestError(f"{where}: metadata.name: {problem}")
+    return where
+
+
+def check_pytorchjob_webhook(job: dict) -> None:
+    """The operator's validating webhook rules for kubeflow.org/v1 PyTorchJob."""
+    where = _checked_name(job, "PyTorchJob")
     spec = job["spec"]
     replicas = spec.get("pytorchReplicaSpecs") or {}
     if not replicas:
@@ -71,11 +76,7 @@ def check_pytorchjob_webhook(job: dict) -> None:
 def check_trainjob_webhook(job: dict, runtime_jobs: tuple[str, ...] = ("node",)) -> None:
     """Kubeflow Trainer v2.3's admission rules for a TrainJob on a torch runtime whose
     replicated jobs (and their containers) are `runtime_jobs`."""
-    name = job["metadata"]["name"]
-    where = f"TrainJob {name}"
-    problem = run_id_problem(name)
-    if problem:
-        raise ManifestError(f"{where}: metadata.name: {problem}")
+    where = _checked_name(job, "TrainJob")
     spec = job["spec"]
     if not (spec.get("runtimeRef") or {}).get("name"):
         raise ManifestError(f"{where}: spec.runtimeRef.name: the runtime to run on is required")

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.plot.metrics import METRICS_FILE
+
 TRAINSTACK = "trainstack"
 COMMAND = "command"
 HF = "hf"
@@ -33,7 +35,7 @@ SCRATCH_DIR = "/opt/trainstack"
 """An emptyDir in the pod (non-built-in runners): the unpacked workdir and the metrics file."""
 CODE_DIR = f"{SCRATCH_DIR}/code"
 """Where the workdir is unpacked in the pod; the program starts there."""
-POD_METRICS = f"{SCRATCH_DIR}/logs/metrics.jsonl"
+POD_METRICS = f"{SCRATCH_DIR}/{METRICS_FILE}"
 """TRAINSTACK_METRICS when the run dir is s3://: runner_exec copies it there as it grows."""
 FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's documented opt-out of sharing its rendezvous store with the workers: each round
@@ -41,7 +43,6 @@ FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 process-group keys of the round before (a dead peer's address: it would hang connecting).
 The built-in trainer prefixes its keys per round instead (trainer.distributed)."""
 CHECKPOINTS = "checkpoints"
-METRICS = "logs/metrics.jsonl"
 CODE_PREFIX = "code"
 
 
@@ -104,7 +105,7 @@ def user_program(runner: Any) -> tuple[str, ...]:
 
 
 def metrics_path(run_dir: str) -> str:
-    return POD_METRICS if "://" in run_dir else f"{run_dir.rstrip('/')}/{METRICS}"
+    return POD_METRICS if "://" in run_dir else f"{run_dir.rstrip('/')}/{METRICS_FILE}"
 
 
 def contract_env(run_dir: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ Pure, like the PyTorchJob: the same spec always gives the same dict.
 
 from __future__ import annotations
 
+from jobs.k8s.kinds import TRAINJOB
 from jobs.manifests import (
     CONFIG_MOUNT,
     capacity_selector,
@@ -27,10 +28,9 @@ from jobs.manifests import (
 )
 from jobs.spec import JobSpec
 
-API_VERSION = "trainer.kubeflow.org/v1alpha1"
-GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+API_VERSION = TRAINJOB.api_version
 RUNTIME_KIND = "ClusterTrainingRuntime"
-NODE = "node"
+NODE = TRAINJOB.container
 """The torch runtime's replicated job and trainer container: Trainer injects PET_* there."""
 INSTANCE_TYPE_ANNOTATION = "trainstack.io/instance-type"
 """Where a TrainJob's nodes run (its runtime's node selector), for cost and the API's views."""
@@ -69,7 +69,7 @@ def train_job(spec: JobSpec) -> dict:
     }
     return {
         "apiVersion": API_VERSION,
-        "kind": "TrainJob",
+        "kind": TRAINJOB.kind,
         "metadata": {
             "annotations": dict(spec.annotations)
             | ({INSTANCE_TYPE_ANNOTATION: spec.instance_type} if spec.instance_type else {}),
@@ -80,7 +80,7 @@ def train_job(spec: JobSpec) -> dict:
         "spec": {
             "activeDeadlineSeconds": spec.run_policy.active_deadline_seconds,
             "runtimePatches": [job_patch(spec)],
-            "runtimeRef": {"apiGroup": GROUP, "kind": RUNTIME_KIND, "name": spec.runtime},
+            "runtimeRef": {"apiGroup": TRAINJOB.group, "kind": RUNTIME_KIND, "name": spec.runtime},
             # Created suspended for Kueue (job.queue): only Kueue un-suspends it, on admission.
             "suspend": True if spec.run_policy.suspend else None,
             "trainer": trainer,

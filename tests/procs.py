@@ -67,10 +67,11 @@ def processes(**env: str) -> list[Proc]:
     return found
 
 
-def ranks_of(run_id: str) -> dict[int, int]:
-    """{global rank: pid} of the live trainer ranks of local run `run_id`."""
+def ranks_of(run_id: str, program: str | None = None) -> dict[int, int]:
+    """{global rank: pid} of the live ranks of local run `run_id`: the built-in trainer's, or
+    those whose command line has `program` (a user's script, a runner's module)."""
     return {
         int(p.env["RANK"]): p.pid
         for p in processes(TRAINSTACK_RUN_ID=run_id)
-        if p.is_rank and "RANK" in p.env
+        if (p.is_rank if program is None else program in p.argv) and "RANK" in p.env
     }

@@ -134,16 +134,7 @@ def make_plan(
     t = cfg.trainer
     replicate, shard = data_parallel_mesh(cfg, world_size)
     per_pass = t.micro_batch_size * world_size
-    if t.global_batch_size is None:
-        accum = t.grad_accum_steps
-    elif t.global_batch_size % per_pass:
-        raise ConfigError(
-            f"trainer.global_batch_size: {t.global_batch_size} is not divisible by "
-            f"trainer.micro_batch_size ({t.micro_batch_size}) x data-parallel ranks "
-            f"({world_size}) = {per_pass}; allowed: a positive multiple of {per_pass}"
-        )
-    else:
-        accum = t.global_batch_size // per_pass
+    accum = grad_accum_steps(cfg, world_size)
     return Plan(
         args,
         world_size,
@@ -154,6 +145,22 @@ def make_plan(
         dp_replicate=replicate,
         dp_shard=shard,
     )
+
+
+def grad_accum_steps(cfg: TrainerJobConfig, world_size: int) -> int:
+    """Micro batches per step: `trainer.grad_accum_steps`, or what `trainer.global_batch_size`
+    makes of micro_batch_size x `world_size` data-parallel ranks (ConfigError if it can't)."""
+    t = cfg.trainer
+    if t.global_batch_size is None:
+        return t.grad_accum_steps
+    per_pass = t.micro_batch_size * world_size
+    if t.global_batch_size % per_pass:
+        raise ConfigError(
+            f"trainer.global_batch_size: {t.global_batch_size} is not divisible by "
+            f"trainer.micro_batch_size ({t.micro_batch_size}) x data-parallel ranks "
+            f"({world_size}) = {per_pass}; allowed: a positive multiple of {per_pass}"
+        )
+    return t.global_batch_size // per_pass
 
 
 def _check_resume(cfg: TrainerJobConfig) -> None:

@@ -49,7 +49,13 @@ from trainer.profiling import StepProfiler
 from trainer.step_timer import StepTimer, device_synchronize
 from trainer.storage import StorageError, open_run_storage
 from trainer.tokenizer import build_tokenizer
-from trainer.train_state import Progress, checkpoint_state, restore, restore_weights
+from trainer.train_state import (
+    Progress,
+    checkpoint_state,
+    restore,
+    restore_weights,
+    trained_only,
+)
 
 
 def run(cfg: TrainerJobConfig) -> int:
@@ -67,8 +73,9 @@ def run(cfg: TrainerJobConfig) -> int:
         storage = open_run_storage(cfg.run_dir)
     except StorageError as exc:
         raise ConfigError(f"run_dir: {exc}") from None
-    check_checkpoints_fit(storage, plan.model)  # before config.yaml, the record, is rewritten
-    source = _resume_source(cfg, plan, storage)  # before the data: reading that takes longer
+    own_steps = committed_steps(storage)  # one listing: for the fit check, resume_from, init_from
+    check_checkpoints_fit(storage, plan.model, own_steps)  # before config.yaml is rewritten
+    source = _resume_source(cfg, plan, own_steps)  # before the data: reading that takes longer
     tokenizer_dir = fetch_tokenizer(tokenizer_source(cfg))
     tokenizer = build_tokenizer(tokenizer_dir, plan.model.vocab_size, cfg.data.eos_token)
     data = open_training_data(cfg.data, tokenizer, plan.model.vocab_size)
@@ -77,11 +84,7 @@ def run(cfg: TrainerJobConfig) -> int:
     env = init_distributed(plan.dp_replicate, cfg.trainer.collective_timeout_s)
     try:
         torch.manual_seed(cfg.seed)
-        with torch.device("meta"):
-            model = Transformer(plan.model)
-        lora = cfg.model.lora
-        if lora.rank:
-            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
+        model = _meta_model(cfg, plan)
         parallelize(
             model,
             env.mesh,
@@ -105,7 +108,9 @@ def run(cfg: TrainerJobConfig) -> int:
             run_config=resolved,  # type: ignore[arg-type]
         )
         checkpointer = Checkpointer(storage, env, cfg.trainer.checkpoint, report=metrics.log)
-        started_from = _initialize(model, cfg, plan, env, checkpointer, source)
+        started_from = _initialize(
+            model, cfg, plan, env, later=bool(own_steps) or source is not None
+        )
         optimizer = build_optimizer(model, cfg.trainer)
         scheduler = build_scheduler(optimizer, cfg.trainer)
         if env.is_main:
@@ -130,14 +135,14 @@ def _initialize(
     cfg: TrainerJobConfig,
     plan: Plan,
     env: Distributed,
-    checkpointer: Checkpointer,
-    resume_source: ResumeSource | None,
+    *,
+    later: bool,
 ) -> str | None:
     """Weights before training: `model.init_from`'s when the run has no checkpoint of its own
-    yet and no `trainer.resume_from` (either is loaded later), else seeded random ones. A
-    LoRA run's checkpoints hold only its adapters: its frozen base is always init_from's."""
+    yet and no `trainer.resume_from` (`later`: either is loaded later), else seeded random
+    ones. A LoRA run's checkpoints hold only its adapters: its frozen base is always
+    init_from's."""
     source, lora = cfg.model.init_from, bool(cfg.model.lora.rank)
-    later = checkpointer.has_committed() or resume_source is not None
     if source is None or (later and not lora):
         model.init_weights(cfg.seed)
         return None
@@ -150,28 +155,30 @@ def _initialize(
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"
 
 
-def _resume_source(cfg: TrainerJobConfig, plan: Plan, storage) -> ResumeSource | None:
+def _resume_source(cfg: TrainerJobConfig, plan: Plan, own_steps: list[int]) -> ResumeSource | None:
     """`trainer.resume_from`, checked before any rank starts: a committed checkpoint whose
     files are whole and whose tensors fit the model (else exit 2). None when unset or once the
     run has a committed checkpoint of its own (a restart resumes from its own)."""
-    if cfg.trainer.resume_from is None or committed_steps(storage):
+    if cfg.trainer.resume_from is None or own_steps:
         return None
     source = locate(cfg.trainer.resume_from)
-    lora = cfg.model.lora
+    model = _meta_model(cfg, plan)
+    saved = model.state_dict()
+    if cfg.model.lora.rank:  # its checkpoints hold the adapters only, as checkpoint_state saves
+        saved = trained_only(model, saved)
+    check_fits(source, {name: tuple(tensor.shape) for name, tensor in saved.items()})
+    return source
+
+
+def _meta_model(cfg: TrainerJobConfig, plan: Plan) -> Transformer:
+    """The model `plan` describes on the meta device (no memory), with `model.lora`'s adapters
+    when its rank is set: what `run` shards and what a resume_from checkpoint must fit."""
     with torch.device("meta"):
         model = Transformer(plan.model)
-        if lora.rank:  # its checkpoints hold the adapters only (train_state.trained_only)
-            add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
-    trained = {name for name, p in model.named_parameters() if p.requires_grad}
-    check_fits(
-        source,
-        {
-            name: tuple(tensor.shape)
-            for name, tensor in model.state_dict().items()
-            if not lora.rank or name in trained
-        },
-    )
-    return source
+    lora = cfg.model.lora
+    if lora.rank:
+        add_lora(model, lora.rank, lora.alpha, lora.dropout, list(lora.targets))
+    return model
 
 
 def _start_from(parts: Parts, source: ResumeSource) -> Progress:

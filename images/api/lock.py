@@ -56,23 +56,12 @@ def trainer_lock():
 
 
 def top_level_requirements(lock) -> list[str]:
-    pins = {
-        lock.normalize(n): v
-        for n, v in lock.parse_pins((REPO / "constraints.txt").read_text()).items()
-    }
+    pins = lock.dev_pins()
     wanted = [*lock.BUILD_TOOLS, *SDIST_ONLY, *API_REQUIREMENTS]
     return [
         f"{name}=={pins[lock.normalize(name)]}" if lock.normalize(name) in pins else name
         for name in wanted
     ]
-
-
-def render(lock, locked: dict[str, tuple[str, str]]) -> str:
-    lines = [
-        f"{name}=={locked[name][0]} \\\n    --hash=sha256:{locked[name][1]}\n"
-        for name in sorted(locked, key=str.lower)
-    ]
-    return HEADER.format(python=lock.IMAGE_PYTHON) + "".join(lines)
 
 
 def main() -> None:
@@ -83,8 +72,8 @@ def main() -> None:
     if any(lock.normalize(name) == "torch" for name in locked):
         sys.exit("lock.py: torch came in through a dependency; the API image must not carry it")
     tools = {n: locked.pop(n) for n in list(locked) if lock.normalize(n) in lock.BUILD_TOOLS}
-    OUTPUT.write_text(render(lock, locked))
-    BUILD_TOOLS_OUTPUT.write_text(render(lock, tools))
+    OUTPUT.write_text(lock.render(locked, HEADER))
+    BUILD_TOOLS_OUTPUT.write_text(lock.render(tools, HEADER))
     for path in (OUTPUT, BUILD_TOOLS_OUTPUT):
         print(f"wrote {path.relative_to(REPO)}")
 

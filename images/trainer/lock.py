@@ -44,11 +44,11 @@ IMAGE_GLIBC = (2, 39)
 BUILD_TOOLS = ("setuptools", "wheel")
 """Installed first: the sdists below and the trainer package build with them, no isolation."""
 SDIST_ONLY = ("antlr4-python3-runtime", "s3torchconnector")
+"""Pure-Python packages with no wheel on PyPI (omegaconf needs antlr4 4.9.*; s3torchconnector
+ships only an sdist, its compiled client s3torchconnectorclient has wheels)."""
 IMAGE_EXTRAS = ("wandb",)
 """Optional trainer dependencies the image carries anyway: `trainer.metrics.wandb_project` on a
 cluster run must log, not warn that wandb is missing (the `loggers` extra's wandb)."""
-"""Pure-Python packages with no wheel on PyPI (omegaconf needs antlr4 4.9.*; s3torchconnector
-ships only an sdist, its compiled client s3torchconnectorclient has wheels)."""
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
@@ -129,20 +129,24 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def dev_pins() -> dict[str, str]:
+    """Normalized name -> version of every pin in constraints.txt (developer machines)."""
+    return {normalize(n): v for n, v in parse_pins((REPO / "constraints.txt").read_text()).items()}
+
+
 def top_level_requirements() -> list[str]:
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    dev_pins = parse_pins((REPO / "constraints.txt").read_text())
-    dev_pins = {normalize(name): version for name, version in dev_pins.items()}
+    pins = dev_pins()
     requirements = [f"torch=={TORCH_VERSION}"]
     for tool in (*BUILD_TOOLS, *SDIST_ONLY, *IMAGE_EXTRAS):
-        requirements.append(f"{tool}=={dev_pins[tool]}" if tool in dev_pins else tool)
+        requirements.append(f"{tool}=={pins[tool]}" if tool in pins else tool)
     for dep in deps:
         name = normalize(re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0])
         # Extras stay (s3torchconnector[dcp] pulls what its DCP reader and writer import).
         extras = re.search(r"\[[^\]]*\]", dep)
         extra = extras.group(0) if extras else ""
         if name != "torch":
-            requirements.append(f"{name}{extra}=={dev_pins[name]}" if name in dev_pins else dep)
+            requirements.append(f"{name}{extra}=={pins[name]}" if name in pins else dep)
     return requirements
 
 
@@ -150,13 +154,11 @@ def hf_runner_requirements() -> list[str]:
     """The `hf-runner` extra at constraints.txt's versions (the image runs what developers
     test with)."""
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    dev_pins = {
-        normalize(n): v for n, v in parse_pins((REPO / "constraints.txt").read_text()).items()
-    }
+    pins = dev_pins()
     requirements = []
     for dep in extras["optional-dependencies"][HF_EXTRA]:
         name = normalize(re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0])
-        requirements.append(f"{name}=={dev_pins[name]}" if name in dev_pins else dep)
+        requirements.append(f"{name}=={pins[name]}" if name in pins else dep)
     return requirements
 
 

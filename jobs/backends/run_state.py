@@ -14,7 +14,6 @@ from jobs.backends.base import UNKNOWN, RunStatus
 STATE_FILE = "job/state.json"
 OUTPUT_LOG = "job/output.log"
 CANCEL_MARKER = "job/cancel-requested"
-METRICS_FILE = "logs/metrics.jsonl"
 
 
 def utc_now() -> str:

@@ -138,25 +138,3 @@ def fixed_batch(vocab: int = VOCAB, seq: int = 48) -> torch.Tensor:
 def assert_close(ours: torch.Tensor, theirs: torch.Tensor, rel: float = 1e-4) -> None:
     error = ((ours - theirs).abs().max() / theirs.abs().max()).item()
     assert error < rel, f"max relative difference {error:.2e} >= {rel}"
-
-
-def build_qwen3(out: Path, seed: int = 0) -> Path:
-    """A random Qwen3ForCausalLM (QK norms, explicit head_dim), with the test tokenizer."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    Qwen3ForCausalLM(config).save_pretrained(out)
-    write_tokenizer(out, VOCAB - 40)
-    return out

@@ -28,3 +28,13 @@ def stack_runs() -> dict[str, StackRun]:
     """Both example stacks, run once per session (each run re-installs the mocks)."""
     ensure_event_loop()
     return {stack: run_program(stack_file_config(stack), stack) for stack in ("dev", "prod")}
+
+
+@pytest.fixture(scope="session")
+def api_stack_run() -> StackRun:
+    """The dev stack with the Training API at its default settings, run once per session (the
+    API, CI, network-policy and IAM-lint tests all read it)."""
+    from tests.infra.test_infra_training_api import run, with_api
+
+    ensure_event_loop()
+    return run(with_api())

@@ -13,8 +13,6 @@ import parliament
 import pytest
 
 from tests.infra.pulumi_harness import StackRun
-from tests.infra.test_infra_training_api import run as run_with_api
-from tests.infra.test_infra_training_api import with_api
 
 
 @dataclass(frozen=True)
@@ -259,9 +257,9 @@ def unexpected(document: Document) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def stack_documents(stack_runs) -> list[Document]:
+def stack_documents(stack_runs, api_stack_run) -> list[Document]:
     """Both example stacks, and dev with the Training API (its pods' role)."""
-    runs = {**stack_runs, "dev+api": (run_with_api(with_api()))}
+    runs = {**stack_runs, "dev+api": api_stack_run}
     return [
         doc for label, run in runs.items() for doc in documents(label, run, label.split("+")[0])
     ]

@@ -263,13 +263,11 @@ def test_preview_role_is_read_only_and_trusts_only_the_preview_environment(stack
     assert run.outputs["github_preview_role_arn"].endswith("-gha-preview")
 
 
-def test_preview_reads_the_training_api_secret_it_looks_up_and_no_other():
+def test_preview_reads_the_training_api_secret_it_looks_up_and_no_other(api_stack_run):
     """The program's one lookup (the API's token hashes) is granted by its ARN alone."""
-    from tests.infra.test_infra_training_api import SECRET_ARN, with_api
-    from tests.infra.test_infra_training_api import run as run_with_api
+    from tests.infra.test_infra_training_api import SECRET_ARN
 
-    config = with_api()
-    run = run_with_api(config)
+    run = api_stack_run
     assert run.invokes == ["aws:secretsmanager/getSecretVersion:getSecretVersion"]
     documents = [{"Statement": statements(run, "-gha-preview")}]
     assert allowed(documents, "secretsmanager:GetSecretValue", SECRET_ARN)

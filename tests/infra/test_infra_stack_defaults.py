@@ -23,7 +23,7 @@ def dev_outputs(stack_runs, tmp_path):
     return path
 
 
-def run(tmp_path, outputs_file, stack="dev"):
+def run(tmp_path, outputs_file, stack="dev", conf_dir=None):
     return main(
         [
             "--stack",
@@ -31,15 +31,11 @@ def run(tmp_path, outputs_file, stack="dev"):
             "--outputs",
             str(outputs_file),
             "--conf-dir",
-            str(tmp_path / "conf"),
+            str(conf_dir or tmp_path / "conf"),
             "--kube-dir",
             str(tmp_path / "kube"),
         ]
     )
-
-
-def outputs_api(stack_runs) -> str:
-    return stack_runs["dev"].outputs["job_api"]
 
 
 def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_runs):
@@ -49,9 +45,9 @@ def test_writes_defaults_and_private_kubeconfig(tmp_path, dev_outputs, stack_run
     defaults = yaml.safe_load(text)
     assert set(defaults) == {"cluster", "job", "storage"}
     assert set(defaults["job"]) == {"image_repository", "queue", "api"}
-    assert defaults["job"]["api"] == outputs_api(stack_runs) == "trainjob"  # the operator's
-    assert set(defaults["storage"]) == {"root", "grants", "fsx_claim"}
     outputs = stack_runs["dev"].outputs
+    assert defaults["job"]["api"] == outputs["job_api"] == "trainjob"  # the operator's
+    assert set(defaults["storage"]) == {"root", "grants", "fsx_claim"}
     assert defaults["storage"]["grants"] == outputs["s3_grants"]
     assert defaults["cluster"]["data_prepare_service_account"] == "data-prepare"
     assert defaults["cluster"]["log_group"] == outputs["container_log_group"]
@@ -162,21 +158,7 @@ def test_launch_refuses_a_url_the_pods_cannot_reach(
     tmp_path, dev_outputs, stack_runs, monkeypatch, capsys, exec_in_process, override, key, url
 ):
     bucket = stack_runs["dev"].outputs["bucket"]
-    assert (
-        main(
-            [
-                "--stack",
-                "dev",
-                "--outputs",
-                str(dev_outputs),
-                "--conf-dir",
-                str(tmp_path / "conf-root" / "stack"),
-                "--kube-dir",
-                str(tmp_path / "kube"),
-            ]
-        )
-        == 0
-    )
+    assert run(tmp_path, dev_outputs, conf_dir=tmp_path / "conf-root" / "stack") == 0
     base = [
         "job.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:v1",
         f"data.path=s3://{bucket}/raw/train.jsonl",
@@ -202,8 +184,7 @@ def test_fsx_claim_comes_from_the_stack_and_a_stack_without_fsx_refuses_it(
     assert run(tmp_path, prod, stack="prod") == 0
     claim = yaml.safe_load((tmp_path / "conf" / "prod.yaml").read_text())["storage"]["fsx_claim"]
     assert claim == stack_runs["prod"].outputs["fsx_claim"] and claim
-    conf = ["--conf-dir", str(tmp_path / "conf-root" / "stack"), "--kube-dir", str(tmp_path / "k")]
-    assert main(["--stack", "dev", "--outputs", str(dev_outputs), *conf]) == 0
+    assert run(tmp_path, dev_outputs, conf_dir=tmp_path / "conf-root" / "stack") == 0
     bucket = stack_runs["dev"].outputs["bucket"]
     code, err, work = launch(
         tmp_path,

@@ -39,16 +39,16 @@ CERTIFICATE_ARN = (
 
 
 def with_api(**settings) -> dict:
+    """The dev stack with the API; TLS from the pod's Secret unless `settings` name a TLS
+    setting (a None value leaves that setting out)."""
     config = stack_file_config("dev")
-    tls = {} if "certificateArn" in settings else {"tlsSecretName": TLS_SECRET}
+    tls_named = {"certificateArn", "tlsSecretName"} & set(settings)
     config["trainstack:trainingApi"] = {
         "image": IMAGE,
         "tokenHashesSecretArn": SECRET_ARN,
-        **tls,
+        **({} if tls_named else {"tlsSecretName": TLS_SECRET}),
         **{k: v for k, v in settings.items() if v is not None},
     }
-    if settings.get("tlsSecretName", "") is None:
-        del config["trainstack:trainingApi"]["tlsSecretName"]
     return config
 
 
@@ -65,8 +65,8 @@ def named(run_, type_: str, suffix: str = "-api"):
     return found[0]
 
 
-def test_the_api_deployment_service_rbac_identity_and_secret():
-    result = run(with_api())
+def test_the_api_deployment_service_rbac_identity_and_secret(api_stack_run):
+    result = api_stack_run
     deployment = named(result, "kubernetes:apps/v1:Deployment")
     spec = deployment.inputs["spec"]
     assert spec["replicas"] == 2
@@ -144,8 +144,8 @@ def test_an_internal_nlb_by_setting():
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-type"] == "nlb"
 
 
-def test_the_pod_serves_https_with_the_mounted_certificate():
-    result = run(with_api())
+def test_the_pod_serves_https_with_the_mounted_certificate(api_stack_run):
+    result = api_stack_run
     deployment = named(result, "kubernetes:apps/v1:Deployment")
     pod = deployment.inputs["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -227,14 +227,14 @@ def test_bad_api_settings_are_one_line(settings, key, words):
     assert message.startswith(f"trainstack:{key}: ") and words in message and "\n" not in message
 
 
-def test_admins_are_named_in_config_and_passed_to_serve():
+def test_admins_are_named_in_config_and_passed_to_serve(api_stack_run):
     result = run(with_api(admins=["ci", "ui"]))
     deployment = named(result, "kubernetes:apps/v1:Deployment")
     args = deployment.inputs["spec"]["template"]["spec"]["containers"][0]["args"]
     assert [a for a in args if a.startswith("--admin")] == ["--admin=ci", "--admin=ui"]
-    args = named(run(with_api()), "kubernetes:apps/v1:Deployment").inputs["spec"]["template"][
-        "spec"
-    ]["containers"][0]["args"]
+    args = named(api_stack_run, "kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
     assert not [a for a in args if a.startswith("--admin")]  # nobody unless named
 
 

@@ -12,17 +12,10 @@ import pytest
 from jobs.data_prepare import PrepareJobSpec, indexed_job
 from jobs.manifest_checks import trainjob_pod_template
 from tests.infra.netpol_eval import Pod, ingress_allowed
-from tests.infra.test_infra_training_api import run as run_with_api
-from tests.infra.test_infra_training_api import with_api
 from tests.jobs.conftest import CLUSTER, build
 
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 RENDEZVOUS, NCCL_SOCKET, API_PORT = 29500, 43125, 8080
-
-
-@pytest.fixture(scope="module")
-def api_stack():
-    return run_with_api(with_api())
 
 
 def recorded_policies(run) -> list[dict]:
@@ -55,13 +48,13 @@ def test_vpc_cni_enforces_network_policies(stack_runs):
 
 
 @pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
-def test_only_the_runs_own_pods_and_the_api_port_get_in(api_stack, job_api):
+def test_only_the_runs_own_pods_and_the_api_port_get_in(api_stack_run, job_api):
     namespace = "training"
-    infra = recorded_policies(api_stack)
+    infra = recorded_policies(api_stack_run)
     deny = [p for p in infra if p["metadata"]["name"] == "default-deny-ingress"]
     assert deny and deny[0]["metadata"]["namespace"] == namespace
     api_deployment = next(
-        r for r in api_stack.of_type("kubernetes:apps/v1:Deployment") if r.name.endswith("-api")
+        r for r in api_stack_run.of_type("kubernetes:apps/v1:Deployment") if r.name.endswith("-api")
     )
     api = Pod(namespace, api_deployment.inputs["spec"]["template"]["metadata"]["labels"])
     (run_a_master, run_a_worker), policy_a = job_pods("run-a", job_api)

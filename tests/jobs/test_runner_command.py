@@ -17,7 +17,7 @@ from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
 from tests.jobs.test_local_recovery import finished, wait_until
-from tests.procs import processes
+from tests.procs import processes, ranks_of
 
 DDP_SCRIPT = textwrap.dedent(
     '''
@@ -154,14 +154,6 @@ def _last_loss(run_dir: Path) -> float:
     return json.loads(lines[-1])["loss"]
 
 
-def _script_ranks(run_id: str) -> dict[int, int]:
-    return {
-        int(p.env["RANK"]): p.pid
-        for p in processes(TRAINSTACK_RUN_ID=run_id)
-        if "RANK" in p.env and "train.py" in p.argv
-    }
-
-
 @pytest.mark.slow
 def test_a_sigkilled_rank_restarts_and_the_script_resumes_from_its_checkpoint(workdir):
     project = write_project(workdir / "project")
@@ -169,7 +161,7 @@ def test_a_sigkilled_rank_restarts_and_the_script_resumes_from_its_checkpoint(wo
     job = command_job(workdir, project, "killed", "+runner.env.STEP_S=0.4", "+runner.args.steps=14")
     backend.schedule(backend.dryrun(job))
     wait_until(lambda: (backend.status("killed").last_step or 0) >= 4, "step 4")
-    victim = _script_ranks("killed")[1]
+    victim = ranks_of("killed", "train.py")[1]
     os.kill(victim, signal.SIGKILL)
     status = finished(backend, "killed")
     run_dir = workdir / "runs" / "killed"

@@ -16,10 +16,10 @@ import torch
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
-from tests.hf.models import build_llama, build_qwen3
+from tests.hf.models import build_family, build_llama
 from tests.hf.test_hf_finetune_export import word_corpus
 from tests.jobs.test_local_recovery import wait_until
-from tests.procs import processes
+from tests.procs import ranks_of
 from trainer.faults import STEP_DELAY_ENV
 from trainer.runners.hf.settings import training_arguments
 
@@ -50,14 +50,6 @@ def hf_job(workdir: Path, source: Path, run_id: str, *extra: str):
     return materialize(compose(overrides), now=datetime.now(UTC), git_sha=None)
 
 
-def hf_ranks(run_id: str) -> dict[int, int]:
-    return {
-        int(p.env["RANK"]): p.pid
-        for p in processes(TRAINSTACK_RUN_ID=run_id)
-        if "RANK" in p.env and "trainer.runners.hf" in p.argv
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("family", "extra"),
@@ -66,8 +58,10 @@ def hf_ranks(run_id: str) -> dict[int, int]:
 def test_hf_runner_finetunes_resumes_after_sigkill_and_exports(workdir, monkeypatch, family, extra):
     from transformers import AutoModelForCausalLM
 
-    build = build_llama if family == "llama" else build_qwen3
-    source = build(workdir / family, **({"tied": False} if family == "llama" else {}))
+    if family == "llama":
+        source = build_llama(workdir / family, tied=False)
+    else:
+        source = build_family(workdir / family, family, tied=False)
     backend = LocalBackend(str(workdir / "runs"))
     monkeypatch.setenv(STEP_DELAY_ENV, "0.5")  # slow steps: the kill lands mid-run
     job = hf_job(workdir, source, family, *extra)
@@ -79,7 +73,7 @@ def test_hf_runner_finetunes_resumes_after_sigkill_and_exports(workdir, monkeypa
         "a checkpoint",
     )
     wait_until(lambda: (backend.status(family).last_step or 0) >= 3, "step 3")
-    victim = hf_ranks(family)[1]
+    victim = ranks_of(family, "trainer.runners.hf")[1]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: backend.status(family).finished, "the run to finish")
     status = backend.status(family)
@@ -145,7 +139,7 @@ def test_hf_runner_with_an_s3_run_dir_keeps_checkpoints_there_and_resumes_from_t
 
     from trainer.runners.hf.train import staging
 
-    source = build_qwen3(workdir / "qwen3")
+    source = build_family(workdir / "qwen3", "qwen3", tied=False)
     backend = LocalBackend(f"s3://{s3_bucket}/runs")
     root = f"storage.root=s3://{s3_bucket}/runs"
     first = hf_job(workdir, source, "remote", root, "trainer.max_steps=4")

@@ -199,15 +199,21 @@ ACCOUNT = "123456789012"  # moto's default account
 REGISTRY = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
 
 
-@pytest.fixture
-def ecr(moto_s3, monkeypatch):
-    """boto3's ECR client in this process talks to moto; a repository with tag v1 pushed."""
+def moto_client(moto_s3, monkeypatch, service: str, endpoint_env: str):
+    """boto3's `service` client; boto3 in this process (the product's code too) talks to the
+    moto server for it, through `endpoint_env`, for this test."""
     import boto3
 
     for name, value in s3_env(moto_s3.url).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_ECR", moto_s3.url)
-    client = boto3.client("ecr", region_name="us-east-1")
+    monkeypatch.setenv(endpoint_env, moto_s3.url)
+    return boto3.client(service, region_name="us-east-1")
+
+
+@pytest.fixture
+def ecr(moto_s3, monkeypatch):
+    """boto3's ECR client in this process talks to moto; a repository with tag v1 pushed."""
+    client = moto_client(moto_s3, monkeypatch, "ecr", "AWS_ENDPOINT_URL_ECR")
     client.create_repository(repositoryName="trainstack/trainer")
     manifest = {
         "schemaVersion": 2,

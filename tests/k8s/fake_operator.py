@@ -10,35 +10,21 @@ to a job is scripted per name with `JobPlan`s (one per submission, in order). Se
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_pods import PodLogs
+from tests.k8s.fake_pods import FakeController, Plan, now
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 
 
 @dataclass
-class JobPlan:
-    outcome: str = "Succeeded"
-    """Final condition: Succeeded or Failed."""
-    steps: int = 4
-    """Log lines (training steps) each pod writes before the job ends."""
-    step_seconds: float = 0.05
+class JobPlan(Plan):
     kill_pod_at: int | None = None
     """Kill the master pod at this step; the operator restarts it (condition Restarting)."""
     lose_node_at: int | None = None
     """Lose worker 0's node at this step: its pod vanishes (no SIGTERM, no exit code) and the
     operator recreates it; the job goes Restarting, then Running again."""
-    hold: bool = False
-    """Keep running after the last step until the job is suspended or deleted."""
-
-
-@dataclass
-class _Run:
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
 
 
 def _suspended(job: dict) -> bool:
@@ -50,78 +36,36 @@ def _condition_true(job: dict, kind: str) -> bool:
     return any(c["type"] == kind and c["status"] == "True" for c in conditions)
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class FakeOperator(PodLogs):
+class FakeOperator(FakeController):
     pod_label = JOB_LABEL
+    container = "pytorch"
 
     def __init__(self, server: FakeKubeApiServer, default: JobPlan | None = None) -> None:
-        super().__init__(server)
-        self.default = default or JobPlan()
-        self.plans: dict[str, list[JobPlan]] = {}
-        self.created: dict[str, int] = {}
-        """Submissions per job name (what the tests count duplicates with)."""
-        self._runs: dict[str, _Run] = {}
-        self._plans_in_use: dict[str, JobPlan] = {}
+        super().__init__(server, default or JobPlan())
         server.operator = self
 
     # -- hooks called by the apiserver ---------------------------------------------------------
     def job_created(self, job: dict) -> None:
         name = job["metadata"]["name"]
-        self.created[name] = self.created.get(name, 0) + 1
-        queue = self.plans.get(name) or []
-        plan = queue.pop(0) if queue else self.default
-        self._plans_in_use[name] = plan
+        self._admit(name)
         if _suspended(job):  # created suspended (for Kueue): no pods until it is admitted
             namespace = job["metadata"]["namespace"]
             self._condition(name, namespace, "Created", "PyTorchJobCreated", "created")
             self._condition(name, namespace, "Suspended", "PyTorchJobSuspended", "suspended")
             return
-        self._start(job, plan)
-
-    def _start(self, job: dict, plan: JobPlan) -> None:
-        run = _Run()
-        run.thread = threading.Thread(target=self._run, args=(job, plan, run.stop), daemon=True)
-        self._runs[job["metadata"]["name"]] = run
-        run.thread.start()
+        self._start(job)
 
     def job_patched(self, job: dict) -> None:
-        suspended = _suspended(job)
-        name = job["metadata"]["name"]
-        run = self._runs.get(name)
-        if not suspended and (run is None or run.stop.is_set()):
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        suspended, running = _suspended(job), self._running(name)
+        if not suspended and not running:
             # Unsuspended (Kueue admitted it): pods again; the trainer resumes.
             if name in self._plans_in_use and _condition_true(job, "Suspended"):
-                self._start(job, self._plans_in_use[name])
-            return
-        if suspended and run and not run.stop.is_set():
-            run.stop.set()
-            if run.thread is not threading.current_thread():
-                run.thread.join(timeout=5)
-            name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+                self._start(job)
+        elif suspended and running:
+            self._stop(self._runs[name])
             self._delete_pods(name, namespace)
             self._condition(name, namespace, "Suspended", "PyTorchJobSuspended", "suspended")
-
-    def job_deleted(self, name: str) -> None:
-        run = self._runs.pop(name, None)
-        if run:
-            run.stop.set()
-            run.thread.join(timeout=5)
-        for pod in self.server.list("pods", selector={"labels": {JOB_LABEL: ("=", name)}}):
-            self._closed.add(pod["metadata"]["uid"])
-
-    def shutdown(self) -> None:
-        """Stop every simulated job (held ones included)."""
-        for run in list(self._runs.values()):
-            run.stop.set()
-        self.wait_idle(timeout=2)
-
-    def wait_idle(self, timeout: float = 10.0) -> None:
-        """Block until every simulated job thread has finished."""
-        for run in list(self._runs.values()):
-            run.thread.join(timeout=timeout)
 
     # -- the simulation ------------------------------------------------------------------------
     def _run(self, job: dict, plan: JobPlan, stop: threading.Event) -> None:
@@ -201,32 +145,6 @@ class FakeOperator(PodLogs):
         self._log(pod_name, namespace, "resumed from latest checkpoint")
         self._condition(job_name, namespace, "Running", "PyTorchJobRunning", "running")
 
-    def _set_phase(self, pod_name: str, namespace: str, phase: str) -> None:
-        """Phase plus the container's status, as the kubelet reports it."""
-        if phase == "Running":
-            state = {"running": {"startedAt": _now()}}
-        elif phase in ("Succeeded", "Failed"):
-            code = 0 if phase == "Succeeded" else 1
-            state = {
-                "terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
-            }
-        else:
-            state = {"waiting": {"reason": "ContainerCreating"}}
-        container = {
-            "name": "pytorch",
-            "ready": phase == "Running",
-            "restartCount": 0,
-            "image": "trainer",
-            "imageID": "",
-            "state": state,
-        }
-        self.server.update(
-            "pods",
-            pod_name,
-            namespace,
-            lambda p: p.setdefault("status", {}).update(phase=phase, containerStatuses=[container]),
-        )
-
     def _condition(self, name: str, namespace: str, kind: str, reason: str, message: str) -> None:
         """Append a condition the way the operator does (Running flips off when it ends)."""
 
@@ -244,11 +162,11 @@ class FakeOperator(PodLogs):
                     cond["status"] = "False"
             conditions.append(
                 {"type": kind, "status": "True", "reason": reason, "message": message}
-                | {"lastUpdateTime": _now(), "lastTransitionTime": _now()}
+                | {"lastUpdateTime": now(), "lastTransitionTime": now()}
             )
             if kind == "Running":
-                status.setdefault("startTime", _now())
+                status.setdefault("startTime", now())
             if kind in ("Succeeded", "Failed"):
-                status["completionTime"] = _now()
+                status["completionTime"] = now()
 
         self.server.update("pytorchjobs", name, namespace, mutate)

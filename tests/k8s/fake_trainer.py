@@ -17,13 +17,12 @@ starts them again. Deleting the TrainJob deletes the JobSet and the pods by owne
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tests import crd_schema
 from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_pods import PodLogs
+from tests.k8s.fake_pods import FakeController, Plan, now
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -37,40 +36,21 @@ PERMANENT = range(1, 128)
 
 
 @dataclass
-class TrainPlan:
-    outcome: str = "Succeeded"
-    steps: int = 4
-    step_seconds: float = 0.05
+class TrainPlan(Plan):
     fail_at: int | None = None
     """At this step node rank `fail_rank`'s pod exits with `exit_code`..."""
     fail_rank: int = 0
     exit_code: int = 137
     failures: int = 1
     """...in this many attempts in a row (the JobSet's restarts)."""
-    hold: bool = False
-    """Keep running after the last step until suspended or deleted."""
 
 
-@dataclass
-class _Run:
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class FakeTrainer(PodLogs):
+class FakeTrainer(FakeController):
     pod_label = JOBSET_LABEL
+    container = "node"
 
     def __init__(self, server: FakeKubeApiServer, default: TrainPlan | None = None) -> None:
-        super().__init__(server)
-        self.default = default or TrainPlan()
-        self.plans: dict[str, list[TrainPlan]] = {}
-        self.created: dict[str, int] = {}
-        self._runs: dict[str, _Run] = {}
-        self._plans_in_use: dict[str, TrainPlan] = {}
+        super().__init__(server, default or TrainPlan())
         crd_schema.errors({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"})
         # (compiles the CRD's validator now, not inside a create with the client waiting)
         server.trainer = self
@@ -99,9 +79,7 @@ class FakeTrainer(PodLogs):
     def job_created(self, job: dict) -> None:
         meta = job["metadata"]
         name, namespace = meta["name"], meta["namespace"]
-        self.created[name] = self.created.get(name, 0) + 1
-        queue = self.plans.get(name) or []
-        self._plans_in_use[name] = queue.pop(0) if queue else self.default
+        self._admit(name)
         self.server.put(
             "jobsets",
             {
@@ -123,11 +101,9 @@ class FakeTrainer(PodLogs):
 
     def job_patched(self, job: dict) -> None:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-        suspended = bool(job["spec"].get("suspend"))
-        run = self._runs.get(name)
-        running = run is not None and not run.stop.is_set()
+        suspended, running = bool(job["spec"].get("suspend")), self._running(name)
         if suspended and running:
-            self._stop(name)
+            self._stop(self._runs[name])
             self._delete_pods(name, namespace)
             self._active(name, namespace, 0)
             self._condition(name, namespace, "Suspended", True, "Suspended", "suspended")
@@ -137,35 +113,7 @@ class FakeTrainer(PodLogs):
             self._condition(name, namespace, "Suspended", False, "Resumed", "resumed")
             self._start(job)
 
-    def job_deleted(self, name: str) -> None:
-        self._stop(name)
-        for pod in self.server.list("pods", selector={"labels": {JOBSET_LABEL: ("=", name)}}):
-            self._closed.add(pod["metadata"]["uid"])
-
-    def shutdown(self) -> None:
-        for run in list(self._runs.values()):
-            run.stop.set()
-        self.wait_idle(timeout=2)
-
-    def wait_idle(self, timeout: float = 10.0) -> None:
-        for run in list(self._runs.values()):
-            run.thread.join(timeout=timeout)
-
     # -- the simulation ------------------------------------------------------------------------
-    def _start(self, job: dict) -> None:
-        run = _Run()
-        plan = self._plans_in_use[job["metadata"]["name"]]
-        run.thread = threading.Thread(target=self._run, args=(job, plan, run.stop), daemon=True)
-        self._runs[job["metadata"]["name"]] = run
-        run.thread.start()
-
-    def _stop(self, name: str) -> None:
-        run = self._runs.get(name)
-        if run and not run.stop.is_set():
-            run.stop.set()
-            if run.thread is not threading.current_thread():
-                run.thread.join(timeout=5)
-
     def _max_restarts(self, job: dict) -> int:
         runtime = self.server.get("clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])
         policy = ((runtime or {}).get("spec") or {}).get("template", {}).get("spec", {})
@@ -227,7 +175,7 @@ class FakeTrainer(PodLogs):
             if (self.server.get("pods", pod, namespace) or {}).get("status", {}).get(
                 "phase"
             ) != "Failed":
-                self._set_phase(pod, namespace, phase, 0 if phase == "Succeeded" else 1)
+                self._set_phase(pod, namespace, phase)
             self._closed.add(self._uid(pod, namespace))
         if kind == "Complete":
             self._condition(name, namespace, "Complete", True, "JobSetCompleted", "completed")
@@ -271,21 +219,6 @@ class FakeTrainer(PodLogs):
         self.server.put("pods", pod, meta["namespace"])
         return pod_name
 
-    def _set_phase(self, pod_name: str, namespace: str, phase: str, code: int = 0) -> None:
-        if phase == "Running":
-            state = {"running": {"startedAt": _now()}}
-        else:
-            reason = "Completed" if not code else "Error"
-            state = {"terminated": {"exitCode": code, "reason": reason}}
-        container = {"name": "node", "ready": phase == "Running", "restartCount": 0, "state": state}
-        container |= {"image": "trainer", "imageID": ""}  # required by the client's model
-        self.server.update(
-            "pods",
-            pod_name,
-            namespace,
-            lambda p: p.setdefault("status", {}).update(phase=phase, containerStatuses=[container]),
-        )
-
     def _active(self, name: str, namespace: str, active: int) -> None:
         def mutate(job: dict) -> None:
             job.setdefault("status", {})["jobsStatus"] = [
@@ -312,7 +245,7 @@ class FakeTrainer(PodLogs):
             conditions[:] = [c for c in conditions if c["type"] != kind]
             conditions.append(
                 {"type": kind, "status": "True" if status else "False", "reason": reason}
-                | {"message": message, "lastTransitionTime": _now()}
+                | {"message": message, "lastTransitionTime": now()}
             )
 
         self.server.update("trainjobs", name, namespace, mutate)

@@ -9,20 +9,15 @@ import uuid
 
 import pytest
 
-from tests.k8s.conftest import NAMESPACE
+from tests.k8s.conftest import NAMESPACE, moto_client
 from tests.k8s.fake_operator import JobPlan
-from tests.s3_server import s3_env
+from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
 
 
 @pytest.fixture
 def log_group(moto_s3, monkeypatch):
     """A fresh log group on the moto server; boto3's `logs` client in this process uses it."""
-    import boto3
-
-    for name, value in s3_env(moto_s3.url).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", moto_s3.url)
-    client = boto3.client("logs", region_name="us-east-1")
+    client = moto_client(moto_s3, monkeypatch, "logs", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
     group = f"/aws/eks/test-{uuid.uuid4().hex[:8]}/containers"
     client.create_log_group(logGroupName=group)
     yield client, group
@@ -133,21 +128,27 @@ def test_expired_trainjob_reads_each_ranks_newest_jobset_pod_stream(trainstack, 
     ]
 
 
-def test_finished_trainjob_whose_pods_were_deleted_reads_the_archive(
-    apiserver, trainstack, log_group, capsys
-):
-    from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
-
-    client, group = log_group
-    apiserver.trainer.plans["tjarch"] = [TrainPlan(steps=2, step_seconds=0.01)]
+def finished_trainjob_without_pods(apiserver, trainstack, run_id: str, steps: int) -> list[str]:
+    """Run a one-node TrainJob to the end, then delete its pods; their names (as the fake JobSet
+    named them, random suffix and all)."""
+    apiserver.trainer.plans[run_id] = [TrainPlan(steps=steps, step_seconds=0.01)]
     launched = trainstack(
-        "launch", "--wait", "job.api=trainjob", "run_id=tjarch", "compute.nodes=1", launch=True
+        "launch", "--wait", "job.api=trainjob", f"run_id={run_id}", "compute.nodes=1", launch=True
     )
     assert launched == 0
     apiserver.trainer.wait_idle()
-    (pod,) = apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tjarch")}})
-    name = pod["metadata"]["name"]  # as the fake JobSet named it, random suffix and all
-    assert apiserver.remove("pods", name, NAMESPACE) is not None
+    names = []
+    for pod in apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", run_id)}}):
+        names.append(pod["metadata"]["name"])
+        assert apiserver.remove("pods", names[-1], NAMESPACE) is not None
+    return names
+
+
+def test_finished_trainjob_whose_pods_were_deleted_reads_the_archive(
+    apiserver, trainstack, log_group, capsys
+):
+    client, group = log_group
+    (name,) = finished_trainjob_without_pods(apiserver, trainstack, "tjarch", steps=2)
     archive(client, group, f"{name}.node", ["archived trainjob line"])
     capsys.readouterr()
 
@@ -162,17 +163,8 @@ def test_finished_trainjob_whose_pods_were_deleted_reads_the_archive(
 def test_trainjob_without_pods_or_archive_is_one_line_exit_2(
     apiserver, trainstack, log_group, capsys
 ):
-    from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
-
     _, group = log_group
-    apiserver.trainer.plans["tjnone"] = [TrainPlan(steps=1, step_seconds=0.01)]
-    launched = trainstack(
-        "launch", "--wait", "job.api=trainjob", "run_id=tjnone", "compute.nodes=1", launch=True
-    )
-    assert launched == 0
-    apiserver.trainer.wait_idle()
-    for pod in apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tjnone")}}):
-        apiserver.remove("pods", pod["metadata"]["name"], NAMESPACE)
+    finished_trainjob_without_pods(apiserver, trainstack, "tjnone", steps=1)
     capsys.readouterr()
 
     assert trainstack("logs", "tjnone", f"cluster.log_group={group}") == 2

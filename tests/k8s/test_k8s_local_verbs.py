@@ -8,6 +8,7 @@ import pytest
 
 from jobs.backends import run_state
 from jobs.cli import main
+from jobs.plot.metrics import METRICS_FILE
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def local_run(tmp_path, monkeypatch):
     (run_dir / run_state.OUTPUT_LOG).write_text(
         "launcher line\n[default0]:rank zero says hi\n[default1]:rank one says hi\n"
     )
-    metrics = run_dir / run_state.METRICS_FILE
+    metrics = run_dir / METRICS_FILE
     metrics.parent.mkdir(parents=True)
     metrics.write_text(json.dumps({"step": 30, "loss": 1.5}) + "\n")
     return run_dir

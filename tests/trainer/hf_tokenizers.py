@@ -56,17 +56,9 @@ def sample_texts(count: int = SMALL_CORPUS_DOCS) -> list[str]:
 
 def llama3_style(directory: Path, vocab_size: int = 512, eos: str = "<|eot_id|>") -> Path:
     """Byte-level BPE; the post-processor opens every sequence with <|begin_of_text|>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=LLAMA3_SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(sample_texts(), trainer)
+    tokenizer = _byte_level_bpe(vocab_size, LLAMA3_SPECIAL)
     bos_id = tokenizer.token_to_id("<|begin_of_text|>")
     tokenizer.post_processor = processors.Sequence(
         [
@@ -141,17 +133,7 @@ def mistral_style(directory: Path, vocab_size: int = 512) -> Path:
 def qwen_style(directory: Path, vocab_size: int = 512) -> Path:
     """Byte-level BPE as Qwen2/Qwen3 ship it: no post-processor framing (no bos at all),
     eos <|im_end|> (the instruct models' turn end), pad <|endoftext|>, ChatML template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=QWEN_SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tokenizer.train_from_iterator(sample_texts(), trainer)
+    tokenizer = _byte_level_bpe(vocab_size, QWEN_SPECIAL)
     config = {
         "bos_token": None,
         "eos_token": "<|im_end|>",
@@ -161,6 +143,22 @@ def qwen_style(directory: Path, vocab_size: int = 512) -> Path:
         "chat_template": QWEN_TEMPLATE,
     }
     return _save(directory, tokenizer, config)
+
+
+def _byte_level_bpe(vocab_size: int, special: list[str]):
+    """Byte-level BPE (Llama 3's and Qwen's kind) trained on the sample, `special` first."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(sample_texts(), trainer)
+    return tokenizer
 
 
 def _save(directory: Path, tokenizer, config: dict) -> Path:

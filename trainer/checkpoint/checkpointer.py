@@ -28,7 +28,6 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from trainer.checkpoint.layout import (
     MARKER,
-    committed_steps,
     inspect_step,
     read_metadata,
     step_dir,
@@ -89,10 +88,6 @@ class Checkpointer:
         self._stager = DefaultStager(StagingOptions(False, False, False, False))
 
     # ---- loading -------------------------------------------------------------------------
-
-    def has_committed(self) -> bool:
-        """Whether any step is committed (quietly: `model.init_from` asks before resuming)."""
-        return bool(committed_steps(self.storage))
 
     def committed_steps(self) -> list[int]:
         """Committed steps, oldest first; uncommitted step directories get a warning."""

@@ -15,7 +15,6 @@ from typing import Any
 
 import yaml
 
-from trainer.checkpoint.layout import committed_steps
 from trainer.errors import ConfigError
 from trainer.model.args import ARCH_FIELDS, ModelArgs
 from trainer.storage import RunStorage, StorageError
@@ -33,11 +32,11 @@ def recorded_model(storage: RunStorage) -> dict[str, Any] | None:
     return model if isinstance(model, dict) else None
 
 
-def check_checkpoints_fit(storage: RunStorage, model: ModelArgs) -> None:
+def check_checkpoints_fit(storage: RunStorage, model: ModelArgs, committed: list[int]) -> None:
     """ConfigError naming the first architecture key that differs from the one the run's
-    committed checkpoints were trained with; nothing when the run has none yet."""
-    recorded = recorded_model(storage)
-    if recorded is None or not committed_steps(storage):
+    `committed` checkpoints were trained with; nothing when the run has none yet."""
+    recorded = recorded_model(storage) if committed else None
+    if recorded is None:
         return
     built = asdict(model)
     for key in ARCH_FIELDS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainer.storage import RunStorage, StorageError
 
@@ -65,6 +66,8 @@ class CheckpointReport:
     short: list[str] = field(default_factory=list)
     """Shard files smaller than the metadata says (a torn write)."""
     metadata_error: str | None = None
+    metadata: Any = field(default=None, repr=False)
+    """DCP's Metadata of the step when it read back (a caller needing it reads it once)."""
 
     @property
     def complete(self) -> bool:
@@ -90,7 +93,8 @@ def inspect_step(storage: RunStorage, step: int, files: dict[str, int] | None = 
         files = storage.file_sizes(step_dir(step))
     report = CheckpointReport(step, MARKER in files, sum(files.values()))
     try:
-        needed = needed_sizes(read_metadata(storage, step))
+        report.metadata = read_metadata(storage, step)
+        needed = needed_sizes(report.metadata)
     except (StorageError, ValueError) as exc:
         report.metadata_error = str(exc) if METADATA in files else f"missing {METADATA}"
         return report

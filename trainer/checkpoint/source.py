@@ -31,6 +31,8 @@ class ResumeSource:
     storage: RunStorage
     """The source run dir."""
     step: int
+    files: dict[str, int]
+    """The step's files (name -> size) as `locate` listed them."""
 
     @property
     def uri(self) -> str:
@@ -59,7 +61,7 @@ def locate(value: str) -> ResumeSource:
     committed = [s for s, files in steps.items() if MARKER in files]
     if step is None:
         if committed:
-            return ResumeSource(storage, committed[-1])
+            return ResumeSource(storage, committed[-1], steps[committed[-1]])
         found = "has no committed checkpoint" if steps else "has no checkpoints"
         local = storage.local_path()
         if local is not None and not local.is_dir():
@@ -75,20 +77,18 @@ def locate(value: str) -> ResumeSource:
             f"{KEY}: {storage.uri(step_dir(step))} is not committed (no {MARKER} marker: its "
             f"save never finished); committed steps: {listed}"
         )
-    return ResumeSource(storage, step)
+    return ResumeSource(storage, step, steps[step])
 
 
 def check_fits(source: ResumeSource, shapes: dict[str, tuple[int, ...]]) -> None:
     """The step's files are whole and it holds exactly the model's tensors (`shapes`: name ->
     shape, as the model's state_dict names them) at the same shapes; else ConfigError."""
-    report = inspect_step(source.storage, source.step)
+    report = inspect_step(source.storage, source.step, source.files)
     if report.problem:
         raise ConfigError(f"{KEY}: {source.uri} does not load: {report.problem}")
-    from trainer.checkpoint.layout import read_metadata
-
     saved = {
         key.removeprefix("model."): tuple(entry.size)
-        for key, entry in read_metadata(source.storage, source.step).state_dict_metadata.items()
+        for key, entry in report.metadata.state_dict_metadata.items()
         if key.startswith("model.") and hasattr(entry, "size")
     }
     missing = sorted(set(shapes) - set(saved))

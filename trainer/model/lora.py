@@ -41,22 +41,10 @@ class LoRALinear(nn.Linear):
         return base + (adapter * self.scale).to(base.dtype)
 
 
-def add_lora(
-    model: nn.Module, rank: int, alpha: float, dropout: float, targets: list[str]
-) -> list[str]:
-    """Swap each block's targeted projections for `LoRALinear`s and freeze everything else;
-    returns the trainer module suffixes adapted (attention.wq, ...). Call on the meta model,
-    before `parallelize`."""
-    known = PROJECTIONS
-    unknown = [t for t in targets if t not in known]
-    if unknown or not targets:
-        raise ValueError(
-            f"model.lora.targets: {unknown or targets} is not allowed; allowed: a non-empty "
-            f"list of {', '.join(known)}"
-        )
-    suffixes = [known[t] for t in targets]
-    for param in model.parameters():
-        param.requires_grad_(False)
+def add_lora(model: nn.Module, rank: int, alpha: float, dropout: float, targets: list[str]) -> None:
+    """Swap each block's targeted projections for `LoRALinear`s and freeze everything else.
+    Call on the meta model, before `parallelize`; `make_plan` has checked the settings."""
+    suffixes = [PROJECTIONS[t] for t in targets]
     for block in model.layers:  # type: ignore[attr-defined]
         for suffix in suffixes:
             parent_path, _, name = suffix.rpartition(".")
@@ -64,7 +52,6 @@ def add_lora(
             setattr(parent, name, LoRALinear(getattr(parent, name), rank, alpha, dropout))
     for name, param in model.named_parameters():
         param.requires_grad_(ADAPTER_MARK in name)
-    return suffixes
 
 
 def is_adapter(name: str) -> bool:

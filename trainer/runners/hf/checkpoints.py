@@ -9,22 +9,23 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from trainer.storage import RunStorage, open_run_storage
+
 COMPLETE = "trainstack-complete"
 PATTERN = re.compile(r"^checkpoint-(\d+)$")
 
 
-def complete_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
-    """(step, dir) of every complete checkpoint, oldest first."""
-    if not output_dir.is_dir():
-        return []
-    found = []
-    for child in output_dir.iterdir():
-        match = PATTERN.match(child.name)
-        if match and (child / COMPLETE).is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
+def complete_steps(storage: RunStorage, under: str = "") -> list[int]:
+    """Steps of the complete `checkpoint-N` directories in `under`, oldest first: the local
+    output dir and an s3:// run dir's copies alike."""
+    prefix, steps = f"{under}/" if under else "", []
+    for name in storage.list_dir(under):
+        match = PATTERN.match(name.rstrip("/"))
+        if match and storage.exists(f"{prefix}{match.group(0)}/{COMPLETE}"):
+            steps.append(int(match.group(1)))
+    return sorted(steps)
 
 
 def newest_complete(output_dir: Path) -> Path | None:
-    done = complete_checkpoints(output_dir)
-    return done[-1][1] if done else None
+    steps = complete_steps(open_run_storage(str(output_dir)))
+    return output_dir / f"checkpoint-{steps[-1]}" if steps else None

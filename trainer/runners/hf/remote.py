@@ -7,25 +7,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainer.runners.hf.checkpoints import COMPLETE, PATTERN
+from trainer.runners.hf.checkpoints import COMPLETE, complete_steps
 from trainer.storage import open_run_storage
 
 CHECKPOINTS = "checkpoints"
 
 
-def _complete_steps(run_dir: str) -> list[int]:
-    storage = open_run_storage(run_dir)
-    steps = []
-    for name in storage.list_dir(CHECKPOINTS):
-        match = PATTERN.match(name.rstrip("/"))
-        if match and storage.exists(f"{CHECKPOINTS}/{match.group(0)}/{COMPLETE}"):
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
-
 def fetch_newest(run_dir: str, output_dir: Path) -> int | None:
     """Download the newest complete checkpoint (once per node: LOCAL_RANK 0 calls this)."""
-    steps = _complete_steps(run_dir)
+    steps = complete_steps(open_run_storage(run_dir), CHECKPOINTS)
     if not steps:
         return None
     name = f"checkpoint-{steps[-1]}"
@@ -49,7 +39,7 @@ def commit(run_dir: str, checkpoint: Path, keep: int) -> None:
     `keep` removed (global rank 0)."""
     storage = open_run_storage(run_dir)
     storage.write_text(f"{CHECKPOINTS}/{checkpoint.name}/{COMPLETE}", checkpoint.name + "\n")
-    steps = _complete_steps(run_dir)
+    steps = complete_steps(storage, CHECKPOINTS)
     for step in steps[: max(0, len(steps) - keep)] if keep > 0 else []:
         storage.delete_tree(f"{CHECKPOINTS}/checkpoint-{step}")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
+from trainer.job_config import grad_accum_steps
 
 
 @dataclass
@@ -23,19 +24,6 @@ class PeftSettings:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
     )
     """Module names (suffixes) that get adapters."""
-
-
-def grad_accum_steps(cfg: TrainerJobConfig, world: int) -> int:
-    trainer = cfg.trainer
-    if trainer.global_batch_size is None:
-        return trainer.grad_accum_steps
-    per_step = trainer.micro_batch_size * world
-    if trainer.global_batch_size % per_step:
-        raise ConfigError(
-            f"trainer.global_batch_size: {trainer.global_batch_size} is not a multiple of "
-            f"micro_batch_size x ranks = {per_step}"
-        )
-    return trainer.global_batch_size // per_step
 
 
 def check_supported(cfg: TrainerJobConfig) -> None:
