@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -50,8 +51,16 @@ def git_sha(repo: Path = REPO_DIR) -> str | None:
         return os.environ.get(GIT_SHA_ENV) or None
 
 
-def prepare(overrides: Sequence[str], *, now: datetime | None = None) -> MaterializedJob:
-    """compose -> validate -> materialize; raises BadInput (one line) on bad input."""
+def prepare(
+    overrides: Sequence[str],
+    *,
+    now: datetime | None = None,
+    compose_lock: AbstractContextManager | None = None,
+) -> MaterializedJob:
+    """compose -> validate -> materialize; raises BadInput (one line) on bad input.
+
+    `compose_lock` is held around composition alone (Hydra's state is process-global); the
+    checks after it may wait on the network (S3, the Hub) and hold nobody else up."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -62,7 +71,8 @@ def prepare(overrides: Sequence[str], *, now: datetime | None = None) -> Materia
     from jobs.validate import JobConfigError
 
     try:
-        cfg = compose(list(overrides))
+        with compose_lock or nullcontext():
+            cfg = compose(list(overrides))
         return materialize(cfg, now=now or utc_now(), git_sha=git_sha())
     except (HydraException, OmegaConfBaseException) as err:
         raise BadInput(one_line(err)) from err

@@ -46,6 +46,21 @@ def _at_least(key: str, value: int | None, minimum: int) -> None:
         raise JobConfigError(key, f"must be >= {minimum}, got {value}")
 
 
+def _at_most(key: str, value: int | None, maximum: int) -> None:
+    if value is not None and value > maximum:
+        raise JobConfigError(key, f"must be <= {maximum}, got {value}")
+
+
+JOB_LIMITS = {
+    "termination_grace_period_seconds": 3600,
+    "max_restarts": 100,
+    "max_retries": 100,
+    "ttl_seconds_after_finished": 90 * 24 * 3600,
+}
+"""The most each job key may be: a checkpoint's save window, restarts and resubmissions of a
+run that keeps failing, and how long a finished job stays on the cluster."""
+
+
 def data_parallel_sizes(cfg: Any) -> list[int]:
     """Every world size the job can run at (elastic jobs: each node count in range)."""
     elastic = elastic_of(cfg)
@@ -180,9 +195,11 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         # On the stack's FSx mount: read in the pod, like s3://.
         remote = init_from is not None and ("://" in init_from or on_fsx(cfg, init_from))
         wanted = init_from is not None and (not remote or trainer_cfg.model.name is None)
-        hf_config = read_hf_config(init_from) if wanted else None
         if init_from is not None and init_from.startswith("hf://"):
+            # One metadata call with a timeout first: huggingface_hub's download retries a
+            # hung Hub for minutes, this fails in seconds.
             check_hub_access(cfg, init_from)
+        hf_config = read_hf_config(init_from) if wanted else None
         plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
@@ -408,6 +425,10 @@ def check_job_policy(cfg: Any) -> None:
     _at_least("job.ttl_seconds_after_finished", job.ttl_seconds_after_finished, 0)
     _at_least("job.active_deadline_seconds", job.active_deadline_seconds, 1)
     _at_least("job.termination_grace_period_seconds", job.termination_grace_period_seconds, 60)
+    # Upper bounds: a cancelled or preempted job must give its GPUs back (grace), a crashing
+    # one must stop (restarts), a finished one must go (TTL), whoever set them.
+    for key, most in JOB_LIMITS.items():
+        _at_most(f"job.{key}", job[key], most)
     for key, ref in job.secrets.items():
         if (ref.name, ref.key) == (None, None):
             continue
@@ -540,6 +561,10 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     builtin = cfg.runner.name == TRAINSTACK
     if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
+    # Before anything here reads an s3:// input (init_from's config.json, resume_from's
+    # listing) with this machine's credentials: the API's may reach more than the pods'.
+    check_storage(cfg)
+    check_grants(cfg)
     trainer_plan = check_trainer(cfg) if builtin else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
@@ -547,8 +572,6 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     check_secrets_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
-    check_storage(cfg)
-    check_grants(cfg)
     if cfg.runner.name != COMMAND:
         check_local_files(cfg)
     check_resume_from(cfg)

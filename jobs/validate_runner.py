@@ -72,6 +72,14 @@ def check_command(cfg: Any) -> None:
             f"{'is not set' if command is None else 'is empty'}; allowed: the program and "
             "its arguments as a list, e.g. 'runner.command=[python,-u,train.py]'",
         )
+    if command[0].startswith("-"):
+        # Under torchrun the command follows the launcher's own options: a leading `-` would
+        # be read as one of them (--rdzv-endpoint, --nproc-per-node), not as the program.
+        raise JobConfigError(
+            "runner.command",
+            f"starts with an option ({command[0][:40]!r}); allowed: the program first, e.g. "
+            "'runner.command=[python,-u,train.py]'",
+        )
     for key, value in _plain(runner.args).items():
         if not ARG_KEY.match(str(key)):
             raise JobConfigError(

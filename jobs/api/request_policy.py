@@ -30,6 +30,9 @@ OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 """A plain option name (catalog instance types have dots: p5.48xlarge); `..` is refused."""
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 MAX_VALUE_CHARS = 4096
+MAX_DEPTH = 16
+"""How deep lists and dicts in one override value may nest (Hydra's parser recurses per level:
+a few hundred `[` would exhaust Python's stack)."""
 MAX_SWEEP_POINTS = 256
 """Points one API sweep may have: counted from the grammar before any point is expanded, so
 `range(0,1000000000)` or 200 two-valued axes cost nothing."""
@@ -71,6 +74,10 @@ def check_overrides(overrides: list[str], sweep: bool = False) -> None:
             override = parser.parse_override(text)
         except HydraException:
             raise Refused(f"overrides[{index}]: not a Hydra override (key=value)") from None
+        except RecursionError:
+            raise Refused(
+                f"overrides[{index}]: values nested too deeply; allowed: at most {MAX_DEPTH} levels"
+            ) from None
         key = override.key_or_group
         if override.package is not None:
             raise Refused(f"{key}@{override.package}: package overrides are not allowed")
@@ -126,24 +133,26 @@ def _check_option(group: str, value: Any) -> None:
             )
 
 
-def _check_value(key: str, value: Any) -> None:
+def _check_value(key: str, value: Any, depth: int = 0) -> None:
     """Parsed values too: quoted strings, lists, dicts and sweeps hold strings."""
     from hydra.core.override_parser.types import ChoiceSweep, QuotedString
 
+    if depth > MAX_DEPTH:
+        raise Refused(f"{key}: values nested too deeply; allowed: at most {MAX_DEPTH} levels")
     if isinstance(value, QuotedString):
         value = value.text
     if isinstance(value, str):
         check_text(key, value)
     elif isinstance(value, ChoiceSweep):
         for item in value.list:
-            _check_value(key, item)
+            _check_value(key, item, depth + 1)
     elif isinstance(value, list | tuple):
         for item in value:
-            _check_value(key, item)
+            _check_value(key, item, depth + 1)
     elif isinstance(value, dict):
         for k, item in value.items():
-            _check_value(key, k)
-            _check_value(key, item)
+            _check_value(key, k, depth + 1)
+            _check_value(key, item, depth + 1)
 
 
 def _shown(value: Any) -> str:

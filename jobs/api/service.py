@@ -107,7 +107,8 @@ class Service:
     max_follows_per_caller: int = MAX_FOLLOWS_PER_CALLER
     """Log follows one user (all their tokens) may hold open at a time (429 past it)."""
     _hydra: threading.Lock = field(default_factory=threading.Lock)
-    """Hydra's compose state is process-global: one composition at a time."""
+    """Hydra's compose state is process-global: one composition at a time. Held for composing
+    alone: the checks after it may wait on S3 or the Hub, and must not hold up other requests."""
 
     def __post_init__(self) -> None:
         from jobs.backends.kubernetes import KubernetesBackend
@@ -168,8 +169,7 @@ class Service:
         _refuse_bad(lambda: check_request(fields, overrides))
         self._refuse_service_keys(overrides)
         try:
-            with self._hydra:
-                job = prepare(self._composed(overrides, who))
+            job = prepare(self._composed(overrides, who), compose_lock=self._hydra)
         except BadInput as err:
             raise ApiError(422, str(err)) from err
         self._check_service_wins(job.cfg)
@@ -199,13 +199,14 @@ class Service:
         try:
             with self._hydra:
                 points = expand(overrides)
-                for index, point in enumerate(points):
-                    run_id = sweep_point_run_id(sweep_id, index)
-                    try:
-                        jobs.append(prepare([*point, f"run_id={override_value(run_id)}"], now=now))
-                    except BadInput as err:
-                        shown = " ".join(p for p in point if _key(p) not in self._service_keys)
-                        raise BadInput(f"sweep point {index} ({shown}): {err}") from err
+            for index, point in enumerate(points):
+                run_id = sweep_point_run_id(sweep_id, index)
+                named = [*point, f"run_id={override_value(run_id)}"]
+                try:
+                    jobs.append(prepare(named, now=now, compose_lock=self._hydra))
+                except BadInput as err:
+                    shown = " ".join(p for p in point if _key(p) not in self._service_keys)
+                    raise BadInput(f"sweep point {index} ({shown}): {err}") from err
         except (HydraException, BadInput) as err:
             raise ApiError(422, str(err).splitlines()[0]) from err
         # Every point is checked (service settings, preflight, ownership) before the first is

@@ -144,7 +144,13 @@ def _check_crd(cluster: Cluster, kind: JobKind = PYTORCHJOB) -> str | None:
     return None
 
 
+PART_OF = "app.kubernetes.io/part-of"
+
+
 def _check_runtime(cluster: Cluster, name: str) -> str | None:
+    from jobs.k8s.ownership import labels_of
+    from jobs.runtimes import RUNTIME_LABELS
+
     found = cluster.call_or_none(
         f"get ClusterTrainingRuntime {name}",
         cluster.custom.get_cluster_custom_object,
@@ -153,11 +159,13 @@ def _check_runtime(cluster: Cluster, name: str) -> str | None:
         RUNTIME_PLURAL,
         name,
     )
-    if found is None:
+    # Another runtime (an admin's, another team's) could carry any pod template: host paths,
+    # another service account. Absent and foreign read the same, so nothing tells which exist.
+    if labels_of(found).get(PART_OF) != RUNTIME_LABELS[PART_OF]:
         return (
-            f"job.runtime: ClusterTrainingRuntime {name!r} does not exist (the stack installs "
-            "trainstack-<node group> for each GPU node group; check cluster.node_groups, or "
-            "set job.runtime)"
+            f"job.runtime: {name!r} is not one of trainstack's ClusterTrainingRuntimes (the "
+            "stack installs trainstack-<node group> for each GPU node group, labelled "
+            f"{PART_OF}={RUNTIME_LABELS[PART_OF]}); check cluster.node_groups, or set job.runtime"
         )
     return None
 

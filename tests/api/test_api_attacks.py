@@ -34,11 +34,27 @@ from tests.api.test_api_boundary import assert_nothing_happened, files_under, re
         "job.image=docker.io/evil/img:1",
         "run_id=../../etc",
         "model.init_from=/etc",  # a path on the API's host: never read there
+        "model.init_from=hf://org/name@main/../../../../tmp/x",  # the Hub cache's refs/<rev>
+        "model.init_from=hf://org/..%2F..%2Fx",
+        "model.init_from=hf://org/" + "n" * 300,
+        "trainer.resume_from=/etc",
+        "trainer.resume_from=../other-team",
+        "trainer.resume_from=file:///etc",
+        "storage.fsx=true",
+        "storage.fsx_claim=other-teams-claim",
+        "job.runtime=admin-privileged",  # job.api is the service's (pytorchjob): no runtime
+        "job.api=trainjob",
         "data.path=/etc/passwd",
         "data.tokenizer=/root",
         "data.mixture=[{path: /etc/passwd, weight: 1.0}]",
         "storage.root=/etc",  # the API would read run dirs (metrics) there
         "storage.root=file:///etc",
+        "job.termination_grace_period_seconds=999999999",  # a cancel would not free the GPUs
+        "job.max_restarts=1000000000",  # a crashing job restarting without end
+        "job.ttl_seconds_after_finished=999999999",
+        "trainer.lr=" + "[" * 2000 + "]" * 2000,  # Hydra's parser recursed: a 500
+        "trainer.lr=" + "[" * 200 + "]" * 200,
+        "trainer.lr={a: " * 100 + "1" + "}" * 100,
     ],
 )
 def test_grammar_and_path_tricks_are_one_4xx_line(api, apiserver, tmp_path, override):
@@ -92,3 +108,101 @@ def test_a_sweep_is_capped_at_256_points(api, apiserver, overrides):
 def test_a_sweep_range_needs_a_step(api, apiserver):
     request = {"overrides": [f"compute={GPU_TYPE}", "trainer.max_steps=range(1,5,0)"]}
     assert refused(api.client.post("/v1/sweeps", json=request)).startswith("trainer.max_steps: ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--rdzv-endpoint=evil.example.com:29400", "python", "train.py"],  # torchrun's option
+        ["--nproc-per-node=64", "python"],
+        ["-m", "evil"],
+    ],
+)
+def test_a_command_cannot_pass_options_to_the_launcher(api, apiserver, tmp_path, command):
+    """Under torchrun the command follows the launcher's own options: a leading `-` would
+    change the rendezvous or the process count rather than name the program."""
+    before = files_under(tmp_path)
+    request = api.run_request("atk4", runner="command", command=command)
+    del request["storage_root"]
+    for dryrun in ("true", "false"):
+        response = api.client.post("/v1/runs", json=request, params={"dryrun": dryrun})
+        assert refused(response).startswith("runner.command: starts with an option")
+    assert_nothing_happened(api, apiserver, before, tmp_path)
+
+
+@pytest.fixture
+def hung_hub(monkeypatch):
+    """A Hub endpoint that accepts connections and never answers."""
+    import socket
+
+    import trainer.hf.hub
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(trainer.hf.hub, "HUB_TIMEOUT_S", 1.0)
+    yield
+    listener.close()
+
+
+def test_a_hung_hub_holds_up_neither_the_request_nor_anyone_elses(api, apiserver, hung_hub):
+    """`model.init_from=hf://...` makes the API host ask the Hub at launch: a Hub that never
+    answers costs that request a bounded wait and one 422 line, while other requests compose
+    meanwhile (the composition lock is not held across the network)."""
+    import threading
+    import time
+
+    answers = {}
+
+    def hub_request():
+        request = api.run_request("atk5", model="hf", init_from="hf://org/name@main")
+        answers["hub"] = api.client.post("/v1/runs", json=request, params={"dryrun": "true"})
+        answers["hub_done"] = time.monotonic() - started
+
+    started = time.monotonic()
+    waiting = threading.Thread(target=hub_request)
+    waiting.start()
+    time.sleep(0.3)  # the Hub request is composed and waiting on the Hub
+    other = api.client.post("/v1/runs", json=api.run_request("atk6"), params={"dryrun": "true"})
+    other_done = time.monotonic() - started
+    waiting.join(timeout=60)
+    assert other.status_code == 200, other.text
+    detail = refused(answers["hub"])
+    assert detail.startswith("model.init_from: hf://org/name@main: the Hub did not answer")
+    assert other_done < answers["hub_done"]  # answered while the Hub request waited
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+@pytest.fixture
+def granted_api(kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch):
+    """The service as a stack runs it: training pods may read and write s3://ours-bucket/runs/
+    and nothing else (storage.grants)."""
+    from tests.api.conftest import start_api
+
+    monkeypatch.chdir(tmp_path)
+    grants = "[{url: 's3://ours-bucket/runs/', access: readwrite}]"
+    server, handle = start_api(
+        kubeconfig, token_dir, tmp_path / "runs", overrides=(f"storage.grants.training={grants}",)
+    )
+    yield handle
+    handle.client.close()
+    server.stop()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"model": "hf", "init_from": "s3://other-team/models/x"},  # config.json read at launch
+        {"trainer": {"resume_from": "s3://other-team/runs/theirs"}},  # listed at launch
+        {"trainer": {"resume_from": "s3://other-team/runs/theirs/checkpoints/step-00000001"}},
+    ],
+)
+def test_the_api_host_reads_no_s3_url_outside_the_grants(granted_api, apiserver, fields):
+    """A request's s3:// input outside the pods' grants is refused before the API host reads
+    it with its own credentials (which may reach more than the pods')."""
+    api = granted_api
+    request = {**api.run_request("atk7", **fields), "storage_root": "s3://ours-bucket/runs"}
+    detail = refused(api.client.post("/v1/runs", json=request, params={"dryrun": "true"}))
+    assert "outside the training pods' read grants" in detail, detail
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []

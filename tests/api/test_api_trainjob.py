@@ -46,3 +46,25 @@ def test_runs_are_trainjobs_read_logged_and_cancelled(trainjob_api, apiserver):
     assert api.client.delete("/v1/runs/ta1").status_code == 202
     wait_for(lambda: api.client.get("/v1/runs/ta1").json()["state"] == "cancelled")
     assert apiserver.get("trainjobs", "ta1", NAMESPACE)["spec"]["suspend"] is True
+
+
+def test_a_request_runs_only_on_trainstacks_runtimes(trainjob_api, apiserver):
+    """job.runtime naming another ClusterTrainingRuntime (an admin's, with any pod template)
+    is refused like a missing one: the answer does not tell which runtimes exist."""
+    api = trainjob_api
+    foreign = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "admin-privileged"},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {}}},
+    }
+    apiserver.put("clustertrainingruntimes", foreign)
+    answers = []
+    for runtime in ("admin-privileged", "nothing-here"):
+        request = api.run_request("ta2", overrides=[f"job.runtime={runtime}"])
+        response = api.client.post("/v1/runs", json=request)
+        assert response.status_code == 422, response.text
+        answers.append(response.json()["detail"].replace(runtime, "NAME"))
+    assert answers[0] == answers[1] and "is not one of trainstack's" in answers[0]
+    assert apiserver.list("trainjobs", NAMESPACE) == []
+    assert apiserver.list("configmaps", NAMESPACE) == []

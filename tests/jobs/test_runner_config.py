@@ -49,6 +49,11 @@ def refused(cli, workdir: Path, *overrides: str) -> str:
     [
         (["runner=command"], "runner.command", "is not set"),
         (["runner=command", "runner.command=[]"], "runner.command", "is empty"),
+        (  # read by torchrun as its own option, not as the program
+            ["runner=command", "runner.command=['--rdzv-endpoint=evil:29400',python,x.py]"],
+            "runner.command",
+            "starts with an option",
+        ),
         ([*SCRIPT, "runner.workdir=/no/such/dir"], "runner.workdir", "no such directory"),
         ([*SCRIPT, "runner.workdir=''"], "runner.workdir", "is empty"),
         (["runner=hf"], "model.init_from", "runner=hf"),

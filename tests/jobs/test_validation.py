@@ -163,6 +163,12 @@ BAD_INPUTS = {
         "job.api=trainjob",
     ),
     "runtime not a DNS name": ([*P5, "job.runtime=My_Runtime"], "job.runtime", "DNS-1123"),
+    "a grace period that never frees the GPUs": (
+        [*P5, "job.termination_grace_period_seconds=999999999"],
+        "job.termination_grace_period_seconds",
+        "must be <= 3600",
+    ),
+    "restarts without end": ([*P5, "job.max_restarts=1000000"], "job.max_restarts", "<= 100"),
     "unsupported kubernetes version": (
         [*P5, "cluster.kubernetes_version=2.5"],
         "cluster.kubernetes_version",

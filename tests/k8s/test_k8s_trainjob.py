@@ -232,10 +232,19 @@ def test_runs_lists_trainjobs_and_pytorchjobs(apiserver, cluster, kubeconfig, tr
 
 
 def test_preflight_checks_the_crd_and_the_named_runtime(apiserver, trainstack, capsys):
+    ours = apiserver.get("clustertrainingruntimes", "trainstack-p4d-24xlarge")
     apiserver.remove("clustertrainingruntimes", "trainstack-p4d-24xlarge")
     assert launch(trainstack, "run_id=tj9") != 0
     err = capsys.readouterr().err
-    assert "job.runtime: ClusterTrainingRuntime 'trainstack-p4d-24xlarge' does not exist" in err
+    assert "job.runtime: 'trainstack-p4d-24xlarge' is not one of trainstack's" in err
+    assert apiserver.get("trainjobs", "tj9", NAMESPACE) is None
+    # A runtime of that name someone else installed (no part-of label) is refused the same way.
+    foreign = {**ours, "metadata": {"name": "trainstack-p4d-24xlarge"}}
+    apiserver.put("clustertrainingruntimes", foreign)
+    assert launch(trainstack, "run_id=tj9") != 0
+    assert "job.runtime: 'trainstack-p4d-24xlarge' is not one of trainstack's" in (
+        capsys.readouterr().err
+    )
     assert apiserver.get("trainjobs", "tj9", NAMESPACE) is None
     apiserver.remove("customresourcedefinitions", "trainjobs.trainer.kubeflow.org")
     assert launch(trainstack, "run_id=tj9") != 0

@@ -14,6 +14,9 @@ from trainer.errors import ConfigError
 SCHEME = "hf://"
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+HUB_TIMEOUT_S = 10.0
+"""How long a launch waits for one answer from the Hub: a hung endpoint fails the launch in one
+line instead of holding it (in the Training API, a request) without end."""
 MODEL_FILES = ("config.json", "generation_config.json")
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -46,7 +49,8 @@ def parse_hub(source: str) -> HubModel:
     body = source.removeprefix(SCHEME)
     repo_id, _, revision = body.partition("@")
     revision = revision or "main"
-    if not _REPO.match(repo_id) or ".." in repo_id or not _REVISION.match(revision):
+    # `..` anywhere: huggingface_hub keeps a revision's ref at cache/refs/<revision>.
+    if not _REPO.match(repo_id) or ".." in body or not _REVISION.match(revision):
         raise ConfigError(
             f"model.init_from: {source!r} is not a Hub id; allowed: hf://org/name or "
             "hf://org/name@revision (a branch, tag or commit)"
@@ -81,10 +85,12 @@ def check_access(source: str, has_token: bool) -> None:
     model = parse_hub(source)
     try:
         info = HfApi(endpoint=_endpoint()).model_info(
-            model.repo_id, revision=model.revision, token=_token() or False
+            model.repo_id, revision=model.revision, token=_token() or False, timeout=HUB_TIMEOUT_S
         )
     except HfHubHTTPError as exc:
         raise ConfigError(f"model.init_from: {source}: {_first_line(exc)}") from None
+    except _transport_errors() as exc:
+        raise _unreachable(source, exc) from None
     if info.gated and not has_token:
         raise ConfigError(
             f"model.init_from: {model.repo_id} is gated ({info.gated}) and the job has no "
@@ -133,18 +139,38 @@ def download(source: str, local_dir: str | None = None) -> str:
 def read_config_bytes(source: str) -> bytes:
     """config.json alone (one download), for planning a job at launch."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     model = parse_hub(source)
     try:
         path = hf_hub_download(
             model.repo_id, "config.json", revision=model.revision, endpoint=_endpoint(),
-            token=_token() or False, cache_dir=_cache_dir(),
+            token=_token() or False, cache_dir=_cache_dir(), etag_timeout=HUB_TIMEOUT_S,
         )  # fmt: skip
     except HfHubHTTPError as exc:
         raise ConfigError(f"model.init_from: {source}: {_first_line(exc)}") from None
+    except (*_transport_errors(), LocalEntryNotFoundError) as exc:
+        raise _unreachable(source, exc) from None
     with open(path, "rb") as fh:
         return fh.read()
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """Timeouts and refused connections (no HTTP answer at all), from the HTTP client
+    huggingface_hub uses (httpx2 in 2.x, httpx before); imported when called."""
+    try:
+        import httpx2 as client
+    except ImportError:
+        import httpx as client
+
+    return (client.TransportError, OSError)
+
+
+def _unreachable(source: str, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"model.init_from: {source}: the Hub did not answer within {HUB_TIMEOUT_S:g}s "
+        f"({type(exc).__name__}); allowed: a reachable Hub (HF_ENDPOINT), a directory or s3://"
+    )
 
 
 def _first_line(exc: Exception) -> str:
