@@ -5,8 +5,8 @@
 
 Writes `stack/<stack>.yaml` in the user's config dir (jobs/config_path.py: the first entry of
 $TRAINSTACK_CONFIG_PATH, else ~/.config/trainstack; never inside the installed package;
-`# @package _global_`, setting only `cluster.*` (with `approved_images`/`approved_secrets`
-when the stack exports them: `launch` then checks images and Secrets as the Training API does),
+`# @package _global_`, setting only `cluster.*` (with the `approved_*` lists when the stack
+exports them: `launch` then checks images, Secrets and priorities as the Training API does),
 `job.image_repository`, `job.image` (the deployed digest, when the stack has one), `job.api`
 (the operator the stack installed), `job.queue`, `storage.root`, `storage.grants` (what the
 pods may reach on S3, checked at launch) and `storage.fsx_claim`, `cluster.log_group`
@@ -48,8 +48,9 @@ REQUIRED_OUTPUTS = (
     "service_account",
     "gpu_node_groups",
 )
-APPROVAL_OUTPUTS = ("approved_images", "approved_secrets")
-"""Optional outputs: `cluster.approved_images`/`approved_secrets`, which `launch` then checks."""
+APPROVAL_OUTPUTS = ("approved_images", "approved_secrets", "approved_priorities")
+"""Optional outputs: `cluster.approved_images`/`approved_secrets`/`approved_priorities`, which
+`launch` then checks."""
 NODE_GROUP_KEYS = ("name", "instance_type", "min_size", "desired_size", "max_size")
 _STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -107,7 +108,7 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
     if outputs.get("data_prepare_service_account"):
         cluster_extra["data_prepare_service_account"] = outputs["data_prepare_service_account"]
     approved = {}
-    for key in APPROVAL_OUTPUTS:  # optional: the stack's approved registries and job Secrets
+    for key in APPROVAL_OUTPUTS:  # optional: the stack's approved registries, Secrets, priorities
         value = outputs.get(key)
         if value is None:
             continue

@@ -239,6 +239,10 @@ class ClusterConfig:
     """Names of the Secrets jobs may mount (`job.secrets.*.name`); null: no check on `launch`
     (the Training API always checks: null means none there). A list, not a label read from
     the cluster, so the service needs no right to read Secrets."""
+    approved_priorities: list[str] | None = None
+    """Kueue WorkloadPriorityClasses jobs may name (`job.priority`); null: no check on
+    `launch` (the Training API always checks: null means none there, so a token cannot make
+    its jobs preempt everyone else's)."""
 
 
 @dataclass

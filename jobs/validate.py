@@ -27,6 +27,7 @@ from jobs.validate_targets import (
     check_image_approved,
     check_image_reference,
     check_output_root,
+    check_priority_approved,
     check_secrets_approved,
 )
 from trainer.model.args import ARCH_FIELDS
@@ -570,6 +571,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
     check_secrets_approved(cfg)
+    check_priority_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
     if cfg.runner.name != COMMAND:

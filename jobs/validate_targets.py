@@ -69,6 +69,19 @@ def check_secrets_approved(cfg: Any) -> None:
             )
 
 
+def check_priority_approved(cfg: Any) -> None:
+    """With `cluster.approved_priorities` set, a job names only those priority classes: a
+    higher one would let it preempt other teams' admitted jobs."""
+    approved = cfg.cluster.approved_priorities
+    priority = cfg.job.priority
+    if approved is None or priority is None or priority in approved:
+        return
+    allowed = ", ".join(approved) if approved else "none (leave job.priority unset)"
+    raise JobConfigError(
+        "job.priority", f"{priority!r} is not approved for jobs; allowed: {allowed}"
+    )
+
+
 def check_cluster_names(cfg: Any) -> None:
     """The API server would refuse these only at submit time, after the ConfigMap."""
     cluster = cfg.cluster

@@ -117,9 +117,9 @@ class Service:
         self.overrides = [*self.overrides, "backend=kubernetes"]
         with self._hydra:
             cfg = compose(self.overrides)
-            # The API always checks images and Secrets; unset lists approve nothing beyond the
-            # stack's repository.
-            for key in ("approved_images", "approved_secrets"):
+            # The API always checks images, Secrets and priorities; unset lists approve nothing
+            # beyond the stack's repository.
+            for key in ("approved_images", "approved_secrets", "approved_priorities"):
                 if cfg.cluster[key] is None:
                     self.overrides.append(f"cluster.{key}=[]")
             self.cfg = compose(self.overrides)

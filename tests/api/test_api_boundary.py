@@ -170,6 +170,43 @@ def test_only_approved_secrets_are_mounted(kubeconfig, token_dir, tmp_path, apis
         server.stop()
 
 
+def test_a_request_names_only_approved_priorities(
+    kubeconfig, token_dir, tmp_path, apiserver, monkeypatch
+):
+    """A priority class outranking other teams' would let a token preempt their jobs."""
+    monkeypatch.chdir(tmp_path)
+    server, api = start_api(kubeconfig, token_dir, tmp_path / "runs")
+    try:  # no list in the service: none approved
+        overrides = ["job.queue=team-q", "job.priority=urgent"]
+        detail = refused(
+            api.client.post("/v1/runs", json=api.run_request("pri1", overrides=overrides))
+        )
+        assert detail == (
+            "job.priority: 'urgent' is not approved for jobs; allowed: none (leave job.priority "
+            "unset)"
+        )
+    finally:
+        api.client.close()
+        server.stop()
+    server, api = start_api(
+        kubeconfig,
+        token_dir,
+        tmp_path / "runs",
+        overrides=("cluster.approved_priorities=[normal]",),
+    )
+    try:
+        overrides = ["job.queue=team-q", "job.priority=urgent"]
+        detail = refused(
+            api.client.post("/v1/runs", json=api.run_request("pri2", overrides=overrides))
+        )
+        assert detail == "job.priority: 'urgent' is not approved for jobs; allowed: normal"
+        assert apiserver.list("pytorchjobs", NAMESPACE) == []
+        assert apiserver.list("trainjobs", NAMESPACE) == []
+    finally:
+        api.client.close()
+        server.stop()
+
+
 def test_a_60_kb_model_name_is_one_422_line(api, apiserver):
     response = api.client.post("/v1/runs", json={"model": "m" * 60_000})
     detail = refused(response)

@@ -37,6 +37,7 @@ def approved_stack(tmp_path, monkeypatch):
         ],
         "approved_images": ["registry.example.com/shared"],
         "approved_secrets": ["hf-read"],
+        "approved_priorities": ["normal"],
     }
     conf = tmp_path / "user-conf"
     (conf / "stack").mkdir(parents=True)
@@ -66,6 +67,10 @@ def approved_stack(tmp_path, monkeypatch):
             "trainstack launch: job.secrets.hf_token.name: Secret "
             "'trainstack-api-token-hashes' is not approved for jobs; allowed: the Secrets "
             "listed in cluster.approved_secrets",
+        ),
+        (
+            "job.priority=urgent",
+            "trainstack launch: job.priority: 'urgent' is not approved for jobs; allowed: normal",
         ),
     ],
 )
