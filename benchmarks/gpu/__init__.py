@@ -1,0 +1,1 @@
+"""The GPU check (`python3 -m benchmarks.gpu.check`): see benchmarks/gpu/README.md."""
