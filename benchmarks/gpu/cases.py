@@ -6,6 +6,9 @@ case writes its figures as JSON to FILE, or exits non-zero with its traceback on
 trainer itself runs as a user runs it — `python -m trainer`, `python -m trainer.launch` (the
 pod's torchrun), `python -m trainer.runners.hf` — and the figures are read from what it wrote
 (the run dir's logs/metrics.jsonl, its notes on stdout).
+
+torch is imported inside the cases that compute with it: one that only launches the trainer
+(the training rows, the resume) starts in a fraction of a second instead of several.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from benchmarks.gpu import fixtures
 from benchmarks.gpu.plan import BY_NAME, GPU, SMOKE, TRAIN_ROWS, Sizes
@@ -207,6 +208,8 @@ def note_seconds(stdout: str, pattern: str) -> float | None:
 
 
 def environment(ctx: Context) -> dict:
+    import torch
+
     cuda = torch.cuda.is_available()
     name = torch.cuda.get_device_name() if cuda else platform.processor() or "cpu"
     known = gpu_peak_flops(name) if cuda else None
@@ -221,7 +224,7 @@ def environment(ctx: Context) -> dict:
         "bf16": "bf16" if cuda else "fp32 (CPU: trainer.mixed_precision=auto)",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        "nccl": str(torch.cuda.nccl.version()) if cuda else None,
         **{name: _version(name) for name in ("transformers", "peft", "accelerate")},
         "python": platform.python_version(),
         "summary": f"{name}; torch {torch.__version__}",
@@ -255,8 +258,7 @@ def train_row(ctx: Context, name: str) -> dict:
     args = fixtures.args_from_overrides(ctx.sizes.big)
     figures["params_millions"] = round(args.num_params() / 1e6, 1)
     figures["summary"] = (
-        f"{figures['tokens_per_s']} tok/s, MFU {figures['mfu_percent']}%, "
-        f"peak {_peak(figures)} GiB"
+        f"{figures['tokens_per_s']} tok/s, MFU {figures['mfu_percent']}%, peak {_peak(figures)} GiB"
     )
     _remove(run_dir_of(ctx, name))
     return figures
@@ -321,7 +323,7 @@ def resume(ctx: Context) -> dict:
         )
     _remove(ctx.work / "runs")
     return {
-        "model": f"{s.small_llama} ({args.num_params() / 1e6:.0f}M params)",
+        "model": f"{s.small_llama} ({args.num_params() / 1e6:.1f}M params)",
         "bit_for_bit_after_resume": same_after,
         "fresh_runs_equal_before_checkpoint": same_before,
         "max_abs_diff_after_resume": diff_after,
@@ -345,9 +347,8 @@ def lora(ctx: Context) -> dict:
     """LoRA rank 16 over the same ~1B model, from a Hugging Face checkpoint of it."""
     s = ctx.sizes
     args = fixtures.args_from_overrides(s.big)
-    base = fixtures.hf_checkpoint(
-        ctx.work, "llama_1b", args, dtype=torch.bfloat16 if _cuda() else torch.float32
-    )
+    # bf16 on a GPU, as a real 1B checkpoint is shipped; the CPU form keeps fp32
+    base = fixtures.hf_checkpoint(ctx.work, "llama_1b", args, dtype="fp32" if ctx.smoke else "bf16")
     overrides = [
         *common(ctx, s.steps),
         "model.name=null",
@@ -367,7 +368,7 @@ def hf_runner(ctx: Context) -> dict:
     same data, sequence length, batch and steps."""
     s = ctx.sizes
     args = fixtures.model_args(s.small_llama, s.small_overrides)
-    source = fixtures.hf_checkpoint(ctx.work, "small_llama", args, dtype=torch.float32)
+    source = fixtures.hf_checkpoint(ctx.work, "small_llama", args, dtype="fp32")
     overrides = [
         *common(ctx, s.hf_steps, log_interval=1),
         "model.name=null",
@@ -380,7 +381,7 @@ def hf_runner(ctx: Context) -> dict:
     ratio = built_in["tokens_per_s"] / theirs["tokens_per_s"]
     _remove(ctx.work / "runs")
     return {
-        "model": f"{s.small_llama} ({args.num_params() / 1e6:.0f}M params)",
+        "model": f"{s.small_llama} ({args.num_params() / 1e6:.1f}M params)",
         "runner_hf": theirs,
         "built_in": built_in,
         "built_in_vs_hf_tokens_per_s": round(ratio, 2),
@@ -400,7 +401,7 @@ def family(ctx: Context, name: str) -> dict:
     if name == "mistral":
         fields["sliding_window"] = s.sliding_window
     args = fixtures.model_args(preset, fields)
-    source = fixtures.hf_checkpoint(ctx.work, name, args, dtype=torch.float32, distinct_norms=True)
+    source = fixtures.hf_checkpoint(ctx.work, name, args, dtype="fp32", distinct_norms=True)
     overrides = [*common(ctx, 1, log_interval=1), "model.name=null", f"model.init_from={source}"]
     run = launch(ctx, f"family-{name}", overrides, stop_when=after_step(1))
     step = _losses(run.records)
@@ -408,7 +409,7 @@ def family(ctx: Context, name: str) -> dict:
     logits = compare_logits(source, s.logits_batch)
     ok = logits["ours_vs_fp32"] <= logits["tolerance"]
     return {
-        "model": f"{preset} with {fields} ({args.num_params() / 1e6:.0f}M params)",
+        "model": f"{preset} with {fields} ({args.num_params() / 1e6:.1f}M params)",
         "step_1_loss": step.get(1),
         **logits,
         "within_bf16_tolerance": ok,
@@ -423,6 +424,7 @@ def compare_logits(source: Path, batch: tuple[int, int]) -> dict:
     """Max errors relative to the largest reference logit. Tolerance: twice transformers' own
     bf16 error plus one bf16 rounding step (2**-8): the trainer computes in bf16 too, through
     other kernels, so its error may be of the same size but not much larger."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from trainer.distributed import init_distributed, shutdown
@@ -478,10 +480,6 @@ def compare_logits(source: Path, batch: tuple[int, int]) -> dict:
     }
 
 
-def _cuda() -> bool:
-    return torch.cuda.is_available()
-
-
 def _remove(path: Path) -> None:
     """Run dirs go as soon as a case is done: the 1B model's checkpoints are tens of GB."""
     shutil.rmtree(path, ignore_errors=True)
@@ -497,6 +495,23 @@ def dispatch(name: str) -> Callable[[Context], dict]:
     ]
 
 
+FAULT_ENV = "TRAINSTACK_GPU_CHECK_FAULT"
+"""Tests only: `<case>=fail` raises in that case, `<case>=hang` starts a child that sleeps and
+hangs (what a stuck collective looks like): the orchestrator must record the first, time out
+the second and end both processes."""
+
+
+def planted_fault(name: str, work: Path) -> None:
+    faults = dict(f.split("=", 1) for f in os.environ.get(FAULT_ENV, "").split(",") if "=" in f)
+    fault = faults.get(name)
+    if fault == "fail":
+        raise RuntimeError(f"planted failure in {name} ({FAULT_ENV})")
+    if fault == "hang":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        (work / "hung-child.pid").write_text(str(child.pid))
+        time.sleep(600)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.cases")
     parser.add_argument("name", choices=list(BY_NAME))
@@ -507,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     smoke = options.mode == "smoke"
     ctx = Context(options.work, SMOKE if smoke else GPU, smoke)
     try:
+        planted_fault(options.name, options.work)
         figures = dispatch(options.name)(ctx)
     except Exception:
         traceback.print_exc()

@@ -172,7 +172,12 @@ def _last_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m benchmarks.gpu.check")
-    parser.add_argument("--out", type=Path, default=os.environ.get("OUT") or "gpu_check_out")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=os.environ.get("OUT") or REPO / "benchmarks/results/gpu",
+        help="where gpu_check.json and logs/ go (default: $OUT, else benchmarks/results/gpu)",
+    )
     parser.add_argument("--smoke", action="store_true", help="the CPU form: tiny sizes")
     parser.add_argument(
         "--device-packages",

@@ -11,17 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from benchmarks.gpu.plan import Sizes
 from trainer.hf.config import hf_config_from_args
 from trainer.model.args import ModelArgs, model_args_from_config
 
-from benchmarks.gpu.plan import Sizes
-
 SEED = 0
+_TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
 
 
-def device() -> torch.device:
+def device():
+    import torch  # only the cases that compute with it pay its start-up (see `hf_checkpoint`)
+
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -61,12 +62,15 @@ def args_from_overrides(overrides: tuple[str, ...]) -> ModelArgs:
 
 
 def hf_checkpoint(
-    work: Path, label: str, args: ModelArgs, *, dtype: torch.dtype, distinct_norms: bool = False
+    work: Path, label: str, args: ModelArgs, *, dtype: str, distinct_norms: bool = False
 ) -> Path:
     """A random Hugging Face checkpoint of `args` (config.json from the trainer's exporter,
     weights from transformers' own init), built on this machine's device. `distinct_norms`:
     norm weights away from 1.0 and nonzero biases, so a swapped or missing one shows in the
-    logits."""
+    logits. `dtype`: bf16 or fp32, of the weights saved."""
+    # torch and transformers here, not at the top: a case that only launches the trainer
+    # starts in a fraction of a second instead of several.
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     out = work / "hf" / label
@@ -79,7 +83,9 @@ def hf_checkpoint(
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
     torch.manual_seed(SEED)
     with torch.device(device()):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp), dtype=dtype)
+        model = AutoModelForCausalLM.from_config(
+            AutoConfig.from_pretrained(tmp), dtype=getattr(torch, _TORCH_DTYPES[dtype])
+        )
     if distinct_norms:
         with torch.no_grad():
             for name, param in model.named_parameters():
@@ -89,11 +95,6 @@ def hf_checkpoint(
                     param.copy_(0.1 * torch.randn_like(param))
     model.save_pretrained(tmp)
     del model
-    _free()
+    torch.cuda.empty_cache()  # a no-op without CUDA
     tmp.rename(out)
     return out
-
-
-def _free() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()

@@ -29,7 +29,8 @@ class _DevicePackages(importlib.abc.MetaPathFinder):
             return None  # a submodule (found through its package), or allowed
         spec = _from_wheels(name)
         if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r} (not on the GPU machine)", name=name)
+            problem = f"No module named {name!r} (not on the GPU machine)"
+            raise ModuleNotFoundError(problem, name=name)
         return spec
 
 

@@ -1,0 +1,130 @@
+"""The GPU check (benchmarks/gpu) in its CPU form, so that it is ready whenever a GPU is lent:
+every case runs at tiny sizes with only the GPU machine's packages (plus the wheels the check
+carries), and a failing or hanging case is recorded without stopping the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu.cases import FAULT_ENV
+from benchmarks.gpu.check import NOT_ON_DEVICE, WHEELS, child_env
+from benchmarks.gpu.plan import CASES
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_check(out: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600):
+    command = [sys.executable, "-m", "benchmarks.gpu.check", "--smoke", "--device-packages"]
+    proc = subprocess.run(
+        [*command, "--out", str(out), *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    report = json.loads((out / "gpu_check.json").read_text())
+    return proc, report
+
+
+@pytest.mark.slow
+def test_the_cpu_form_runs_every_case_on_the_gpu_machines_packages(tmp_path):
+    proc, report = run_check(tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = report["cases"]
+    assert list(cases) == [c.name for c in CASES]
+    for case in CASES:
+        expected = "skipped" if case.gpu_only else "ok"
+        assert cases[case.name]["status"] == expected, (case.name, cases[case.name])
+    results = {name: entry.get("result") for name, entry in cases.items()}
+    plain = results["train_1b/eager/ac_none"]
+    assert plain["tokens_per_s"] > 0 and plain["steps_logged"] == 6
+    assert plain["mfu_peak_source"] == "cpu" and plain["mfu_percent"] is None  # no CPU peak
+    assert plain["final_checkpoint_s"] is not None  # the first row ran to its end
+    assert results["resume"]["bit_for_bit_after_resume"] is True, results["resume"]["verdict"]
+    assert results["resume"]["fresh_runs_equal_before_checkpoint"] is True
+    assert results["lora"]["tokens_per_s"] > 0
+    assert results["hf_runner"]["runner_hf"]["steps_logged"] == 4
+    assert results["hf_runner"]["built_in"]["steps_logged"] == 4
+    for family in ("family/qwen3", "family/mistral"):
+        assert results[family]["within_bf16_tolerance"] is True, results[family]
+        assert results[family]["step_1_loss"] is not None
+        assert results[family]["ours_vs_fp32"] > 1e-4  # it did compute in bf16
+    ratios = report["comparisons"]
+    assert set(ratios) == {
+        "train_1b/eager/ac_selective_op vs train_1b/eager/ac_none",
+        "lora vs train_1b/eager/ac_none",
+    }
+    assert "train_1b/eager/ac_none" in proc.stdout  # the table
+    assert (tmp_path / "out/logs/resume.txt").is_file()
+
+
+def test_a_failing_case_and_a_hung_one_are_recorded_and_ended(tmp_path):
+    faults = "train_1b/eager/ac_none=fail,train_1b/eager/ac_selective_op=hang"
+    proc, report = run_check(
+        tmp_path / "out",
+        *("--only", "train_1b/eager/ac_none", "--only", "train_1b/eager/ac_selective_op"),
+        *("--only", "resume", "--budget-s", "30", "--keep-work"),
+        env={FAULT_ENV: faults},
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    cases = report["cases"]
+    assert list(cases) == [
+        "environment",
+        "train_1b/eager/ac_none",
+        "train_1b/eager/ac_selective_op",
+        "resume",
+    ]
+    assert cases["environment"]["status"] == "ok"
+    failed = cases["train_1b/eager/ac_none"]
+    assert failed["status"] == "failed"
+    assert "Traceback" in failed["error"] and "planted failure" in failed["error"]
+    assert cases["train_1b/eager/ac_selective_op"]["status"] == "timeout"
+    assert cases["resume"]["status"] == "skipped"
+    assert cases["resume"]["reason"].startswith("budget")
+    hung = int((Path(report["work"]) / "hung-child.pid").read_text())
+    assert not Path(f"/proc/{hung}").exists() or _zombie(hung)
+    assert "planted failure" in proc.stdout  # the table names the cause
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_the_gpu_machines_packages_are_emulated_with_the_wheels_on_the_path():
+    probe = (
+        "import importlib.util, omegaconf, yaml\n"
+        "print(omegaconf.__file__)\n"
+        "print(importlib.util.find_spec('rich'), importlib.util.find_spec('yaml') is not None)\n"
+        "try:\n    import boto3\n"
+        "except ModuleNotFoundError as exc:\n    print('missing', exc.name)\n"
+        "import trainer.train, trainer.runners.hf.train, trainer.launch\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=child_env(emulate_device=True),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    omegaconf_file, spec_line, missing = proc.stdout.splitlines()
+    assert any(omegaconf_file.startswith(str(wheel)) for wheel in WHEELS)
+    assert spec_line == "None True"
+    assert missing == "missing boto3"
+    assert {"omegaconf", "rich", "boto3", "s3torchconnector", "zstandard"} <= set(NOT_ON_DEVICE)
+
+
+def test_the_wheels_are_pure_python_and_small():
+    names = sorted(w.name for w in WHEELS)
+    assert [n.split("-")[0] for n in names] == ["antlr4_python3_runtime", "omegaconf"]
+    assert all(n.endswith("-py3-none-any.whl") for n in names)
+    assert sum(w.stat().st_size for w in WHEELS) < 2**20
