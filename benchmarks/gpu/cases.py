@@ -2,7 +2,8 @@
 `python -m benchmarks.gpu.cases NAME --work DIR --mode gpu|smoke --result FILE`.
 
 The orchestrator (`benchmarks.gpu.check`) starts one such process per case with a timeout; a
-case writes its figures as JSON to FILE, or exits non-zero with its traceback on stderr. The
+case writes its figures as JSON to FILE (with `problems`: what it found wrong, if anything),
+or exits non-zero with its traceback on stderr. The
 trainer itself runs as a user runs it — `python -m trainer`, `python -m trainer.launch` (the
 pod's torchrun), `python -m trainer.runners.hf` — and the figures are read from what it wrote
 (the run dir's logs/metrics.jsonl, its notes on stdout).
@@ -332,6 +333,7 @@ def resume(ctx: Context) -> dict:
         "checkpoint_save_s": note_seconds(whole.stdout, rf"checkpoint step {half} saved"),
         "verdict": verdict,
         "summary": verdict[:80],
+        "problems": [verdict] if verdict.startswith("RESUME DIFFERS") else [],
     }
 
 
@@ -413,6 +415,7 @@ def family(ctx: Context, name: str) -> dict:
         "step_1_loss": step.get(1),
         **logits,
         "within_bf16_tolerance": ok,
+        "problems": [] if ok else [f"{name}: logits beyond bf16 tolerance ({logits})"],
         "summary": (
             f"loss {step.get(1)}; logits err {logits['ours_vs_fp32']:.2e} "
             f"(hf bf16 {logits['hf_bf16_vs_fp32']:.2e}) {'ok' if ok else 'TOO FAR'}"

@@ -3,8 +3,10 @@ one H100 or H200 (benchmarks/gpu/README.md), or `--smoke` for its CPU form at ti
 
 Runs each case of `benchmarks.gpu.plan.CASES` in a process of its own (`benchmarks.gpu.cases`)
 with a timeout cut to what is left of the total budget; a case that fails, hangs or crashes is
-recorded with its traceback and the next one runs. Writes `<out>/gpu_check.json` and each
-case's log tail under `<out>/logs/`, prints a table, exits 0 when every case that ran passed.
+recorded with its traceback and the next one runs. A case that ran but found the trainer wrong
+(its result's `problems`) is failed too, with its figures kept. Writes `<out>/gpu_check.json`
+and each case's log tail under `<out>/logs/`, prints a table, exits 0 when every case that ran
+passed.
 
 Stdlib only here, so that the JSON and the table come out whatever the machine lacks. The GPU
 machine has torch, transformers, peft, accelerate, safetensors and tokenizers, and no network:
@@ -97,6 +99,10 @@ def run_case(
     }
     if status == "ok":
         record["result"] = json.loads(result.read_text())
+        problems = record["result"].get("problems") or []
+        if problems:  # it ran, and found the trainer wrong
+            record["status"] = "failed"
+            record["error"] = "; ".join(problems)
     else:
         record["exit_code"] = proc.returncode
         record["error"] = text[-8000:] or f"no output (exit {proc.returncode})"
