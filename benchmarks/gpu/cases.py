@@ -242,20 +242,14 @@ def _version(distribution: str) -> str | None:
 def train_row(ctx: Context, name: str) -> dict:
     """The built-in trainer on the ~1B Llama 3: one row of the compile x AC matrix."""
     compile_blocks, ac = TRAIN_ROWS[name]
-    first = name == next(iter(TRAIN_ROWS))
     overrides = [
         *common(ctx, ctx.sizes.steps),
         *ctx.sizes.big,
         f"trainer.compile={str(compile_blocks).lower()}",
         f"trainer.activation_checkpoint={ac}",
     ]
-    # The first row runs to its end (its final checkpoint's time is a figure too); the
-    # others stop after their last step.
-    stop = None if first else after_step(ctx.sizes.steps)
-    run = launch(ctx, name.replace("/", "-"), overrides, stop_when=stop)
+    run = launch(ctx, name.replace("/", "-"), overrides, stop_when=after_step(ctx.sizes.steps))
     figures = throughput(run)
-    if first:
-        figures["final_checkpoint_s"] = note_seconds(run.stdout, r"checkpoint step \d+ saved")
     args = fixtures.args_from_overrides(ctx.sizes.big)
     figures["params_millions"] = round(args.num_params() / 1e6, 1)
     figures["summary"] = (

@@ -35,20 +35,18 @@ SAME_ROW_CODE = "the other training rows run the same code (full AC has its test
 
 CASES: tuple[Case, ...] = (
     Case("environment", "the device, its catalog peak, the library versions", 90, 60),
-    Case("train_1b/eager/ac_none", "built-in, 1B, bf16, no compile, no AC", 150, 40),
+    Case("train_1b/eager/ac_none", "built-in, 1B, bf16, no compile, no AC", 120, 40),
     Case("train_1b/eager/ac_selective_op", "built-in, 1B, op-level selective AC", 120, 40),
     Case("resume", "checkpoint at 10, SIGKILL, resume: losses 11-20 vs uninterrupted", 200, 60),
     Case("lora", "LoRA r=16 on the 1B (bf16 frozen base) vs full fine-tuning", 150, 40),
     Case("hf_runner", "runner=hf vs built-in on a small Llama, 10 steps", 180, 60),
+    Case("train_1b/compile/ac_none", "built-in, 1B, torch.compile", 180, 1, COMPILE_ON_CPU),
     Case("family/qwen3", "qwen3: one trainer step; bf16 logits vs transformers", 120, 40),
     Case("family/mistral", "mistral (sliding window): one step; bf16 logits", 120, 40),
     Case(
-        "train_1b/compile/ac_none", "built-in, 1B, torch.compile per block", 240, 1, COMPILE_ON_CPU
-    ),
-    Case(
         "train_1b/compile/ac_selective_op",
         "built-in, 1B, torch.compile + op-level SAC",
-        240,
+        180,
         1,
         COMPILE_ON_CPU,
     ),

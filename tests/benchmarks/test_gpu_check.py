@@ -46,7 +46,6 @@ def test_the_cpu_form_runs_every_case_on_the_gpu_machines_packages(tmp_path):
     plain = results["train_1b/eager/ac_none"]
     assert plain["tokens_per_s"] > 0 and plain["steps_logged"] == 6
     assert plain["mfu_peak_source"] == "cpu" and plain["mfu_percent"] is None  # no CPU peak
-    assert plain["final_checkpoint_s"] is not None  # the first row ran to its end
     assert results["resume"]["bit_for_bit_after_resume"] is True, results["resume"]["verdict"]
     assert results["resume"]["fresh_runs_equal_before_checkpoint"] is True
     assert results["lora"]["tokens_per_s"] > 0
