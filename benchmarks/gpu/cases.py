@@ -88,6 +88,7 @@ def launch(
         if launcher == "trainer.launch":
             torchrun = ["--standalone", "--nproc_per_node=1"]
             command = [sys.executable, "-m", "trainer.launch", *torchrun, *module]
+    print(f"[{label}] {' '.join(command)}", flush=True)  # where a timed-out case stood
     started = time.perf_counter()
     with (logs / "stdout.txt").open("w+") as out, (logs / "stderr.txt").open("w+") as err:
         proc = subprocess.Popen(

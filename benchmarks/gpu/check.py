@@ -51,7 +51,7 @@ NOT_ON_DEVICE = (
     "mlflow",
     "matplotlib",
 )
-DEFAULT_BUDGET_S = {"gpu": 570, "smoke": 300}
+DEFAULT_BUDGET_S = {"gpu": 570, "smoke": 500}
 """The GPU machine's command limit is 600 s (its start and the copy back are not counted)."""
 MIN_CASE_S = 20
 LOG_TAIL = 20_000
@@ -77,7 +77,7 @@ def run_case(
     log = logs / f"{case.name.replace('/', '-')}.txt"
     command = [sys.executable, "-m", "benchmarks.gpu.cases", case.name, "--work", str(work)]
     command += ["--mode", mode, "--result", str(result)]
-    started = time.perf_counter()
+    started, since = time.perf_counter(), time.time()
     with log.open("w+") as out:
         proc = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -109,8 +109,26 @@ def run_case(
             record["error"] = "; ".join(problems)
     else:
         record["exit_code"] = proc.returncode
-        record["error"] = text[-8000:] or f"no output (exit {proc.returncode})"
+        # the case's own output last: a failure's traceback ends it, the table shows that line
+        ended = f"\ntimed out after {timeout:.0f}s" if status == "timeout" else ""
+        error = f"{_last_launch(work, since)}{text[-8000:]}{ended}".strip()
+        record["error"] = error or f"no output (exit {proc.returncode})"
     return record
+
+
+def _last_launch(work: Path, since: float) -> str:
+    """The output tails of the trainer this case launched last (a case that timed out was
+    waiting on it: what it printed shows where it stuck)."""
+    launches = [p for p in (work / "logs").glob("*/stdout.txt") if p.stat().st_mtime >= since]
+    launches.sort(key=lambda p: p.stat().st_mtime)
+    if not launches:
+        return ""
+    folder = launches[-1].parent
+    tails = []
+    for name in ("stdout.txt", "stderr.txt"):
+        text = (folder / name).read_text(errors="replace") if (folder / name).is_file() else ""
+        tails.append(f"--- {folder.name}/{name} (tail) ---\n{text[-3000:]}")
+    return "\n".join(tails) + "\n"
 
 
 def comparisons(cases: dict[str, dict]) -> dict:

@@ -1,4 +1,9 @@
-"""Ending a process and everything it started (stdlib only: the orchestrator uses it too)."""
+"""Ending a process and everything it started (stdlib only: the orchestrator uses it too).
+
+`descendants` restates `tests/trainer/harness.py`'s rather than importing it: `tests` here is
+a namespace package, and any regular `tests` package installed on the GPU machine (some wheels
+ship one) would win the import over it wherever it sits on sys.path.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,24 @@ import contextlib
 import os
 import signal
 import subprocess
+from pathlib import Path
 
-from tests.trainer.harness import descendants
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited while listing
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def kill_tree(proc: subprocess.Popen) -> None:

@@ -19,7 +19,7 @@ from benchmarks.gpu.plan import CASES
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_check(out: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600):
+def run_check(out: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 560):
     command = [sys.executable, "-m", "benchmarks.gpu.check", "--smoke", "--device-packages"]
     proc = subprocess.run(
         [*command, "--out", str(out), *args],
