@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import re
@@ -197,7 +198,12 @@ def throughput(run: Run, *, skip: int = 1) -> dict:
         "steps_logged": train[-1]["step"],
         "last_loss": train[-1]["loss"],
         "wall_s": round(run.seconds, 1),
+        "problems": [] if _finite(train[-1]["loss"]) else [f"loss {train[-1]['loss']!r}"],
     }
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def note_seconds(stdout: str, pattern: str) -> float | None:
@@ -382,6 +388,7 @@ def hf_runner(ctx: Context) -> dict:
         "runner_hf": theirs,
         "built_in": built_in,
         "built_in_vs_hf_tokens_per_s": round(ratio, 2),
+        "problems": [*theirs.pop("problems"), *built_in.pop("problems")],
         "summary": (
             f"hf {theirs['tokens_per_s']} vs built-in {built_in['tokens_per_s']} tok/s "
             f"(x{ratio:.2f})"
@@ -410,7 +417,10 @@ def family(ctx: Context, name: str) -> dict:
         "step_1_loss": step.get(1),
         **logits,
         "within_bf16_tolerance": ok,
-        "problems": [] if ok else [f"{name}: logits beyond bf16 tolerance ({logits})"],
+        "problems": [
+            *([] if _finite(step.get(1)) else [f"{name}: step 1 loss {step.get(1)!r}"]),
+            *([] if ok else [f"{name}: logits beyond bf16 tolerance ({logits})"]),
+        ],
         "summary": (
             f"loss {step.get(1)}; logits err {logits['ours_vs_fp32']:.2e} "
             f"(hf bf16 {logits['hf_bf16_vs_fp32']:.2e}) {'ok' if ok else 'TOO FAR'}"

@@ -97,7 +97,7 @@ GPU = Sizes(
     resume_steps=20,
     hf_steps=10,
     logits_batch=(2, 1024),
-    dataset_tokens=3_000_000,
+    dataset_tokens=1_000_000,
     document_tokens=(300, 6000),
 )
 
