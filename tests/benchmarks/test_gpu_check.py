@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.gpu.cases import FAULT_ENV
 from benchmarks.gpu.check import NOT_ON_DEVICE, WHEELS, child_env
@@ -127,3 +128,22 @@ def test_the_wheels_are_pure_python_and_small():
     assert [n.split("-")[0] for n in names] == ["antlr4_python3_runtime", "omegaconf"]
     assert all(n.endswith("-py3-none-any.whl") for n in names)
     assert sum(w.stat().st_size for w in WHEELS) < 2**20
+
+
+def test_the_gpu_form_stops_at_once_without_a_gpu(tmp_path):
+    """Here (no GPU) the GPU form would train the 1B model on the CPU: it stops after the
+    environment row and says why."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the GPU form would run")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu.check", "--out", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    report = json.loads((tmp_path / "out/gpu_check.json").read_text())
+    assert list(report["cases"]) == ["environment"]
+    assert report["cases"]["environment"]["status"] == "failed"
+    assert "no CUDA device" in proc.stdout
