@@ -195,6 +195,11 @@ def throughput(run: Run, *, skip: int = 1) -> dict:
         "mfu_percent": round(statistics.median(mfu), 2) if mfu else None,
         "mfu_peak_source": train[-1].get("mfu/peak_source"),
         "peak_memory_gib": memory,
+        "step_phases_s": {  # where a step's time goes (trainer.step_timer), medians
+            key.removeprefix("time/"): round(statistics.median(r[key] for r in steady), 4)
+            for key in steady[0]
+            if key.startswith("time/") and all(key in r for r in steady)
+        },
         "steps_logged": train[-1]["step"],
         "last_loss": train[-1]["loss"],
         "wall_s": round(run.seconds, 1),
@@ -235,8 +240,24 @@ def environment(ctx: Context) -> dict:
         "nccl": str(torch.cuda.nccl.version()) if cuda else None,
         **{name: _version(name) for name in ("transformers", "peft", "accelerate")},
         "python": platform.python_version(),
+        "nvidia_smi": _nvidia_smi() if cuda else None,
         "summary": f"{name}; torch {torch.__version__}",
     }
+
+
+def _nvidia_smi() -> str | None:
+    """Clocks and power limit: what an MFU figure depends on besides the code."""
+    query = "name,driver_version,memory.total,clocks.max.sm,power.limit,temperature.gpu"
+    try:
+        found = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return found.stdout.strip() or None
 
 
 def _version(distribution: str) -> str | None:

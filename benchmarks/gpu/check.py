@@ -55,6 +55,7 @@ DEFAULT_BUDGET_S = {"gpu": 570, "smoke": 500}
 """The GPU machine's command limit is 600 s (its start and the copy back are not counted)."""
 MIN_CASE_S = 20
 LOG_TAIL = 20_000
+LAUNCH_TAIL = 6_000
 
 
 def child_env(emulate_device: bool) -> dict[str, str]:
@@ -114,6 +115,19 @@ def run_case(
         error = f"{_last_launch(work, since)}{text[-8000:]}{ended}".strip()
         record["error"] = error or f"no output (exit {proc.returncode})"
     return record
+
+
+def keep_launch_logs(work: Path, into: Path) -> None:
+    """Every trainer launch's output tails (its notes, warnings, metrics lines) next to the
+    JSON: the work directory goes, and a GPU run is rarely repeated."""
+    for folder in sorted((work / "logs").glob("*/")):
+        into.mkdir(parents=True, exist_ok=True)
+        parts = []
+        for name in ("stdout.txt", "stderr.txt"):
+            path = folder / name
+            text = path.read_text(errors="replace") if path.is_file() else ""
+            parts.append(f"--- {name} (last {LAUNCH_TAIL} characters) ---\n{text[-LAUNCH_TAIL:]}")
+        (into / f"{folder.name}.txt").write_text("\n".join(parts))
 
 
 def _last_launch(work: Path, since: float) -> str:
@@ -225,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)  # the running case's processes are ended too
     out = options.out
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(logs, ignore_errors=True)  # ours: a previous run's would mix in
+    logs.mkdir(parents=True)
     work = Path(tempfile.mkdtemp(prefix="trainstack-gpu-check-"))
     env = child_env(options.device_packages)
     report: dict = {
@@ -257,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             save(report, out, started)  # a machine taken back mid-run still returns these
     finally:
+        keep_launch_logs(work, logs / "runs")
         if not options.keep_work:
             shutil.rmtree(work, ignore_errors=True)
     save(report, out, started)
