@@ -4,6 +4,7 @@ carries), and a failing or hanging case is recorded without stopping the others.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -123,11 +124,24 @@ def test_the_gpu_machines_packages_are_emulated_with_the_wheels_on_the_path():
     assert {"omegaconf", "rich", "boto3", "s3torchconnector", "zstandard"} <= set(NOT_ON_DEVICE)
 
 
-def test_the_wheels_are_pure_python_and_small():
-    names = sorted(w.name for w in WHEELS)
-    assert [n.split("-")[0] for n in names] == ["antlr4_python3_runtime", "omegaconf"]
-    assert all(n.endswith("-py3-none-any.whl") for n in names)
+def test_the_wheels_are_the_pinned_versions_pure_python_small_and_unchanged():
+    """A bump of omegaconf or antlr4 in constraints.txt fails here until the wheels follow
+    (benchmarks/gpu/README.md says how to fetch them); SHA256SUMS is what was committed."""
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    pins = {name: version.strip() for name, eq, version in (x.partition("==") for x in lines) if eq}
+    expected = {
+        f"antlr4_python3_runtime-{pins['antlr4-python3-runtime']}-py3-none-any.whl",
+        f"omegaconf-{pins['omegaconf']}-py3-none-any.whl",
+    }
+    assert {w.name for w in WHEELS} == expected
     assert sum(w.stat().st_size for w in WHEELS) < 2**20
+    sums = dict(
+        reversed(line.split("  "))
+        for line in (WHEELS[0].parent / "SHA256SUMS").read_text().split("\n")
+        if line
+    )
+    for wheel in WHEELS:
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == sums[wheel.name], wheel.name
 
 
 def test_the_gpu_form_stops_at_once_without_a_gpu(tmp_path):
