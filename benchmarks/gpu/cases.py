@@ -38,6 +38,7 @@ from benchmarks.gpu.plan import BY_NAME, GPU, SMOKE, TRAIN_ROWS, Sizes
 from benchmarks.gpu.procs import kill_tree
 from trainer.checkpoint.layout import MARKER, step_dir
 from trainer.gpu_peaks import gpu_peak_flops
+from trainer.model.args import ModelArgs
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER_TIMEOUT_S = 900  # the orchestrator's per-case timeout is the real bound
@@ -272,15 +273,19 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def train_row(ctx: Context, name: str) -> dict:
-    """The built-in trainer on the ~1B Llama 3: one row of the compile x AC matrix."""
+def row_overrides(ctx: Context, name: str) -> list[str]:
     compile_blocks, ac = TRAIN_ROWS[name]
-    overrides = [
+    return [
         *common(ctx, ctx.sizes.steps),
         *ctx.sizes.big,
         f"trainer.compile={str(compile_blocks).lower()}",
         f"trainer.activation_checkpoint={ac}",
     ]
+
+
+def train_row(ctx: Context, name: str) -> dict:
+    """The built-in trainer on the ~1B Llama 3: one row of the compile x AC matrix."""
+    overrides = row_overrides(ctx, name)
     run = launch(ctx, name.replace("/", "-"), overrides, stop_when=after_step(ctx.sizes.steps))
     figures = throughput(run)
     args = fixtures.args_from_overrides(ctx.sizes.big)
@@ -301,17 +306,22 @@ def _peak(figures: dict) -> float | None:
     return memory.get("max_allocated_gib", memory.get("max_rss_gib"))
 
 
+def resume_overrides(ctx: Context) -> list[str]:
+    s = ctx.sizes
+    return [
+        *common(ctx, s.resume_steps, log_interval=1),
+        *_model_overrides(s.small_llama, s.small_overrides),
+        f"trainer.checkpoint.interval={s.resume_steps // 2}",
+    ]
+
+
 def resume(ctx: Context) -> dict:
     """Checkpoint at the middle step, SIGKILL (every process, as when a node is lost), run the
     same command again: the losses after the checkpoint must equal an uninterrupted run's."""
     s = ctx.sizes
     half = s.resume_steps // 2
     args = fixtures.model_args(s.small_llama, s.small_overrides)
-    overrides = [
-        *common(ctx, s.resume_steps, log_interval=1),
-        *_model_overrides(s.small_llama, s.small_overrides),
-        f"trainer.checkpoint.interval={half}",
-    ]
+    overrides = resume_overrides(ctx)
     whole = launch(ctx, "resume-uninterrupted", overrides, launcher="trainer.launch")
     killed_dir = ctx.work / "runs" / "resume-killed"
     killed = launch(
@@ -373,24 +383,36 @@ def _model_overrides(preset: str, fields: dict[str, int]) -> list[str]:
     return [f"model.name={preset}", *(f"model.{k}={v}" for k, v in fields.items())]
 
 
+def lora_overrides(ctx: Context, base: Path) -> list[str]:
+    return [
+        *common(ctx, ctx.sizes.steps),
+        "model.name=null",
+        f"model.init_from={base}",
+        "model.lora.rank=16",
+        "model.lora.alpha=32",
+    ]
+
+
 def lora(ctx: Context) -> dict:
     """LoRA rank 16 over the same ~1B model, from a Hugging Face checkpoint of it."""
     s = ctx.sizes
     args = fixtures.args_from_overrides(s.big)
     # bf16 on a GPU, as a real 1B checkpoint is shipped; the CPU form keeps fp32
     base = fixtures.hf_checkpoint(ctx.work, "llama_1b", args, dtype="fp32" if ctx.smoke else "bf16")
-    overrides = [
-        *common(ctx, s.steps),
-        "model.name=null",
-        f"model.init_from={base}",
-        "model.lora.rank=16",
-        "model.lora.alpha=32",
-    ]
-    run = launch(ctx, "lora", overrides)
+    run = launch(ctx, "lora", lora_overrides(ctx, base))
     figures = throughput(run)
     figures["summary"] = f"{figures['tokens_per_s']} tok/s, peak {_peak(figures)} GiB"
     _remove(run_dir_of(ctx, "lora"))
     return figures
+
+
+def init_from_overrides(ctx: Context, source: Path, steps: int) -> list[str]:
+    """A run from a Hugging Face checkpoint (its config.json gives the architecture)."""
+    return [
+        *common(ctx, steps, log_interval=1),
+        "model.name=null",
+        f"model.init_from={source}",
+    ]
 
 
 def hf_runner(ctx: Context) -> dict:
@@ -399,11 +421,7 @@ def hf_runner(ctx: Context) -> dict:
     s = ctx.sizes
     args = fixtures.model_args(s.small_llama, s.small_overrides)
     source = fixtures.hf_checkpoint(ctx.work, "small_llama", args, dtype="fp32")
-    overrides = [
-        *common(ctx, s.hf_steps, log_interval=1),
-        "model.name=null",
-        f"model.init_from={source}",
-    ]
+    overrides = init_from_overrides(ctx, source, s.hf_steps)
     hf = launch(ctx, "hf-runner", [*overrides, "runner.peft.r=0"], launcher="trainer.runners.hf")
     ours = launch(ctx, "hf-builtin", overrides, stop_when=after_step(s.hf_steps))
     skip = min(3, s.hf_steps - 1)
@@ -423,17 +441,25 @@ def hf_runner(ctx: Context) -> dict:
     }
 
 
+FAMILY_PRESETS = {"qwen3": "qwen3_0_6b", "mistral": "mistral_7b"}
+
+
+def family_args(ctx: Context, name: str) -> tuple[str, dict[str, int], ModelArgs]:
+    """(preset, the fields changed in it, the architecture) of a family's checkpoint."""
+    preset = FAMILY_PRESETS[name]
+    fields = dict(ctx.sizes.family_overrides)
+    if name == "mistral":
+        fields["sliding_window"] = ctx.sizes.sliding_window
+    return preset, fields, fixtures.model_args(preset, fields)
+
+
 def family(ctx: Context, name: str) -> dict:
     """One trainer step from a random checkpoint of the family, then the trainer's bf16 logits
     against transformers' (bf16, and fp32 as the reference both are measured from)."""
     s = ctx.sizes
-    preset = {"qwen3": "qwen3_0_6b", "mistral": "mistral_7b"}[name]
-    fields = dict(s.family_overrides)
-    if name == "mistral":
-        fields["sliding_window"] = s.sliding_window
-    args = fixtures.model_args(preset, fields)
+    preset, fields, args = family_args(ctx, name)
     source = fixtures.hf_checkpoint(ctx.work, name, args, dtype="fp32", distinct_norms=True)
-    overrides = [*common(ctx, 1, log_interval=1), "model.name=null", f"model.init_from={source}"]
+    overrides = init_from_overrides(ctx, source, 1)
     run = launch(ctx, f"family-{name}", overrides, stop_when=after_step(1))
     step = _losses(run.records)
     _remove(ctx.work / "runs")

@@ -61,6 +61,11 @@ def args_from_overrides(overrides: tuple[str, ...]) -> ModelArgs:
     return model_args(name, {k: int(v) for k, v in fields.items()})
 
 
+def hf_config(args: ModelArgs) -> dict[str, Any]:
+    """config.json of a checkpoint of `args`, as the trainer's export writes it."""
+    return hf_config_from_args(args, {"bos_token_id": 1, "eos_token_id": 2}, "fp32")
+
+
 def hf_checkpoint(
     work: Path, label: str, args: ModelArgs, *, dtype: str, distinct_norms: bool = False
 ) -> Path:
@@ -79,8 +84,7 @@ def hf_checkpoint(
     tmp = out.with_name(f"{label}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    config = hf_config_from_args(args, {"bos_token_id": 1, "eos_token_id": 2}, "fp32")
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    (tmp / "config.json").write_text(json.dumps(hf_config(args), indent=2))
     torch.manual_seed(SEED)
     with torch.device(device()):
         model = AutoModelForCausalLM.from_config(

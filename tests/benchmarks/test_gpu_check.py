@@ -14,9 +14,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.gpu.cases import FAULT_ENV
+from benchmarks.gpu import fixtures
+from benchmarks.gpu.cases import (
+    FAMILY_PRESETS,
+    FAULT_ENV,
+    Context,
+    family_args,
+    init_from_overrides,
+    lora_overrides,
+    resume_overrides,
+    row_overrides,
+)
 from benchmarks.gpu.check import NOT_ON_DEVICE, WHEELS, child_env
-from benchmarks.gpu.plan import CASES
+from benchmarks.gpu.plan import CASES, GPU, TRAIN_ROWS
+from trainer.hf.config import read_hf_config
+from trainer.job_config import load_config, make_plan
+from trainer.runners.hf.settings import check_supported, training_arguments
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,3 +174,42 @@ def test_the_gpu_form_stops_at_once_without_a_gpu(tmp_path):
     assert list(report["cases"]) == ["environment"]
     assert report["cases"]["environment"]["status"] == "failed"
     assert "no CUDA device" in proc.stdout
+
+
+def test_the_gpu_sizes_are_valid_trainer_configs(tmp_path):
+    """The GPU form's configurations (which no CPU run uses) planned as the trainer plans
+    them: a bad key or size would otherwise cost the GPU run it is found in."""
+    ctx = Context(tmp_path, GPU, smoke=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"run_dir: {tmp_path / 'run'}\nseed: 0\n")
+
+    def plan(overrides: list[str], source: Path | None = None):
+        cfg = load_config(str(config), overrides)
+        return cfg, make_plan(cfg, 1, read_hf_config(str(source)) if source else None)
+
+    def checkpoint(label: str, args) -> Path:
+        folder = tmp_path / label
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(fixtures.hf_config(args)))
+        return folder
+
+    big = fixtures.args_from_overrides(GPU.big)
+    for name in TRAIN_ROWS:
+        _, rows = plan(row_overrides(ctx, name))
+        assert rows.model == big and 1.2e9 < big.num_params() < 1.3e9
+        assert (rows.seq_len, rows.tokens_per_step) == (2048, 8192)
+    _, resumed = plan(resume_overrides(ctx))
+    assert resumed.model == fixtures.model_args(GPU.small_llama, GPU.small_overrides)
+    _, lora = plan(lora_overrides(ctx, checkpoint("llama_1b", big)), tmp_path / "llama_1b")
+    assert lora.model == big
+    small = fixtures.model_args(GPU.small_llama, GPU.small_overrides)
+    cfg, hf = plan(init_from_overrides(ctx, checkpoint("small", small), 10), tmp_path / "small")
+    assert hf.model == small
+    check_supported(cfg)
+    settings = training_arguments(cfg, output_dir=str(tmp_path / "out"), world=1, cuda=True)
+    assert settings["bf16"] and settings["max_steps"] == 10
+    for name in FAMILY_PRESETS:
+        _, _, args = family_args(ctx, name)
+        _, family = plan(init_from_overrides(ctx, checkpoint(name, args), 1), tmp_path / name)
+        assert family.model == args
+    assert family.model.sliding_window == GPU.sliding_window < GPU.seq_len  # the window acts
