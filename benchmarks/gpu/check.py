@@ -111,8 +111,10 @@ def run_case(
     else:
         record["exit_code"] = proc.returncode
         # the case's own output last: a failure's traceback ends it, the table shows that line
+        # (a failed launch's output is in the traceback already; a hung one's is not)
+        hung = _last_launch(work, since) if status == "timeout" else ""
         ended = f"\ntimed out after {timeout:.0f}s" if status == "timeout" else ""
-        error = f"{_last_launch(work, since)}{text[-8000:]}{ended}".strip()
+        error = f"{hung}{text[-8000:]}{ended}".strip()
         record["error"] = error or f"no output (exit {proc.returncode})"
     return record
 
