@@ -45,6 +45,9 @@ RUNTIME_LABELS = {
     "app.kubernetes.io/part-of": "trainstack",
     "trainer.kubeflow.org/framework": "torch",
 }
+FAILURE_RULE_NAME = "PermanentExitCode"
+"""The JobSet failure-policy rule that fails the JobSet on a permanent exit code. JobSet's
+webhook allows letters, digits, '_', ',' and ':' only (jobs/manifest_checks.py)."""
 CPU_RESOURCES = {"cpu": "2", "memory": "8Gi"}
 """The CPU runtime's default per node; a TrainJob sets its own in `resourcesPerNode`."""
 
@@ -103,7 +106,7 @@ def _runtime(
             "rules": [
                 {
                     "action": "FailJobSet",
-                    "name": "permanent-exit-code",
+                    "name": FAILURE_RULE_NAME,
                     "onJobFailureReasons": ["PodFailurePolicy"],
                 }
             ],

@@ -64,6 +64,10 @@ def test_one_runtime_per_gpu_group_from_the_catalog_and_a_cpu_one(stack_runs, st
     for declared in runtimes.values():
         crd_schema.check(runtime_object(declared))
         assert trainer_urn in declared.opts.dependencies  # after the CRDs exist
+        # failurePolicy is immutable (Trainer's CRD, a CEL rule): a changed runtime is
+        # replaced, and deleted first since the new one has the same name.
+        assert "spec" in declared.opts.replace_on_changes
+        assert declared.opts.delete_before_replace
     for group in groups:
         instance = INSTANCE_TYPES[group["instanceType"]]
         spec = runtimes[f"trainstack-{group['name']}"].inputs["spec"]
