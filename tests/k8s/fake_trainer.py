@@ -9,7 +9,8 @@ attempt). What then happens is scripted per name with `TrainPlan`s (one per subm
 steps with log lines; a node's pod failing with an exit code, which the runtime's failure policy
 decides (1-127: the pod failure policy fails the Job and the JobSet at once; else the JobSet
 recreates every pod, up to the runtime's `maxRestarts`, counting `status.restarts`);
-completion (Complete) or failure (Failed), as Trainer reports its JobSet's. Suspending the
+completion (Complete) or failure (Failed), with the reasons and messages Trainer copies from
+its JobSet's conditions (FailJobSetFailurePolicyAction, ReachedMaxRestarts, AllJobsCompleted). Suspending the
 TrainJob (Kueue preempts, trainstack cancels) deletes the pods; un-suspending (Kueue admits)
 starts them again. Deleting the TrainJob deletes the JobSet and the pods by owner references.
 """
@@ -33,6 +34,14 @@ RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER
 }
 PERMANENT = range(1, 128)
 """trainstack's runtimes fail the Job on these exit codes (its pod failure policy)."""
+# A TrainJob's Complete/Failed condition is its JobSet's, type renamed, reason and message kept
+# (kubeflow/trainer v2.3.0, pkg/runtime/framework/plugins/jobset/jobset.go, `Status`). JobSet's
+# reasons and messages: kubernetes-sigs/jobset v0.12.0, pkg/constants/constants.go, set in
+# pkg/controllers/failure_policy.go (a matching FailJobSet rule; maxRestarts reached, with
+# `messageWithFirstFailedJob`) and pkg/controllers/jobset_controller.go (all jobs completed).
+FAIL_JOBSET = ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action")
+MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+COMPLETED = ("AllJobsCompleted", "jobset completed successfully")
 
 
 @dataclass
@@ -153,21 +162,23 @@ class FakeTrainer(FakeController):
             self._set_phase(failed, namespace, "Failed", failed_code)
             self._closed.add(self._uid(failed, namespace))
             if failed_code in PERMANENT:
-                return self._end(
-                    job, pods, "Failed", "PodFailurePolicy", f"exit code {failed_code}"
-                )
+                return self._end(job, pods, "Failed", FAIL_JOBSET)
             if restarts >= self._max_restarts(job):
-                return self._end(job, pods, "Failed", "FailedJobs", "reached max restarts")
+                return self._end(job, pods, "Failed", MAX_RESTARTS)
             restarts += 1  # the JobSet recreates every node's pod
             self._delete_pods(name, namespace)
             count = restarts
             self.server.update(
                 "jobsets", name, namespace, lambda js, n=count: js["status"].update(restarts=n)
             )
-        self._end(job, pods, "Complete" if plan.outcome == "Succeeded" else "Failed")
+        # A plan's plain failure is the trainer's exit 1: the runtime's FailJobSet rule.
+        if plan.outcome == "Succeeded":
+            self._end(job, pods, "Complete", COMPLETED)
+        else:
+            self._end(job, pods)
 
     def _end(
-        self, job: dict, pods: list[str], kind: str, reason: str = "", message: str = ""
+        self, job: dict, pods: list[str], kind: str = "Failed", why: tuple = FAIL_JOBSET
     ) -> None:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
         phase = "Succeeded" if kind == "Complete" else "Failed"
@@ -177,11 +188,10 @@ class FakeTrainer(FakeController):
             ) != "Failed":
                 self._set_phase(pod, namespace, phase)
             self._closed.add(self._uid(pod, namespace))
-        if kind == "Complete":
-            self._condition(name, namespace, "Complete", True, "JobSetCompleted", "completed")
-        else:
-            detail = f"jobset failed: {reason}: {message}" if reason else "node-0 exited with 1"
-            self._condition(name, namespace, "Failed", True, reason or "JobSetFailed", detail)
+        reason, message = why
+        if kind == "Failed":  # JobSet names the first failed Job: `<jobset>-<rjob>-<index>`
+            message = f"{message} (first failed job: {name}-node-0)"
+        self._condition(name, namespace, kind, True, reason, message)
         self._active(name, namespace, 0)
 
     def _put_pod(self, job: dict, rank: int, attempt: int) -> str:

@@ -96,6 +96,10 @@ def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trains
     from jobs.backends.kubernetes import to_status
 
     assert to_status(job).finished_at  # from the Complete condition (a TrainJob has no time)
+    # Trainer copies its JobSet's condition (kubeflow/trainer v2.3.0, plugins/jobset/jobset.go;
+    # the reason: kubernetes-sigs/jobset v0.12.0, pkg/constants/constants.go).
+    (complete,) = [c for c in job["status"]["conditions"] if c["type"] == "Complete"]
+    assert complete["reason"] == "AllJobsCompleted"
 
 
 def test_submitting_an_active_run_again_changes_nothing(apiserver, cluster, tmp_path):
@@ -133,7 +137,7 @@ def test_retryable_failures_beyond_the_runtimes_max_restarts_fail_the_run(
     apiserver.trainer.plans["tj3b"] = [plan]
     submit(cluster, two_node_job("tj3b", tmp_path))
     final = backend_for(kubeconfig).wait("tj3b", on_line=lambda line: None)
-    assert final.state == "failed" and "reached max restarts" in final.message
+    assert final.state == "failed" and final.message.startswith("ReachedMaxRestarts: ")
     assert apiserver.get("jobsets", "tj3b", NAMESPACE)["status"]["restarts"] == 3
 
 
@@ -150,7 +154,7 @@ def test_bad_input_fails_at_once_and_the_second_line_resubmits_bounded(
     assert "restart 1/1" in out
     assert trainstack("status", "tj4") == 0
     status = capsys.readouterr().out
-    assert "state      failed" in status and "PodFailurePolicy" in status
+    assert "state      failed" in status and "FailJobSetFailurePolicyAction" in status
 
 
 def test_logs_of_a_rank_are_its_pods(apiserver, cluster, kubeconfig, tmp_path):
