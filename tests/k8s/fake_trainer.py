@@ -10,9 +10,10 @@ steps with log lines; a node's pod failing with an exit code, which the runtime'
 decides (1-127: the pod failure policy fails the Job and the JobSet at once; else the JobSet
 recreates every pod, up to the runtime's `maxRestarts`, counting `status.restarts`);
 completion (Complete) or failure (Failed), with the reasons and messages Trainer copies from
-its JobSet's conditions (FailJobSetFailurePolicyAction, ReachedMaxRestarts, AllJobsCompleted). Suspending the
-TrainJob (Kueue preempts, trainstack cancels) deletes the pods; un-suspending (Kueue admits)
-starts them again. Deleting the TrainJob deletes the JobSet and the pods by owner references.
+its JobSet's conditions (FailJobSetFailurePolicyAction, ReachedMaxRestarts, AllJobsCompleted).
+Suspending the TrainJob (Kueue preempts, trainstack cancels) deletes the pods; un-suspending
+(Kueue admits) starts them again. Deleting the TrainJob deletes the JobSet and the pods by
+owner references.
 """
 
 from __future__ import annotations
