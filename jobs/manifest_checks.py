@@ -40,7 +40,11 @@ class ManifestError(ValueError):
 def _checked_name(job: dict, kind: str) -> str:
     """`<kind> <name>`, what every message starts with, once the name is known to be valid."""
     where = f"{kind} {job['metadata']['name']}"
-    problem = run_id_problem(job["metadata"]["name"])
+    if kind == "TrainJob":
+        nodes = int((job["spec"].get("trainer") or {}).get("numNodes") or 1)
+        problem = run_id_problem(job["metadata"]["name"], "trainjob", nodes)
+    else:
+        problem = run_id_problem(job["metadata"]["name"])
     if problem:
         raise ManifestError(f"{where}: metadata.name: {problem}")
     return where

@@ -487,10 +487,14 @@ def check_job_api(cfg: Any) -> None:
 
 
 def check_names(cfg: Any) -> None:
+    """The run and sweep ids fit the pod names of the job they will name (on a cluster, a
+    TrainJob's limit depends on its node count: jobs.naming), before anything is written."""
+    api = cfg.job.api if cfg.backend.name != "local" else None
+    nodes = cfg.compute.nodes if isinstance(cfg.compute.nodes, int) else 1
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
     for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
         value = cfg[key]
-        problem = problem_of(value) if value is not None else None
+        problem = problem_of(value, api, nodes) if value is not None else None
         if problem:
             raise JobConfigError(key, f"{value!r} is not allowed; allowed: {problem}")
 
