@@ -28,7 +28,13 @@ from jobs.manifests import (
     security_contexts,
     shm_volume,
 )
-from jobs.spec import CPU_RUNTIME, gpu_runtime_name, platform_env, pod_resources
+from jobs.spec import (
+    CPU_RUNTIME,
+    default_group_name,
+    gpu_runtime_name,
+    platform_env,
+    pod_resources,
+)
 from jobs.trainjob import API_VERSION, NODE, RUNTIME_KIND
 
 NODE_GROUP_LABEL = "trainstack.io/node-group"
@@ -144,9 +150,11 @@ def gpu_runtime(
     service_account: str = "trainer",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     ttl_seconds_after_finished: int = DEFAULT_TTL_S,
+    name: str | None = None,
 ) -> dict:
     """The runtime of GPU node group `group` of `instance` nodes: one pod per node, all of it
-    (GPUs, EFA interfaces, huge pages, CPU and memory less the node's daemons) by default."""
+    (GPUs, EFA interfaces, huge pages, CPU and memory less the node's daemons) by default.
+    Named `trainstack-<group>` unless `name` is given."""
     whole = pod_resources(instance, instance.gpus)
     pod = {
         "nodeSelector": {INSTANCE_TYPE_LABEL: instance.name, NODE_GROUP_LABEL: group},
@@ -157,7 +165,7 @@ def gpu_runtime(
     }
     container = {"env": _env(platform_env(instance)), "resources": container_resources(whole)}
     return _runtime(
-        gpu_runtime_name(group),
+        name or gpu_runtime_name(group),
         {NODE_GROUP_LABEL: group},
         pod,
         container,
@@ -192,6 +200,18 @@ def cpu_runtime(
 def cluster_training_runtimes(
     groups: list[tuple[str, InstanceType]], *, service_account: str = "trainer"
 ) -> list[dict]:
-    """Every runtime a stack installs: one per GPU node group (name, instance), then CPU."""
+    """Every runtime a stack installs: one per GPU node group (name, instance); then, for each
+    instance type, the runtime a job rendered without a stack names (`trainstack-<instance
+    type>`, jobs.spec.runtime_for), on the type's first group, unless a group has that name
+    already; then CPU. So a render's runtime is installed by every stack with its instance
+    type (the shipped prod stack's group `p5` also gets `trainstack-p5-48xlarge`)."""
     runtimes = [gpu_runtime(g, i, service_account=service_account) for g, i in groups]
+    names = {runtime["metadata"]["name"] for runtime in runtimes}
+    for group, instance in groups:
+        stackless = gpu_runtime_name(default_group_name(instance.name))
+        if stackless not in names:
+            names.add(stackless)
+            runtimes.append(
+                gpu_runtime(group, instance, service_account=service_account, name=stackless)
+            )
     return [*runtimes, cpu_runtime(service_account=service_account)]
