@@ -43,8 +43,12 @@ DEFAULT_MAX_RESTARTS = 3
 """JobSet recreations after a node failed with a retryable code (job.max_restarts' default)."""
 DEFAULT_TTL_S = 7 * 24 * 3600
 """Seconds a finished JobSet (pods and logs) is kept (job.ttl_seconds_after_finished')."""
-DEFAULT_GRACE_S = 300
-"""SIGTERM to SIGKILL; a TrainJob patches its own (job.termination_grace_period_seconds)."""
+RUNTIME_GRACE_S = 600
+"""SIGTERM to SIGKILL of a queued TrainJob's pods, and the most such a job may ask for
+(job.termination_grace_period_seconds, jobs/validate.py): Kueue rewrites a queued TrainJob
+with Trainer types whose pod patch has no grace period (jobs/trainjob.py), so the runtime's
+applies. It is a bound: the trainer exits as soon as its SIGTERM checkpoint is written. A
+TrainJob outside Kueue patches its own."""
 PERMANENT_EXIT_CODES = list(range(1, 128))
 """Exit codes no restart fixes: the trainer's 2 (bad input), 1 (a bug), anything below 128."""
 RUNTIME_LABELS = {
@@ -159,7 +163,7 @@ def gpu_runtime(
     pod = {
         "nodeSelector": {INSTANCE_TYPE_LABEL: instance.name, NODE_GROUP_LABEL: group},
         "serviceAccountName": service_account,
-        "terminationGracePeriodSeconds": DEFAULT_GRACE_S,
+        "terminationGracePeriodSeconds": RUNTIME_GRACE_S,
         "tolerations": [dict(GPU_TOLERATION)],
         "volumes": [shm_volume(whole.shm_size)],
     }
@@ -183,7 +187,7 @@ def cpu_runtime(
     """The CPU runtime (gloo; the system nodes): no GPU, EFA or taint to tolerate."""
     pod = {
         "serviceAccountName": service_account,
-        "terminationGracePeriodSeconds": DEFAULT_GRACE_S,
+        "terminationGracePeriodSeconds": RUNTIME_GRACE_S,
         "volumes": [shm_volume("1Gi")],
     }
     resources = {"limits": dict(CPU_RESOURCES), "requests": dict(CPU_RESOURCES)}

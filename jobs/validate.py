@@ -18,6 +18,7 @@ from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
+from jobs.runtimes import RUNTIME_GRACE_S
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
 from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
 from jobs.validate_runner import check_runner
@@ -475,6 +476,16 @@ def check_job_api(cfg: Any) -> None:
             "model.init_from",
             f"{source!r}: an hf:// model needs job.api=pytorchjob on a cluster (a TrainJob has "
             "no model-initializer step yet); allowed with trainjob: a path or s3:// URL",
+        )
+    grace = job.termination_grace_period_seconds
+    if job.queue and isinstance(grace, int) and grace > RUNTIME_GRACE_S:
+        # Kueue rewrites a queued TrainJob with Trainer types that have no grace-period patch
+        # (jobs/trainjob.py): its pods get the runtime's.
+        raise JobConfigError(
+            "job.termination_grace_period_seconds",
+            f"{grace} is above what a queued TrainJob gets (its runtime's {RUNTIME_GRACE_S}: "
+            f"Kueue keeps no per-job grace period); allowed with job.queue: up to "
+            f"{RUNTIME_GRACE_S}, or job.api=pytorchjob",
         )
     defaults = JobConfig()
     for key, why in _TRAINJOB_FIXED.items():

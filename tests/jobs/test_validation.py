@@ -73,6 +73,11 @@ BAD_INPUTS = {
         "run_id",
         "at most 47 characters (for a TrainJob of 11 node(s)",
     ),
+    "queued TrainJob grace above the runtime's": (
+        [*P5, "job.queue=training", "job.termination_grace_period_seconds=900"],
+        "job.termination_grace_period_seconds",
+        "up to 600",
+    ),
     "TrainJob sweep id too long": (
         ["-m", *P5, "sweep_id=" + "s" * 44, "seed=1,2"],
         "sweep_id",

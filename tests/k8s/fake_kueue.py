@@ -3,11 +3,15 @@ TrainJobs (its `trainer.kubeflow.org/trainjob` integration) get a Workload
 (`kueue.x-k8s.io/v1beta1`) that stays pending until a test admits it; `admit`
 un-suspends the job (Kueue is the only one that does), `preempt` suspends it again (the
 operator then deletes its pods, as on a real preemption) and marks the Workload evicted.
+Both rewrite a TrainJob as Kueue does, with its vendored Trainer types: fields they lack are
+gone (tests/k8s/data/kueue_trainer_fields.json).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from tests.k8s.fake_apiserver import FakeKubeApiServer
 
@@ -17,6 +21,24 @@ PENDING_MESSAGE = (
     "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu "
     "in flavor p4d, 8 more needed"
 )
+
+
+TRAINER_FIELDS = json.loads(
+    (Path(__file__).parent / "data" / "kueue_trainer_fields.json").read_text()
+)["trainjob"]["spec"]
+"""The TrainJob spec fields the pinned Kueue's vendored Trainer types hold."""
+
+
+def as_kueue_writes_it(value, tree=TRAINER_FIELDS):
+    """`value` with what Kueue's types lack dropped: Kueue updates a TrainJob whole with them
+    (kubernetes-sigs/kueue v0.19.2, pkg/controller/jobs/trainjob/trainjob_controller.go)."""
+    if tree == "*":
+        return value
+    if isinstance(value, list):
+        return [as_kueue_writes_it(item, tree) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {k: as_kueue_writes_it(v, tree[k]) for k, v in value.items() if k in tree}
 
 
 def _condition(kind: str, status: bool, reason: str, message: str) -> dict:
@@ -71,9 +93,11 @@ class FakeKueue:
             lambda w: w.setdefault("status", {}).update(conditions=conditions),
         )
         if self.kinds.get(job_name) == "TrainJob":
-            job = self.server.update(
-                "trainjobs", job_name, namespace, lambda j: j["spec"].update(suspend=suspend)
-            )
+
+            def rewrite(job: dict) -> None:
+                job["spec"] = as_kueue_writes_it(job["spec"]) | {"suspend": suspend}
+
+            job = self.server.update("trainjobs", job_name, namespace, rewrite)
             if job is not None and self.server.trainer is not None:
                 self.server.trainer.job_patched(job)
             return
