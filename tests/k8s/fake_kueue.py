@@ -5,6 +5,12 @@ un-suspends the job (Kueue is the only one that does), `preempt` suspends it aga
 operator then deletes its pods, as on a real preemption) and marks the Workload evicted.
 Both rewrite a TrainJob as Kueue does, with its vendored Trainer types: fields they lack are
 gone (tests/k8s/data/kueue_trainer_fields.json).
+
+As Kueue's job reconciler does (kubernetes-sigs/kueue v0.19.2,
+pkg/controller/jobframework/reconciler.go, "handle job is suspended"), a job someone else
+suspends while its Workload is admitted is un-suspended again; a Workload set inactive
+(`spec.active: false`) is evicted with reason Deactivated (pkg/controller/core/
+workload_controller.go), its job suspended and its quota released, and is never admitted.
 """
 
 from __future__ import annotations
@@ -85,6 +91,45 @@ class FakeKueue:
         }
         self.server.put("workloads", workload, meta["namespace"])
 
+    def _workload(self, job_name: str, namespace: str) -> dict | None:
+        return self.server.get("workloads", self.workload_name(job_name), namespace)
+
+    @staticmethod
+    def _true(workload: dict, kind: str) -> bool:
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        return any(c["type"] == kind and c["status"] == "True" for c in conditions)
+
+    def job_patched(self, job: dict) -> None:
+        """Someone else suspended an admitted job: Kueue starts it again."""
+        meta = job["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        if name not in self.kinds:
+            return
+        spec = job["spec"]
+        suspended = (
+            spec.get("suspend")
+            if job["kind"] == "TrainJob"
+            else ((spec.get("runPolicy") or {}).get("suspend"))
+        )
+        workload = self._workload(name, namespace)
+        admitted = workload is not None and self._true(workload, "Admitted")
+        if suspended and admitted and (workload.get("spec") or {}).get("active", True):
+            self._set(name, namespace, False, workload["status"]["conditions"])
+
+    def workload_patched(self, workload: dict) -> None:
+        if (workload.get("spec") or {}).get("active", True):
+            return
+        owner = workload["metadata"]["ownerReferences"][0]["name"]
+        namespace = workload["metadata"]["namespace"]
+        if self._true(workload, "Evicted"):
+            return
+        deactivated = [
+            _condition("QuotaReserved", False, "Pending", "The workload is deactivated"),
+            _condition("Admitted", False, "NoReservation", "The workload has no reservation"),
+            _condition("Evicted", True, "Deactivated", "The workload is deactivated"),
+        ]
+        self._set(owner, namespace, True, deactivated)
+
     def _set(self, job_name: str, namespace: str, suspend: bool, conditions: list[dict]) -> None:
         self.server.update(
             "workloads",
@@ -111,6 +156,10 @@ class FakeKueue:
             self.server.operator.job_patched(job)
 
     def admit(self, job_name: str, namespace: str = "training") -> None:
+        """Admit the job's Workload, unless it is inactive (Kueue never admits one)."""
+        workload = self._workload(job_name, namespace)
+        if workload is not None and not (workload.get("spec") or {}).get("active", True):
+            return
         admitted = [
             _condition("QuotaReserved", True, "QuotaReserved", "Quota reserved in ClusterQueue"),
             _condition("Admitted", True, "Admitted", "The workload is admitted"),
