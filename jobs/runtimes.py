@@ -41,8 +41,6 @@ NODE_GROUP_LABEL = "trainstack.io/node-group"
 """The label every node of a trainstack GPU node group carries (infra/gpu_nodes.py)."""
 DEFAULT_MAX_RESTARTS = 3
 """JobSet recreations after a node failed with a retryable code (job.max_restarts' default)."""
-DEFAULT_TTL_S = 7 * 24 * 3600
-"""Seconds a finished JobSet (pods and logs) is kept (job.ttl_seconds_after_finished')."""
 RUNTIME_GRACE_S = 600
 """SIGTERM to SIGKILL of a queued TrainJob's pods, and the most such a job may ask for
 (job.termination_grace_period_seconds, jobs/validate.py): Kueue rewrites a queued TrainJob
@@ -73,7 +71,6 @@ def _runtime(
     container: dict,
     *,
     max_restarts: int,
-    ttl_seconds_after_finished: int,
 ) -> dict:
     pod_security, container_security = security_contexts()
     scratch, scratch_mount, scratch_env = scratch_volume()
@@ -134,7 +131,12 @@ def _runtime(
                 },
             }
         ],
-        "ttlSecondsAfterFinished": ttl_seconds_after_finished,
+        # No `ttlSecondsAfterFinished`: Trainer clears a TrainJob's Failed condition (unless
+        # its deadline passed) on every reconcile and applies its JobSet again, recreating a
+        # missing one (kubeflow/trainer v2.3.0, pkg/controller/trainjob_controller.go:
+        # `removeFailedCondition`, then `reconcileObjects` while not finished). A failed
+        # JobSet deleted by a TTL would so start the training again. The JobSet stays while
+        # its TrainJob does; trainstack deletes finished TrainJobs (jobs.k8s.state.expired).
     }
     return {
         "apiVersion": API_VERSION,
@@ -153,7 +155,6 @@ def gpu_runtime(
     *,
     service_account: str = "trainer",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
-    ttl_seconds_after_finished: int = DEFAULT_TTL_S,
     name: str | None = None,
 ) -> dict:
     """The runtime of GPU node group `group` of `instance` nodes: one pod per node, all of it
@@ -174,7 +175,6 @@ def gpu_runtime(
         pod,
         container,
         max_restarts=max_restarts,
-        ttl_seconds_after_finished=ttl_seconds_after_finished,
     )
 
 
@@ -182,7 +182,6 @@ def cpu_runtime(
     *,
     service_account: str = "trainer",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
-    ttl_seconds_after_finished: int = DEFAULT_TTL_S,
 ) -> dict:
     """The CPU runtime (gloo; the system nodes): no GPU, EFA or taint to tolerate."""
     pod = {
@@ -197,7 +196,6 @@ def cpu_runtime(
         pod,
         {"resources": resources},
         max_restarts=max_restarts,
-        ttl_seconds_after_finished=ttl_seconds_after_finished,
     )
 
 

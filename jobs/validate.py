@@ -444,7 +444,7 @@ def check_job_policy(cfg: Any) -> None:
 
 _TRAINJOB_FIXED = {
     "clean_pod_policy": "the JobSet's pods are kept until its TTL",
-    "ttl_seconds_after_finished": "the runtime's JobSet TTL applies",
+    "ttl_seconds_after_finished": "trainstack deletes a finished TrainJob after 7 days",
 }
 """job keys a TrainJob cannot set (the runtime decides): allowed only at their default."""
 

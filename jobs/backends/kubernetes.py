@@ -286,15 +286,16 @@ class KubernetesBackend:
         return status
 
     def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
-        """The runs; cancelled ones past their ttlSecondsAfterFinished are deleted on the way
-        (the operator's TTL never counts a suspended job as finished)."""
+        """The runs; those past their time to live are deleted on the way (`k8s_state.expired`:
+        cancelled ones, which the operator's TTL never counts as finished, and finished
+        TrainJobs, which nothing else deletes)."""
         from jobs.k8s.submit import delete_job
 
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
         runs = []
         for job in self.job_objects(selector):
-            if k8s_state.cancelled_and_expired(job, now):
+            if k8s_state.expired(job, now):
                 delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind_of(job))
                 continue
             runs.append(self._status(job))

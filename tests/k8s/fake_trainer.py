@@ -123,6 +123,44 @@ class FakeTrainer(FakeController):
             self._condition(name, namespace, "Suspended", False, "Resumed", "resumed")
             self._start(job)
 
+    # -- what happens once a TrainJob has ended -------------------------------------------------
+    def jobset_ttl_passed(self, name: str, namespace: str = "training") -> None:
+        """JobSet's TTL controller, once the runtime's `ttlSecondsAfterFinished` has passed
+        after the JobSet finished: the JobSet and its pods are deleted. Nothing when the
+        runtime sets no TTL."""
+        job = self.server.get("trainjobs", name, namespace)
+        runtime = self.server.get("clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])
+        template = ((runtime or {}).get("spec") or {}).get("template", {}).get("spec", {})
+        if template.get("ttlSecondsAfterFinished") is None:
+            return
+        self._delete_pods(name, namespace)
+        self.server.remove("jobsets", name, namespace)
+
+    def reconcile(self, name: str, namespace: str = "training") -> None:
+        """One pass of Trainer's TrainJob reconciler (kubeflow/trainer v2.3.0,
+        pkg/controller/trainjob_controller.go): a Failed condition is cleared unless its reason
+        is DeadlineExceeded; a job not then finished (Complete or Failed) has its JobSet applied,
+        a missing one created anew (its pods start); then the status is read back from the
+        JobSet (plugins/jobset/jobset.go `Status`: a Failed JobSet fails the TrainJob again)."""
+        job = self.server.get("trainjobs", name, namespace)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        deadline = any(
+            c["type"] == "Failed" and c.get("reason") == "DeadlineExceeded" for c in conditions
+        )
+        if deadline or any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
+            return
+        if self.server.get("jobsets", name, namespace) is not None:
+            return  # applied again unchanged: still Failed, as its JobSet says
+        self.server.update(
+            "trainjobs",
+            name,
+            namespace,
+            lambda j: j["status"].update(
+                conditions=[c for c in j["status"]["conditions"] if c["type"] != "Failed"]
+            ),
+        )
+        self.job_created(self.server.get("trainjobs", name, namespace))
+
     # -- the simulation ------------------------------------------------------------------------
     def _max_restarts(self, job: dict) -> int:
         runtime = self.server.get("clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])

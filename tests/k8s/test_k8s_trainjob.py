@@ -310,3 +310,49 @@ def test_a_sweep_of_trainjobs_through_the_launcher(apiserver, trainstack, capsys
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
     assert trainstack("runs", "--backend", "kubernetes", "--sweep", "tsw") == 0
     assert "sweep tsw: 2/2 finished" in capsys.readouterr().out
+
+
+def test_a_failed_trainjob_never_runs_again_by_itself(apiserver, cluster, kubeconfig, tmp_path):
+    """Trainer clears a Failed condition and recreates a missing JobSet on every reconcile
+    (kubeflow/trainer v2.3.0, pkg/controller/trainjob_controller.go), so a JobSet TTL on the
+    runtime would start a failed training again once it deleted the JobSet. trainstack's
+    runtimes set none; the finished TrainJob is deleted by trainstack after TRAINJOB_TTL_S."""
+    from jobs.runtimes import cluster_training_runtimes
+
+    for runtime in cluster_training_runtimes([]):
+        assert "ttlSecondsAfterFinished" not in runtime["spec"]["template"]["spec"]
+    apiserver.trainer.plans["tj9"] = [TrainPlan(fail_at=1, exit_code=2)]
+    submit(cluster, two_node_job("tj9", tmp_path))
+    backend = backend_for(kubeconfig)
+    assert backend.wait("tj9", on_line=lambda line: None).state == "failed"
+    apiserver.trainer.jobset_ttl_passed("tj9", NAMESPACE)
+    apiserver.trainer.reconcile("tj9", NAMESPACE)
+    time.sleep(0.2)
+    assert apiserver.trainer.created["tj9"] == 1  # no second JobSet, no new pods
+    assert backend.status("tj9").state == "failed"
+    running = [
+        p
+        for p in apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tj9")}})
+        if p["status"]["phase"] in ("Pending", "Running")
+    ]
+    assert running == []
+
+
+def test_a_finished_trainjob_is_deleted_by_trainstack_after_its_time(
+    apiserver, cluster, kubeconfig, tmp_path
+):
+    submit(cluster, two_node_job("tj10", tmp_path))
+    backend = backend_for(kubeconfig)
+    assert backend.wait("tj10", on_line=lambda line: None).state == SUCCEEDED
+    assert "tj10" in [r.run_id for r in backend.list_runs()]  # within its time: kept
+
+    def long_ago(job: dict) -> None:
+        for condition in job["status"]["conditions"]:
+            condition["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+
+    apiserver.update("trainjobs", "tj10", NAMESPACE, long_ago)
+    assert "tj10" not in [r.run_id for r in backend.list_runs()]
+    deadline = time.monotonic() + 5
+    while apiserver.get("trainjobs", "tj10", NAMESPACE) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
