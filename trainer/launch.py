@@ -19,11 +19,21 @@ Only the FIRST failure counts: once a worker fails, torchrun stops the others wi
 their codes say nothing about the cause.
 
 Recovery inside the pod: `--max-restarts=N` (job.max_restarts) lets torchrun restart all local
-ranks together when one dies (SIGKILL, OOM, a collective that timed out because a peer is
-gone); they resume from the last committed checkpoint. Multi-node jobs rendezvous through
-c10d on the master pod (`rendezvous_env`), so when one node's ranks restart, every other node's
-agent sees the new round and restarts its ranks too (membership changes don't count as
-restarts). Bad input (exit 2) is never restarted: the same config would fail the same way.
+ranks together when one dies (SIGKILL, OOM); they resume from the last committed checkpoint.
+Bad input (exit 2) is never restarted: the same config would fail the same way.
+
+Node ranks: a fixed-size multi-node job uses torchrun's static rendezvous, so node rank N is
+the operator's `PET_NODE_RANK` (`rendezvous_env`): a TrainJob's pod of completion index N
+(Trainer v2.3.0 sets PET_NODE_RANK from `batch.kubernetes.io/job-completion-index`:
+kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go), a PyTorchJob's master 0 and
+worker i+1. That is the pod `trainstack logs --rank N` reads. c10d would instead number nodes
+by their sorted host names (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py,
+`_mark_rendezvous_complete`: `sorted(state.participants)`), and `...-node-0-10` sorts before
+`...-node-0-2`: from 11 nodes up, rank N would be another pod. The price: when one node's
+ranks restart in their pod, the other nodes do not join a new round, so a multi-node job
+recovers through its pods (JobSet or the operator recreates them, all resuming from the last
+checkpoint) rather than inside them. Elastic PyTorchJobs keep the operator's c10d rendezvous
+(membership changes between rounds): their node ranks follow host names, not pod indices.
 """
 
 from __future__ import annotations
@@ -48,21 +58,15 @@ def exit_code_for(first_failure_code: int) -> int:
 
 
 def rendezvous_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """PET_* variables that switch an operator-launched multi-node job from torchrun's static
-    rendezvous (which cannot restart one node's ranks: the others never learn of it) to c10d
-    on the master pod's address; empty when a rendezvous is already chosen (elastic jobs,
-    `--standalone` here) or the job has one node."""
+    """PET_* variables that pin an operator-launched job to torchrun's static rendezvous, where
+    node rank is the operator's PET_NODE_RANK (see the module docstring); empty when a
+    rendezvous is already chosen (an elastic job's c10d endpoint, `--standalone` here) or the
+    job has one node."""
     if environ.get("PET_RDZV_ENDPOINT") or environ.get("PET_STANDALONE"):
         return {}
-    addr = environ.get("PET_MASTER_ADDR") or environ.get("MASTER_ADDR")
-    port = environ.get("PET_MASTER_PORT") or environ.get("MASTER_PORT")
-    if not (addr and port) or environ.get("PET_NNODES", "1") == "1":
+    if environ.get("PET_NNODES", "1") == "1" or "PET_NODE_RANK" not in environ:
         return {}
-    return {
-        "PET_RDZV_BACKEND": "c10d",
-        "PET_RDZV_ENDPOINT": f"{addr}:{port}",
-        "PET_RDZV_ID": environ.get("TRAINSTACK_RUN_ID", "trainstack"),
-    }
+    return {"PET_RDZV_BACKEND": "static"}
 
 
 def _never_restart_bad_input(agent_class: type) -> None:

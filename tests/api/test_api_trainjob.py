@@ -68,3 +68,63 @@ def test_a_request_runs_only_on_trainstacks_runtimes(trainjob_api, apiserver):
     assert answers[0] == answers[1] and "is not one of trainstack's" in answers[0]
     assert apiserver.list("trainjobs", NAMESPACE) == []
     assert apiserver.list("configmaps", NAMESPACE) == []
+
+
+def test_a_run_id_too_long_for_jobsets_pod_names_is_refused_before_anything_is_written(
+    trainjob_api, apiserver
+):
+    """A TrainJob's JobSet refuses names whose pods pass 63 characters (jobs/naming.py):
+    49 characters on one node is one too many. Refused 4xx in one line; nothing created."""
+    api = trainjob_api
+    run_id = "a" * 49
+    refused = api.client.post("/v1/runs", json=api.run_request(run_id))
+    assert refused.status_code in (400, 422), refused.text
+    detail = refused.json()["detail"]
+    assert "run_id" in detail and "at most 48 characters" in detail and "\n" not in detail
+    assert apiserver.get("trainjobs", run_id, NAMESPACE) is None
+    assert apiserver.get("configmaps", f"{run_id}-config", NAMESPACE) is None
+    assert not (api.runs_root / run_id).exists()
+
+
+def test_a_queued_run_cancelled_through_the_api_stops_for_good(
+    kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch, apiserver
+):
+    """Under Kueue a suspend alone is undone (Kueue un-suspends a job whose Workload is
+    admitted: kubernetes-sigs/kueue v0.19.2, pkg/controller/jobframework/reconciler.go);
+    DELETE deactivates the run's Workload, and the API says `cancelled`."""
+    from tests.k8s.fake_kueue import FakeKueue
+
+    kueue = FakeKueue(apiserver)
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {"name": "training"}}
+    apiserver.put("localqueues", queue | {"spec": {"clusterQueue": "trainstack"}}, NAMESPACE)
+    quota = {"cpu": "1000", "memory": "10000Gi", "nvidia.com/gpu": "64"}
+    quota |= {"vpc.amazonaws.com/efa": "64", "hugepages-2Mi": "100000Mi"}
+    resources = [{"name": name, "nominalQuota": amount} for name, amount in quota.items()]
+    flavors = [{"name": "p4d", "resources": resources}]
+    apiserver.put(
+        "clusterqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {"name": "trainstack"}}
+        | {"spec": {"resourceGroups": [{"flavors": flavors}]}},
+    )
+    monkeypatch.chdir(tmp_path)
+    server, api = start_api(
+        kubeconfig, token_dir, tmp_path / "runs", ("job.queue=training",), job_api="trainjob"
+    )
+    try:
+        apiserver.trainer.plans["ta3"] = [TrainPlan(hold=True)]
+        created = api.client.post("/v1/runs", json=api.run_request("ta3"))
+        assert created.status_code == 201, created.text
+        kueue.admit("ta3")
+        wait_for(lambda: api.client.get("/v1/runs/ta3").json()["state"] == "running")
+        assert api.client.delete("/v1/runs/ta3").status_code == 202
+        wait_for(lambda: api.client.get("/v1/runs/ta3").json()["state"] == "cancelled")
+        kueue.admit("ta3")  # an inactive Workload is never admitted again
+        workload = apiserver.get("workloads", kueue.workload_name("ta3"), NAMESPACE)
+        assert workload["spec"]["active"] is False
+        assert apiserver.get("trainjobs", "ta3", NAMESPACE)["spec"]["suspend"] is True
+        assert api.client.get("/v1/runs/ta3").json()["state"] == "cancelled"
+        runs = {r["run_id"]: r["state"] for r in api.client.get("/v1/runs").json()["runs"]}
+        assert runs["ta3"] == "cancelled"
+    finally:
+        api.client.close()
+        server.stop()

@@ -1,5 +1,6 @@
 """No orphans and in-pod recovery at the launcher: ranks die with a SIGKILLed torchrun agent; a
-relaunch resumes; multi-node jobs rendezvous through c10d; the suite's leftover check works."""
+relaunch resumes; fixed-size multi-node jobs rendezvous statically, so node rank is the pod's
+index (what `logs --rank N` reads), with 12 nodes too; the suite's leftover check works."""
 
 from __future__ import annotations
 
@@ -48,15 +49,11 @@ def test_ranks_die_with_a_sigkilled_agent_and_a_relaunch_resumes(start_trainer, 
 @pytest.mark.parametrize(
     "environ, expected",
     [
-        # The operator's non-elastic multi-node pod: c10d on the master's service.
+        # Trainer's (or the operator's) non-elastic multi-node pod: static, PET_NODE_RANK.
         (
-            {"PET_MASTER_ADDR": "r1-master-0", "PET_MASTER_PORT": "23456", "PET_NNODES": "4"}
-            | {"TRAINSTACK_RUN_ID": "r1"},
-            {
-                "PET_RDZV_BACKEND": "c10d",
-                "PET_RDZV_ENDPOINT": "r1-master-0:23456",
-                "PET_RDZV_ID": "r1",
-            },
+            {"PET_MASTER_ADDR": "r1-node-0-0.r1", "PET_MASTER_PORT": "29400", "PET_NNODES": "4"}
+            | {"PET_NODE_RANK": "3", "TRAINSTACK_RUN_ID": "r1"},
+            {"PET_RDZV_BACKEND": "static"},
         ),
         # One node, an elastic job (operator chose c10d), the local backend (standalone).
         ({"PET_MASTER_ADDR": "m", "PET_MASTER_PORT": "1", "PET_NNODES": "1"}, {}),
@@ -64,8 +61,41 @@ def test_ranks_die_with_a_sigkilled_agent_and_a_relaunch_resumes(start_trainer, 
         ({"PET_STANDALONE": "1", "PET_NNODES": "1"}, {}),
     ],
 )
-def test_multi_node_jobs_rendezvous_through_c10d(environ, expected):
+def test_fixed_size_multi_node_jobs_rendezvous_statically(environ, expected):
     assert rendezvous_env(environ) == expected
+
+
+def torchrun_node_rank(environ: dict[str, str], fqdns: list[str], fqdn: str) -> int:
+    """The node rank torchrun gives the agent on host `fqdn` with `environ`: static rendezvous
+    takes PET_NODE_RANK (torch/distributed/run.py, `--node-rank`); c10d (dynamic) numbers the
+    agents in the order of their node descriptors, host name first
+    (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, `_mark_rendezvous_complete`:
+    `for rank, node in enumerate(sorted(state.participants))`), here with torch's own class."""
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc
+
+    if environ.get("PET_RDZV_BACKEND", "static") == "static":
+        return int(environ["PET_NODE_RANK"])
+    nodes = sorted(_NodeDesc(host, 1000, 0) for host in fqdns)
+    return [node.addr for node in nodes].index(fqdn)
+
+
+def test_node_rank_is_the_pods_completion_index_with_12_nodes():
+    """`trainstack logs --rank N` reads the pod of completion index N (jobs/k8s/watch.py);
+    the trainer's node rank N must run there. JobSet names the hosts
+    `<jobset>-<replicated job>-<job index>-<pod index>.<subdomain>`; Trainer sets
+    PET_NODE_RANK from the completion index (kubeflow/trainer v2.3.0, plugins/torch/torch.go)."""
+    nodes = 12
+    fqdns = [f"run12-node-0-{index}.run12" for index in range(nodes)]
+    for index, fqdn in enumerate(fqdns):
+        environ = {
+            "PET_MASTER_ADDR": "run12-node-0-0.run12",
+            "PET_MASTER_PORT": "29400",
+            "PET_NNODES": str(nodes),
+            "PET_NODE_RANK": str(index),
+            "TRAINSTACK_RUN_ID": "run12",
+        }
+        environ |= rendezvous_env(environ)
+        assert torchrun_node_rank(environ, fqdns, fqdn) == index, fqdn
 
 
 def test_the_leftover_check_finds_a_trainer_process_of_this_session():
