@@ -532,7 +532,7 @@ def check_mandatory(cfg: Any) -> None:
     key = missing[0]
     hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
     if all(k.removeprefix("model.") in ARCH_FIELDS for k in missing):
-        hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
+        hint = "a model option states every architecture key (see conf/model/tiny.yaml)"
     elif len(missing) > 1:
         hint = "; ".join(_MANDATORY_HINTS.get(k, f"set {k}=...") for k in missing)
     if len(missing) == 1:
