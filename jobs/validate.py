@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import INSTANCE_TYPES
+from catalog.kubernetes import JOB_APIS
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
@@ -20,7 +21,7 @@ from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
 from jobs.runtimes import RUNTIME_GRACE_S
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
-from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
+from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
 from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
