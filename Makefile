@@ -55,6 +55,7 @@ run: $(RUN_DEPS)
 test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

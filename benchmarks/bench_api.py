@@ -146,9 +146,9 @@ async def _load(url: str, seconds: float, runs_root: Path) -> dict:
 
 def run() -> dict:
     from jobs.api.auth import token_hash
-    from tests.k8s.conftest import seed_cluster
-    from tests.k8s.fake_apiserver import FakeKubeApiServer
-    from tests.k8s.fake_operator import FakeOperator, JobPlan
+    from testing_support.k8s.cluster import seed_cluster
+    from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+    from testing_support.k8s.fake_operator import FakeOperator, JobPlan
 
     apiserver = FakeKubeApiServer().start()
     FakeOperator(apiserver, JobPlan())

@@ -109,9 +109,9 @@ def run() -> dict:
     import httpx
 
     from jobs.api.auth import token_hash
-    from tests.k8s.conftest import NAMESPACE, seed_cluster
-    from tests.k8s.fake_apiserver import FakeKubeApiServer
-    from tests.k8s.fake_operator import FakeOperator, JobPlan
+    from testing_support.k8s.cluster import NAMESPACE, seed_cluster
+    from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+    from testing_support.k8s.fake_operator import FakeOperator, JobPlan
 
     apiserver = FakeKubeApiServer().start()
     FakeOperator(apiserver, JobPlan(hold=True))

@@ -41,7 +41,7 @@ TARGET_READ_RATIO = 1.2
 
 def run() -> dict:
     from benchmarks.bench_storage import start_moto
-    from tests.s3_server import FaultProxy, s3_env
+    from testing_support.s3_server import FaultProxy, s3_env
 
     moto, moto_url = start_moto()
     proxy = FaultProxy(moto_url).start()

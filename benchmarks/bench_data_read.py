@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.s3_server import FaultProxy, Link, MotoS3, s3_env
+from testing_support.s3_server import FaultProxy, Link, MotoS3, s3_env
 from trainer.data.shard_format import MANIFEST, Manifest, Shard, Source
 
 REPO = Path(__file__).resolve().parents[1]

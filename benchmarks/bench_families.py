@@ -61,7 +61,7 @@ def run() -> dict:
 def _build(family: str, out: Path, sizes: dict) -> Path:
     import transformers
 
-    from tests.hf.models import write_tokenizer
+    from testing_support.hf_models import write_tokenizer
 
     names = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[family]
     torch.manual_seed(0)
@@ -164,7 +164,7 @@ def _params(source: Path) -> int:
 
 
 def _lora_vs_full(work: Path) -> dict:
-    from tests.hf.test_hf_finetune_export import word_corpus
+    from testing_support.hf_models import word_corpus
 
     work.mkdir(parents=True)
     source = _build("llama", work / "hf", LORA_MODEL)

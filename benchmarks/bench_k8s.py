@@ -27,9 +27,9 @@ def run() -> dict:
     from jobs.k8s.api import connect
     from jobs.k8s.submit import submit
     from jobs.k8s.watch import wait_for_end
-    from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job, seed_cluster
-    from tests.k8s.fake_apiserver import FakeKubeApiServer
-    from tests.k8s.fake_operator import FakeOperator, JobPlan
+    from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job, seed_cluster
+    from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+    from testing_support.k8s.fake_operator import FakeOperator, JobPlan
 
     server = FakeKubeApiServer().start()
     operator = FakeOperator(server, JobPlan(hold=True, step_seconds=0.5))

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.trainer.harness import SMALL_MODEL
+from testing_support.overrides import SMALL_MODEL
 
 KILLS = 5
 INTERVAL = 4

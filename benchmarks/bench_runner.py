@@ -146,7 +146,7 @@ def _workdir_round(tree: Path, run_dir: str, into: Path) -> dict:
 
 def bench_workdir(repeats: int = 3) -> dict:
     from benchmarks.bench_storage import start_moto
-    from tests.s3_server import s3_env
+    from testing_support.s3_server import s3_env
 
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
@@ -192,8 +192,7 @@ def _tokens_per_s(run_dir: Path, skip: int = 3) -> float:
 
 def bench_hf_vs_builtin(steps: int = 20) -> dict:
     sys.path.insert(0, str(REPO))
-    from tests.hf.models import build_llama
-    from tests.hf.test_hf_finetune_export import word_corpus
+    from testing_support.hf_models import build_llama, word_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         source = build_llama(Path(tmp) / "llama", tied=False, hidden_size=128, num_hidden_layers=4)

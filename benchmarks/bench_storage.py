@@ -25,7 +25,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from tests.s3_server import FaultProxy, Link, s3_env
+from testing_support.s3_server import FaultProxy, Link, s3_env
 from trainer.storage import LocalStorage, S3Storage
 from trainer.storage.s3 import make_s3_client
 

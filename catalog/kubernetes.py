@@ -1,11 +1,18 @@
-"""The Kubernetes minor version a new cluster runs, read by both sides: `infra` creates EKS
-clusters at it (`trainstack:kubernetesVersion` default, infra/versions.py) and `jobs` validates
-pod templates against its schemas (`cluster.kubernetes_version` default, before a stack's
-outputs set the cluster's real version in the stack file). One constant, so a job
-composed without a stack is checked against the version its cluster will run.
+"""Kubernetes facts both sides read.
+
+The Kubernetes minor version a new cluster runs: `infra` creates EKS clusters at it
+(`trainstack:kubernetesVersion` default, infra/versions.py) and `jobs` validates pod templates
+against its schemas (`cluster.kubernetes_version` default, before a stack's outputs set the
+cluster's real version in the stack file). One constant, so a job composed without a stack is
+checked against the version its cluster will run.
 
 In EKS standard support until 2027-03 (1.34's ends 2026-12); kubernetes-validate (constraints.txt)
 must bundle its schemas.
 """
 
 KUBERNETES_VERSION = "1.35"
+
+JOB_APIS = ("trainjob", "pytorchjob")
+"""`job.api`: a Kubeflow Trainer v2 TrainJob on a trainstack ClusterTrainingRuntime, or a
+Training Operator v1 PyTorchJob (clusters that still run the old operator). `jobs` validates a
+job's choice against it, `infra` a stack's `trainstack:trainingOperator` and `job_api` output."""

@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 
 from catalog import INSTANCE_TYPES
+from catalog.kubernetes import JOB_APIS
 from infra.bucket_layout import ACCESS_LEVELS, READ, Grant
 from infra.ci_policies import GITHUB_OIDC_HOST
 from infra.config_reader import NAMESPACE, ConfigError, SettingsReader, fail
@@ -41,7 +42,6 @@ from infra.settings import (
     SystemNodeGroupConfig,
 )
 from infra.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
-from jobs.spec import JOB_APIS
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 

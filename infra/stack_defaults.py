@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
+from catalog.kubernetes import JOB_APIS
 from infra.bucket_layout import ACCESS_LEVELS, POD_ROLES
 from jobs.config_path import user_config_dir
-from jobs.spec import JOB_APIS
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_BAD_INPUT = 2

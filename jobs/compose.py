@@ -1,7 +1,7 @@
 """Compose a job config with Hydra's compose API (no output dirs, no chdir).
 
 The configs come from Hydra's search path as trainstack's search-path plugin sets it up
-(jobs/config_path.py: the user's config directories, then the shipped `jobs/conf`), the same
+(jobs/config_path.py: the user's config directories, then the shipped `conf`), the same
 path the `trainstack launch` app (jobs/app.py) composes from.
 """
 

@@ -1,6 +1,6 @@
 """Where trainstack's Hydra configs come from: the user's config directories, then the tree that
-ships inside the package (`jobs/conf`, package data). No Hydra import: the search-path plugin,
-`infra.stack_defaults` and the CLI all read it.
+ships with trainstack (the top-level `conf` package: package data in the wheel). No Hydra
+import: the search-path plugin, `infra.stack_defaults` and the CLI all read it.
 
 `TRAINSTACK_CONFIG_PATH` lists the user's directories (os.pathsep-separated, first wins), each
 holding its own `experiment/`, `model/`, `compute/`, `stack/`, ... files. Unset, it is the one
@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import conf
+
 CONFIG_PATH_ENV = "TRAINSTACK_CONFIG_PATH"
-SHIPPED_CONF_MODULE = "jobs.conf"
-SHIPPED_CONF_DIR = Path(__file__).resolve().parent / "conf"
+SHIPPED_CONF_MODULE = conf.__name__
+SHIPPED_CONF_DIR = Path(conf.__file__).resolve().parent
 
 
 def default_user_config_dir() -> Path:

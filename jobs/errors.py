@@ -46,3 +46,8 @@ def missing_stack(name: str, options: list[str]) -> str:
         f"`python -m infra.stack_defaults --stack {name}` after `pulumi up` (it goes to "
         f"{user_config_dir() / 'stack'}/, or a directory in $TRAINSTACK_CONFIG_PATH)"
     )
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked; str() is the one line shown to the user. Here, not
+    in jobs.backends, so the Kubernetes client (jobs.k8s) raises it without importing backends."""

@@ -4,7 +4,7 @@ Two layers: the operators' admission-webhook rules for PyTorchJob and TrainJob (
 can't express), and every pod template strictly against the Kubernetes JSON schemas of
 `cluster.kubernetes_version` (kubernetes-validate's bundled schemas): a PyTorchJob's replica
 templates, what a TrainJob puts into its pods, a runtime's templates. (The TrainJob and runtime
-objects themselves are checked against Trainer's CRDs in the tests: tests/crd_schema.py.)
+objects themselves are checked against Trainer's CRDs in the tests: testing_support/crd_schema.py.)
 Compiled validators are cached per kind and version, so a 1,000-point sweep loads each schema
 once.
 """

@@ -56,9 +56,6 @@ NCCL_RECOVERY_ENV = {
     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(NCCL_HEARTBEAT_TIMEOUT_S),
 }
 SECRET_ENV_NAMES = {"wandb_api_key": "WANDB_API_KEY", "hf_token": "HF_TOKEN"}
-JOB_APIS = ("trainjob", "pytorchjob")
-"""`job.api`: a Kubeflow Trainer v2 TrainJob on a trainstack ClusterTrainingRuntime, or a
-Training Operator v1 PyTorchJob (clusters that still run the old operator)."""
 RUNTIME_PREFIX = "trainstack-"
 CPU_RUNTIME = f"{RUNTIME_PREFIX}cpu"
 

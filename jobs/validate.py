@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import INSTANCE_TYPES
+from catalog.kubernetes import JOB_APIS
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
@@ -20,7 +21,7 @@ from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
 from jobs.runtimes import RUNTIME_GRACE_S
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
-from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
+from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
 from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
@@ -532,7 +533,7 @@ def check_mandatory(cfg: Any) -> None:
     key = missing[0]
     hint = _MANDATORY_HINTS.get(key, f"set {key}=...")
     if all(k.removeprefix("model.") in ARCH_FIELDS for k in missing):
-        hint = "a model option states every architecture key (see jobs/conf/model/tiny.yaml)"
+        hint = "a model option states every architecture key (see conf/model/tiny.yaml)"
     elif len(missing) > 1:
         hint = "; ".join(_MANDATORY_HINTS.get(k, f"set {k}=...") for k in missing)
     if len(missing) == 1:

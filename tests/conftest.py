@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from testing_support.s3_server import FaultProxy, MotoS3, s3_env
 from tests.procs import SESSION_MARKER, Proc, processes
-from tests.s3_server import FaultProxy, MotoS3, s3_env
 from tests.trainer.harness import TrainerProcess, TrainerResult, launch_trainer
 
 # Every process this session starts inherits the marker: the check below finds its leftovers.

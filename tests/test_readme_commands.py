@@ -159,7 +159,7 @@ trainstack launch not-shell
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from tests.hf.models import write_tokenizer
+    from testing_support.hf_models import write_tokenizer
 
     out = tmp_path_factory.mktemp("tokenizer")
     write_tokenizer(out, 300)

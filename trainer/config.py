@@ -66,7 +66,7 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    """The architecture. Each `jobs/conf/model/<option>.yaml` states every field, so a run's
+    """The architecture. Each `conf/model/<option>.yaml` states every field, so a run's
     config.yaml describes its model without the code; a field left null takes the value of
     the preset `name` in `trainer.model.args.MODEL_PRESETS` (a trainer config written by
     hand), and a config stating them all needs no preset (`name` is then its label)."""

@@ -1,11 +1,11 @@
 """Adds the user's config directories (jobs/config_path.py) and then the shipped tree
-`pkg://jobs.conf` to Hydra's config search path. Hydra searches in order and the first match
-wins, so a user's file overrides a shipped one of the same name.
+`pkg://conf` to Hydra's config search path. Hydra searches in order and the first match wins, so
+a user's file overrides a shipped one of the same name.
 
 It also drops the entry Hydra adds for the app's own package (`pkg://jobs`: `hydra.main` with
 `config_path=None` searches the calling module's package). That package holds no config, only
-the `conf/` folder, which Hydra would list again as groups `conf/model`, `conf/compute`, ...
-in `--help` and tab completion."""
+code folders, which Hydra would list as config groups (`api`, `backends`, ...) in `--help` and
+tab completion."""
 
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin

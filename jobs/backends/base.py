@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jobs.errors import BackendError
+
 if TYPE_CHECKING:
     from jobs.materialize import MaterializedJob
 
@@ -49,10 +51,6 @@ RENDERED = "rendered"
 UNKNOWN = "unknown"
 STATES = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, RENDERED, UNKNOWN)
 FINISHED_STATES = (SUCCEEDED, FAILED, CANCELLED)
-
-
-class BackendError(Exception):
-    """A backend could not do what was asked; str() is the one line shown to the user."""
 
 
 class NoLogs(BackendError):

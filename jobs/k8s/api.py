@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from jobs.backends.base import BackendError
+from jobs.errors import BackendError
 from jobs.k8s.kinds import PYTORCHJOB, JobKind
 
 T = TypeVar("T")

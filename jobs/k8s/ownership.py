@@ -5,7 +5,7 @@ with one line (409 in the Training API, exit 2 on the CLI) and left exactly as i
 
 from __future__ import annotations
 
-from jobs.backends.base import BackendError
+from jobs.errors import BackendError
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "trainstack"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from testing_support.k8s.cluster import GPU_TYPE, NAMESPACE
 from tests.api.server import ServerThread
 from tests.k8s import conftest as cluster_fixtures
-from tests.k8s.conftest import GPU_TYPE, NAMESPACE
 
 # The cluster tests' fixtures: the fake apiserver + operator, its kubeconfig, the CLI runner.
 apiserver = cluster_fixtures.apiserver

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE, start_api
-from tests.k8s.fake_operator import JobPlan
 
 
 def files_under(path: Path) -> set[Path]:

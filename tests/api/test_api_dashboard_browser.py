@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import TOKEN
-from tests.k8s.fake_operator import JobPlan
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -9,9 +9,9 @@ import time
 
 import httpx
 
+from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import TOKEN, start_api
 from tests.api.test_api_runs import wait_for
-from tests.k8s.fake_operator import JobPlan
 
 FOLLOWERS = 50
 

@@ -8,8 +8,8 @@ import json
 
 import httpx
 
+from testing_support.k8s.fake_operator import JobPlan
 from tests.api.test_api_auth_and_cluster import sign_in
-from tests.k8s.fake_operator import JobPlan
 
 LINES = 40_000
 EVAL_EVERY = 100

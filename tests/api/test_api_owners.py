@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import NAMESPACE, TOKEN, USER, start_api
 from tests.api.test_api_runs import wait_for
-from tests.k8s.fake_operator import JobPlan
 from tests.k8s.test_k8s_foreign_objects import foreign_config_map, foreign_job, unchanged
 
 BOB, CAROL = "ts-bob-0123456789abcdef0123456789", "ts-carol-0123456789abcdef01234567"

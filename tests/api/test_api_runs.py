@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE, USER
-from tests.k8s.fake_operator import JobPlan
 
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from testing_support.k8s.fake_trainer import TrainPlan
 from tests.api.conftest import GPU_TYPE, NAMESPACE, Api, start_api
 from tests.api.test_api_runs import wait_for
-from tests.k8s.fake_trainer import TrainPlan
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_a_queued_run_cancelled_through_the_api_stops_for_good(
     """Under Kueue a suspend alone is undone (Kueue un-suspends a job whose Workload is
     admitted: kubernetes-sigs/kueue v0.19.2, pkg/controller/jobframework/reconciler.go);
     DELETE deactivates the run's Workload, and the API says `cancelled`."""
-    from tests.k8s.fake_kueue import FakeKueue
+    from testing_support.k8s.fake_kueue import FakeKueue
 
     kueue = FakeKueue(apiserver)
     queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {"name": "training"}}

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
 )
 
-from tests.hf.models import fixed_batch
+from testing_support.hf_models import fixed_batch
 from trainer.checkpoint import step_dir
 from trainer.distributed import init_distributed, shutdown
 from trainer.hf.config import model_args_from_hf, read_hf_config

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from tests.hf.models import build_llama, write_tokenizer
-from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
+from testing_support.hf_models import build_llama, word_corpus, write_tokenizer
+from tests.hf.test_hf_finetune_export import finetune_args
 from tests.trainer.harness import committed_steps
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,20 +13,16 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from tests.hf.models import assert_close, build_llama, fixed_batch, hf_logits
+from testing_support.hf_models import (
+    assert_close,
+    build_llama,
+    fixed_batch,
+    hf_logits,
+    word_corpus,
+)
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps
 from trainer.hf.config import model_args_from_hf
-
-
-def word_corpus(path: Path, docs: int = 200) -> Path:
-    """Documents of the test tokenizer's words (w3..w259), so every token is a real one."""
-    rng = random.Random(0)
-    with path.open("w") as fh:
-        for _ in range(docs):
-            words = " ".join(f"w{rng.randrange(3, 40)}" for _ in range(rng.randrange(20, 60)))
-            fh.write(json.dumps({"text": words}) + "\n")
-    return path
 
 
 def finetune_args(source: str, corpus: Path, *extra: str) -> list[str]:

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from jobs.validate import JobConfigError
+from testing_support.hf_models import build_llama, word_corpus
 from tests.hf.fake_hub import Repo, fake_hub
-from tests.hf.models import build_llama
-from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
+from tests.hf.test_hf_finetune_export import finetune_args
 from tests.jobs.conftest import CLUSTER, build
 from trainer.errors import ConfigError
 from trainer.hf.hub import parse_hub

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.hf.models import assert_close, build_llama, fixed_batch, hf_logits
+from testing_support.hf_models import assert_close, build_llama, fixed_batch, hf_logits
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -12,8 +12,15 @@ import pytest
 import torch
 
 from jobs.cli import main
-from tests.hf.models import assert_close, build_family, build_llama, fixed_batch, hf_logits
-from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
+from testing_support.hf_models import (
+    assert_close,
+    build_family,
+    build_llama,
+    fixed_batch,
+    hf_logits,
+    word_corpus,
+)
+from tests.hf.test_hf_finetune_export import finetune_args
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps, losses_by_step
 from trainer.hf.export import export_run

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import trainer.hf.export as export_module
-from tests.hf.models import assert_close, build_llama, fixed_batch, hf_logits
-from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
+from testing_support.hf_models import assert_close, build_llama, fixed_batch, hf_logits, word_corpus
+from testing_support.s3_server import FaultProxy, s3_env
+from tests.hf.test_hf_finetune_export import finetune_args
 from tests.hf.test_hf_load import trainer_logits
-from tests.s3_server import FaultProxy, s3_env
 from trainer.checkpoint import step_dir
 from trainer.hf.export import export_run
 from trainer.hf.s3_weights import HEADER_PROBE

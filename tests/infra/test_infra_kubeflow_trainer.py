@@ -15,7 +15,7 @@ from infra import versions
 from infra.config import ConfigError
 from infra.stack_defaults import job_defaults
 from jobs.runtimes import NODE_GROUP_LABEL
-from tests import crd_schema
+from testing_support import crd_schema
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

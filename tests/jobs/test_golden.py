@@ -13,7 +13,7 @@ import pytest
 
 from jobs.manifest_checks import trainjob_pod_template
 from jobs.manifests import to_yaml
-from tests import crd_schema
+from testing_support import crd_schema
 from tests.jobs.conftest import CLUSTER, OWN_DATA, build
 
 GOLDEN = Path(__file__).parent / "golden"

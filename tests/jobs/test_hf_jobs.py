@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.validate import JobConfigError
-from tests.hf.models import build_llama
+from testing_support.hf_models import build_llama
 from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build
 from trainer.hf.config import model_args_from_hf, read_hf_config
 from trainer.model.args import MODEL_PRESETS

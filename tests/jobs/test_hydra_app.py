@@ -47,7 +47,7 @@ def test_help_lists_groups_options_and_trainstacks_flags(cli):
         assert text in result.out, text
     groups = result.out.split("== Configuration groups ==")[1].split("== Config ==")[0]
     names = [line.split(":")[0] for line in groups.splitlines() if ": " in line]
-    # Each group once: no `conf/compute` beside `compute` (the app package's conf/ folder).
+    # Only the shipped groups: none of the app package's code folders (`api`, `backends`, ...).
     shipped = CONF_DIR
     assert sorted(names) == sorted(
         d.name for d in shipped.iterdir() if d.is_dir() and not d.name.startswith("__")
@@ -58,7 +58,7 @@ def test_help_lists_groups_options_and_trainstacks_flags(cli):
 
 def test_info_and_shell_completion(cli):
     info = cli("launch", "--info", "searchpath")
-    assert info.code == 0 and "pkg://jobs.conf" in info.out
+    assert info.code == 0 and "pkg://conf" in info.out
     for shell, marker in (("bash", "hydra_bash_completion"), ("fish", "hydra_fish_completion")):
         result = cli("launch", "--shell-completion", f"install={shell}")
         assert result.code == 0 and marker in result.out

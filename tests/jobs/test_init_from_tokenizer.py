@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from jobs.validate import JobConfigError
-from tests.hf.models import build_llama
-from tests.hf.test_hf_finetune_export import word_corpus
+from testing_support.hf_models import build_llama, word_corpus
 from tests.jobs.conftest import build
 from trainer.job_config import load_config, tokenizer_source
 from trainer.tokenizer import build_tokenizer

@@ -15,8 +15,9 @@ import pytest
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
+from testing_support.overrides import SMALL_MODEL
 from tests.procs import processes, ranks_of
-from tests.trainer.harness import SAMPLE, SMALL_CORPUS_DOCS, SMALL_MODEL, losses_by_step
+from tests.trainer.harness import SAMPLE, SMALL_CORPUS_DOCS, losses_by_step
 from trainer.faults import STEP_DELAY_ENV
 
 

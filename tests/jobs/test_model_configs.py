@@ -12,7 +12,7 @@ import yaml
 
 from jobs.compose import CONF_DIR, compose
 from jobs.validate import JobConfigError
-from tests.hf.models import build_llama
+from testing_support.hf_models import build_llama
 from tests.jobs.conftest import CLUSTER, build
 from trainer.hf.config import model_args_from_hf
 from trainer.model.args import ARCH_FIELDS, MODEL_PRESETS, ModelArgs, RopeScaling

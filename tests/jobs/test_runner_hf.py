@@ -16,8 +16,7 @@ import torch
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.local import LocalBackend
-from tests.hf.models import build_family, build_llama
-from tests.hf.test_hf_finetune_export import word_corpus
+from testing_support.hf_models import build_family, build_llama, word_corpus
 from tests.jobs.test_local_recovery import wait_until
 from tests.procs import ranks_of
 from trainer.faults import STEP_DELAY_ENV

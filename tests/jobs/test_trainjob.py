@@ -18,7 +18,7 @@ from jobs.runtimes import (
     gpu_runtime,
 )
 from jobs.spec import HUGEPAGES_2MI, platform_env
-from tests import crd_schema
+from testing_support import crd_schema
 from tests.jobs.conftest import CLUSTER, build, trainjob_pod
 
 VERSION = "1.33"

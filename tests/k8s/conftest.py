@@ -8,86 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_operator import FakeOperator, JobPlan
-from tests.k8s.fake_trainer import FakeTrainer
-from tests.s3_server import s3_env
-
-NAMESPACE = "training"
-GPU_TYPE = "p4d.24xlarge"
-
-
-def put_crd(server: FakeKubeApiServer, kind) -> None:
-    """The served, Established CRD of a job kind (a jobs.k8s.kinds.JobKind)."""
-    server.put(
-        "customresourcedefinitions",
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "metadata": {"name": kind.crd_name},
-            "spec": {
-                "group": kind.group,
-                "names": {"kind": kind.kind, "plural": kind.plural},
-                "scope": "Namespaced",
-                "versions": [{"name": kind.version, "served": True, "storage": True}],
-            },
-            "status": {"conditions": [{"type": "Established", "status": "True"}]},
-        },
-    )
-
-
-def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str = GPU_TYPE) -> None:
-    """A ready cluster: the CRD, namespace, service account and GPU nodes with EFA."""
-    from jobs.k8s.kinds import PYTORCHJOB
-
-    put_crd(server, PYTORCHJOB)
-    server.put("namespaces", {"apiVersion": "v1", "metadata": {"name": NAMESPACE}})
-    server.put("serviceaccounts", {"apiVersion": "v1", "metadata": {"name": "trainer"}}, NAMESPACE)
-    for index in range(nodes):
-        add_node(server, f"gpu-{index}", instance_type)
-
-
-def seed_trainer(server: FakeKubeApiServer, instance_type: str = GPU_TYPE) -> None:
-    """Kubeflow Trainer as `pulumi up` installs it: the TrainJob CRD and trainstack's runtime
-    of a node group of `instance_type` (named as a job without a stack expects)."""
-    from catalog import INSTANCE_TYPES
-    from jobs.k8s.kinds import TRAINJOB
-    from jobs.runtimes import gpu_runtime
-    from jobs.spec import default_group_name
-
-    put_crd(server, TRAINJOB)
-    group = default_group_name(instance_type)
-    server.put("clustertrainingruntimes", gpu_runtime(group, INSTANCE_TYPES[instance_type]))
-
-
-def add_node(
-    server: FakeKubeApiServer,
-    name: str,
-    instance_type: str,
-    gpus: int = 8,
-    efa: int = 4,
-    ready: bool = True,
-    taints: list[dict] | None = None,
-):
-    server.put(
-        "nodes",
-        {
-            "apiVersion": "v1",
-            "metadata": {
-                "name": name,
-                "labels": {"node.kubernetes.io/instance-type": instance_type},
-            },
-            "spec": {"taints": taints or []},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                "allocatable": {
-                    "cpu": "95",
-                    "memory": "1100Gi",
-                    "nvidia.com/gpu": str(gpus),
-                    "vpc.amazonaws.com/efa": str(efa),
-                },
-            },
-        },
-    )
+from testing_support.k8s.cluster import GPU_TYPE, NAMESPACE, seed_cluster, seed_trainer
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_operator import FakeOperator, JobPlan
+from testing_support.k8s.fake_trainer import FakeTrainer
+from testing_support.s3_server import s3_env
 
 
 @pytest.fixture
@@ -164,35 +89,6 @@ LAUNCH_ARGS = [
     "job.image=registry.example.com/trainer:v1",
     "job.api=pytorchjob",  # these suites drive the operator v1; TrainJob: test_k8s_trainjob.py
 ]
-
-
-MANAGED = {"app.kubernetes.io/managed-by": "trainstack"}
-
-
-def pytorch_job(name: str, workers: int = 1, labels: dict | None = None) -> dict:
-    """A minimal PyTorchJob manifest (what materialization would produce, trimmed: always
-    trainstack's managed-by label)."""
-    template = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example.com/t:v1"}]}}
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "labels": {**MANAGED, **(labels or {})}},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Master": {"replicas": 1, "template": template},
-                "Worker": {"replicas": workers, "template": template},
-            }
-        },
-    }
-
-
-def config_map(name: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-config", "labels": dict(MANAGED)},
-        "data": {"config.yaml": "seed: 0\n"},
-    }
 
 
 ACCOUNT = "123456789012"  # moto's default account

@@ -9,9 +9,10 @@ import uuid
 
 import pytest
 
-from tests.k8s.conftest import NAMESPACE, moto_client
-from tests.k8s.fake_operator import JobPlan
-from tests.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
+from testing_support.k8s.cluster import NAMESPACE
+from testing_support.k8s.fake_operator import JobPlan
+from testing_support.k8s.fake_trainer import JOBSET_LABEL, TrainPlan
+from tests.k8s.conftest import moto_client
 
 
 @pytest.fixture

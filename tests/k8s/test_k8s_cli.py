@@ -7,8 +7,8 @@ import threading
 import time
 
 from jobs.k8s.state import CANCELLED_ANNOTATION, RETRIES_ANNOTATION
-from tests.k8s.conftest import NAMESPACE
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE
+from testing_support.k8s.fake_operator import JobPlan
 
 FAILED = JobPlan(outcome="Failed")
 

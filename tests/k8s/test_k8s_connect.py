@@ -7,7 +7,7 @@ import os
 import pytest
 
 from jobs.k8s.api import ClusterError, connect
-from tests.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
 
 
 def test_missing_kubeconfig_names_the_keys_to_set(tmp_path):

@@ -9,10 +9,11 @@ import json
 import pytest
 import yaml
 
+from testing_support.k8s.cluster import NAMESPACE
+from testing_support.k8s.fake_batch import FakeBatchController
+from testing_support.s3_server import FaultProxy, Link, s3_env
 from tests.data.prepared import load, read_s3, texts, write_jsonl
-from tests.k8s.conftest import NAMESPACE, REGISTRY
-from tests.k8s.fake_batch import FakeBatchController
-from tests.s3_server import FaultProxy, Link, s3_env
+from tests.k8s.conftest import REGISTRY
 
 IMAGE = "registry.example.com/trainer:v1"
 

@@ -6,7 +6,8 @@ import pytest
 
 from jobs.k8s.api import ClusterError
 from jobs.k8s.ecr import pin_images, resolve_digest
-from tests.k8s.conftest import REGISTRY, pytorch_job
+from testing_support.k8s.cluster import pytorch_job
+from tests.k8s.conftest import REGISTRY
 
 
 def test_ecr_tag_is_pinned_to_its_digest(ecr):

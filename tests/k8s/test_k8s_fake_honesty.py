@@ -13,8 +13,8 @@ from kubernetes.client.exceptions import ApiException
 from jobs.k8s.state import job_state
 from jobs.k8s.submit import ALREADY_ACTIVE, RESUMED, submit
 from jobs.k8s.watch import wait_for_end
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_operator import JobPlan
 
 
 def test_updates_need_the_current_resource_version(apiserver, cluster):

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.k8s.conftest import NAMESPACE, config_map
-from tests.k8s.fake_patch import (
+from testing_support.k8s.cluster import NAMESPACE, config_map
+from testing_support.k8s.fake_patch import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     PatchError,

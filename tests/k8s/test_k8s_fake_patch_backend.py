@@ -6,8 +6,13 @@ owner reference, cancel's merge patch) against it, with the garbage collector's 
 from __future__ import annotations
 
 from jobs.k8s.submit import submit
-from tests.k8s.conftest import MANAGED, NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from testing_support.k8s.cluster import MANAGED, NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_patch import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+)
 from tests.k8s.test_k8s_fake_patch import pod, pod_path, put_demo_pod, send
 
 

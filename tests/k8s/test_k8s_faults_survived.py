@@ -14,8 +14,8 @@ import pytest
 from jobs.backends.base import SUCCEEDED
 from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
 from jobs.k8s.submit import submit
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_operator import JobPlan
 
 
 @pytest.mark.parametrize(

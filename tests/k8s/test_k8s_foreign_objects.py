@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.k8s.conftest import NAMESPACE
+from testing_support.k8s.cluster import NAMESPACE
 
 FOREIGN_IMAGE = "teamb.example.com/eval:7"
 

@@ -14,9 +14,9 @@ from jobs.backends.base import CANCELLED, QUEUED, SUCCEEDED
 from jobs.backends.kubernetes import KubernetesBackend
 from jobs.k8s.state import CANCELLED_ANNOTATION, is_final, job_state
 from jobs.k8s.submit import ALREADY_ACTIVE, submit
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_kueue import PENDING_MESSAGE, QUEUE_LABEL, FakeKueue
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_kueue import PENDING_MESSAGE, QUEUE_LABEL, FakeKueue
+from testing_support.k8s.fake_operator import JobPlan
 
 
 @pytest.fixture
@@ -195,7 +195,7 @@ def test_cancel_of_an_admitted_trainjob_stops_it_for_good(
     apiserver, kubeconfig, kueue, fast_retry, fast_restarts, tmp_path
 ):
     from jobs.backends.kubernetes import ClusterSettings
-    from tests.k8s.fake_trainer import TrainPlan
+    from testing_support.k8s.fake_trainer import TrainPlan
     from tests.k8s.test_k8s_trainjob import two_node_job
 
     apiserver.trainer.plans["kq7"] = [TrainPlan(hold=True)]

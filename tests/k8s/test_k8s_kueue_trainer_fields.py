@@ -5,7 +5,8 @@ Kueue updates the whole TrainJob with the Trainer types it vendors on admission 
 `RunWithPodSetsInfo` and `Stop` call `c.Update(ctx, t.Object())`), so a field those types lack
 is dropped from the job. Kueue 0.19.2 vendors Trainer v2.2.1 (its go.mod); the field tree is
 vendored from its `vendor/.../trainer/v1alpha1/trainjob_types.go` in
-tests/k8s/data/kueue_trainer_fields.json (tests/k8s/data/vendor_kueue_trainer_fields.py)."""
+testing_support/k8s/data/kueue_trainer_fields.json
+(testing_support/k8s/data/vendor_kueue_trainer_fields.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from pathlib import Path
 import pytest
 
 from infra.versions import KUEUE
+from testing_support.k8s import fake_kueue
 from tests.jobs.conftest import CLUSTER, build
 
-FIELDS = json.loads((Path(__file__).parent / "data" / "kueue_trainer_fields.json").read_text())
+FIELDS = json.loads(
+    (Path(fake_kueue.__file__).parent / "data" / "kueue_trainer_fields.json").read_text()
+)
 QUEUED = [*CLUSTER, "compute=p5.48xlarge", "job.queue=training"]
 
 
@@ -44,7 +48,7 @@ def unknown_fields(value, tree, path: str = "") -> list[str]:
 def test_the_field_list_is_the_pinned_kueues():
     assert FIELDS["kueue_version"] == KUEUE["version"], (
         "infra/versions.py's Kueue pin changed: re-vendor the field list "
-        "(tests/k8s/data/vendor_kueue_trainer_fields.py)"
+        "(testing_support/k8s/data/vendor_kueue_trainer_fields.py)"
     )
     assert FIELDS["source"]["repo"] == "kubernetes-sigs/kueue"
 

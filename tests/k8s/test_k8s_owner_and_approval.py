@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.k8s.conftest import GPU_TYPE, NAMESPACE
+from testing_support.k8s.cluster import GPU_TYPE, NAMESPACE
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_runs_mine_lists_the_runs_launched_under_my_name(
 def test_cli_refuses_to_cancel_or_resubmit_another_users_run_without_force(
     apiserver, trainstack, capsys, monkeypatch
 ):
-    from tests.k8s.fake_operator import JobPlan
+    from testing_support.k8s.fake_operator import JobPlan
 
     apiserver.operator.plans["bobs-done"] = [JobPlan(outcome="Succeeded")]
     apiserver.operator.plans["bobs-live"] = [JobPlan(hold=True)]

@@ -7,8 +7,8 @@ import pytest
 from jobs.k8s.api import ClusterError
 from jobs.k8s.state import RETRIES_ANNOTATION
 from jobs.k8s.submit import ALREADY_ACTIVE, CREATED, RESUMED, submit
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_operator import JobPlan
 
 
 def manifests(name: str) -> list[dict]:

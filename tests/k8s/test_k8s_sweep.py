@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from tests.k8s.conftest import NAMESPACE
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE
+from testing_support.k8s.fake_operator import JobPlan
 
 SWEEP = ["-m", "hydra/launcher=pytorchjob", "trainer.lr=1e-4,3e-4,1e-3"]
 

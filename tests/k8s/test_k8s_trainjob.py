@@ -15,9 +15,9 @@ import pytest
 
 from jobs.backends.base import QUEUED, SUCCEEDED
 from jobs.k8s.submit import ALREADY_ACTIVE, submit
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_kueue import QUEUE_LABEL, FakeKueue
-from tests.k8s.fake_trainer import INDEX_LABEL, JOBSET_LABEL, TrainPlan
+from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_kueue import QUEUE_LABEL, FakeKueue
+from testing_support.k8s.fake_trainer import INDEX_LABEL, JOBSET_LABEL, TrainPlan
 
 TRAINJOB = "job.api=trainjob"  # after the suites' LAUNCH_ARGS (job.api=pytorchjob): wins
 

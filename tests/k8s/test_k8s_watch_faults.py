@@ -12,8 +12,8 @@ from jobs.k8s.api import ClusterError
 from jobs.k8s.state import job_state
 from jobs.k8s.submit import submit
 from jobs.k8s.watch import MAX_OUTAGE_S, follow_log, wait_for_end
-from tests.k8s.conftest import NAMESPACE, config_map, pytorch_job
-from tests.k8s.fake_operator import JobPlan
+from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
+from testing_support.k8s.fake_operator import JobPlan
 
 SLOW = JobPlan(steps=8, step_seconds=0.1, kill_pod_at=4)
 

@@ -67,9 +67,9 @@ def test_wheel_installs_and_runs_a_user_experiment_from_anywhere(tmp_path):
     wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for shipped in (
-        "jobs/conf/config.yaml",
-        "jobs/conf/model/tiny.yaml",
-        "jobs/conf/stack/none.yaml",
+        "conf/config.yaml",
+        "conf/model/tiny.yaml",
+        "conf/stack/none.yaml",
         "hydra_plugins/trainstack_searchpath/searchpath.py",
         "hydra_plugins/trainstack_launcher/launcher.py",
         "hydra_plugins/trainstack_sweeper/sweeper.py",

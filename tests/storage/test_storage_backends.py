@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.s3_server import DUMMY_SECRET_KEY
+from testing_support.s3_server import DUMMY_SECRET_KEY
 from trainer.storage import (
     LocalStorage,
     RunStorage,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.cli import main as trainstack
-from tests.s3_server import ACK_NOT_STORED, FaultProxy, MotoS3, fail_matching, s3_env
+from testing_support.s3_server import ACK_NOT_STORED, FaultProxy, MotoS3, fail_matching, s3_env
 from tests.trainer.harness import read_metrics
 from trainer.checkpoint import list_checkpoints
 from trainer.storage import open_run_storage

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from tests.s3_server import (
+from testing_support.s3_server import (
     ACK_NOT_STORED,
     CUT_STREAM,
     DUMMY_SECRET_KEY,

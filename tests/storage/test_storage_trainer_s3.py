@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.s3_server import FaultProxy, MotoS3, fail_every_nth, fail_matching, s3_env
+from testing_support.s3_server import FaultProxy, MotoS3, fail_every_nth, fail_matching, s3_env
 from tests.trainer.harness import SAMPLE, losses_by_step
 from trainer.faults import PAUSE_BEFORE_COMMIT_ENV
 from trainer.storage import open_run_storage

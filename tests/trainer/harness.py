@@ -15,25 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from testing_support.overrides import SMALL_MODEL
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-# A ~70k-parameter model on short sequences: a step takes milliseconds, so each run costs
-# little more than process start-up. Every step is logged, for bit-for-bit comparisons.
-SMALL_MODEL = [
-    "model.dim=64",
-    "model.n_layers=2",
-    "model.n_heads=4",
-    "model.n_kv_heads=2",
-    "model.ffn_hidden_dim=128",
-    "data.seq_len=32",
-    "trainer.micro_batch_size=2",
-    "trainer.warmup_steps=2",
-    "trainer.log_interval=1",
-    "trainer.eval_interval=0",
-    "trainer.max_steps=8",
-    "trainer.peak_tflops=0.1",  # a stated peak: MFU is logged (null on CPU without one)
-]
 SAMPLE = REPO / "data/sample/train.jsonl"
 SMALL_CORPUS_DOCS = 120  # the first chapters of the sample: ~0.4 MB, quick to tokenize
 

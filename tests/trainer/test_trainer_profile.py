@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.s3_server import MotoS3
+from testing_support.s3_server import MotoS3
 from trainer.storage import open_run_storage
 
 pytestmark = pytest.mark.slow

@@ -146,8 +146,8 @@ def test_weights_only_needs_resume_from(tmp_path, capsys):
 def test_a_lora_run_resumes_from_another_lora_runs_adapters(start_trainer, tmp_path):
     """A LoRA checkpoint holds the adapters alone: resume_from loads them over init_from's
     base and continues the source exactly; a full model cannot start from it (exit 2)."""
-    from tests.hf.models import build_llama
-    from tests.hf.test_hf_finetune_export import finetune_args, word_corpus
+    from testing_support.hf_models import build_llama, word_corpus
+    from tests.hf.test_hf_finetune_export import finetune_args
 
     base = str(build_llama(tmp_path / "hf", tied=False))
     corpus = word_corpus(tmp_path / "words.jsonl", docs=60)

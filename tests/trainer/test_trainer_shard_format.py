@@ -54,7 +54,7 @@ def test_not_a_manifest_is_one_config_error(edit):
 
 
 def test_fingerprint_changes_with_the_tokenizer_files(tmp_path):
-    from tests.hf.models import write_tokenizer
+    from testing_support.hf_models import write_tokenizer
     from trainer.tokenizer.hugging_face import HuggingFaceTokenizer
 
     small, large = tmp_path / "small", tmp_path / "large"

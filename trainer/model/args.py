@@ -41,7 +41,7 @@ def stated_args(model_cfg: Any) -> dict[str, Any]:
 def model_args_from_config(model_cfg: Any) -> ModelArgs:
     """The `model` section's architecture: every field it states; the fields it leaves null
     from the preset `name`. A section stating every field needs no preset (its `name` is
-    only a label): the shipped `jobs/conf/model/*.yaml` all do."""
+    only a label): the shipped `conf/model/*.yaml` all do."""
     name = _field(model_cfg, "name")
     stated = stated_args(model_cfg)
     if name in MODEL_PRESETS:

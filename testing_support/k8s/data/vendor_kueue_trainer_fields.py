@@ -6,7 +6,7 @@ Kueue updates a whole TrainJob with these types on admission and preemption
 `RunWithPodSetsInfo` and `Stop`: `c.Update(ctx, t.Object())`), so a field they lack is dropped.
 Re-run when infra/versions.py's KUEUE pin changes:
 
-    python tests/k8s/data/vendor_kueue_trainer_fields.py <kueue git dir> <tag>
+    python testing_support/k8s/data/vendor_kueue_trainer_fields.py <kueue git dir> <tag>
 """
 
 from __future__ import annotations

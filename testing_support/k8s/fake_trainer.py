@@ -1,8 +1,8 @@
 """Kubeflow Trainer v2 and JobSet, simulated inside the fake apiserver (test-only).
 
 Admission is the real schema: a TrainJob is checked against Trainer v2.3.0's vendored CRD
-(tests/crd_schema.py, strictly) and must name a ClusterTrainingRuntime that exists, else the
-create is refused 422 as the webhook would. A created TrainJob gets a JobSet of the same name
+(testing_support/crd_schema.py, strictly) and must name a ClusterTrainingRuntime that exists, else
+the create is refused 422 as the webhook would. A created TrainJob gets a JobSet of the same name
 (owned by it) and, unless suspended, one pod per node (owned by the JobSet) labelled as JobSet
 labels them (jobset name, replicated job `node`, completion index = node rank, restart
 attempt). What then happens is scripted per name with `TrainPlan`s (one per submission):
@@ -22,9 +22,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from tests import crd_schema
-from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_pods import FakeController, Plan, now
+from testing_support import crd_schema
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_pods import FakeController, Plan, now
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"

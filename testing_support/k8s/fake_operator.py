@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from tests.k8s.fake_apiserver import FakeKubeApiServer
-from tests.k8s.fake_pods import FakeController, Plan, now
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_pods import FakeController, Plan, now
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
 
 
 def now() -> str:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"

@@ -4,6 +4,7 @@ downloaded), and the logits `transformers` computes for them."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import torch
@@ -138,3 +139,13 @@ def fixed_batch(vocab: int = VOCAB, seq: int = 48) -> torch.Tensor:
 def assert_close(ours: torch.Tensor, theirs: torch.Tensor, rel: float = 1e-4) -> None:
     error = ((ours - theirs).abs().max() / theirs.abs().max()).item()
     assert error < rel, f"max relative difference {error:.2e} >= {rel}"
+
+
+def word_corpus(path: Path, docs: int = 200) -> Path:
+    """Documents of the test tokenizer's words (w3..w259), so every token is a real one."""
+    rng = random.Random(0)
+    with path.open("w") as fh:
+        for _ in range(docs):
+            words = " ".join(f"w{rng.randrange(3, 40)}" for _ in range(rng.randrange(20, 60)))
+            fh.write(json.dumps({"text": words}) + "\n")
+    return path

@@ -18,7 +18,12 @@ from __future__ import annotations
 import copy
 import json
 
-from tests.k8s.fake_strategic_merge import OBJECT_META, SCHEMAS, PatchError, strategic_merge_patch
+from testing_support.k8s.fake_strategic_merge import (
+    OBJECT_META,
+    SCHEMAS,
+    PatchError,
+    strategic_merge_patch,
+)
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

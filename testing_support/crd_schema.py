@@ -1,4 +1,5 @@
-"""Strict validation against the vendored upstream CRD schemas (tests/crds, see SOURCE.md).
+"""Strict validation against the vendored upstream CRD schemas (testing_support/crds, see
+SOURCE.md).
 
 A CRD's `openAPIV3Schema` is turned into a JSON schema the way kubernetes-validate's `-strict`
 schemas treat built-in kinds: every object that lists its properties and does not preserve

@@ -30,8 +30,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from tests.k8s.fake_patch import PatchError, apply_patch
-from tests.k8s.fake_store import KINDS, ObjectStore, matches, parse_selector
+from testing_support.k8s.fake_patch import PatchError, apply_patch
+from testing_support.k8s.fake_store import KINDS, ObjectStore, matches, parse_selector
 
 
 @dataclass

@@ -4,7 +4,7 @@ TrainJobs (its `trainer.kubeflow.org/trainjob` integration) get a Workload
 un-suspends the job (Kueue is the only one that does), `preempt` suspends it again (the
 operator then deletes its pods, as on a real preemption) and marks the Workload evicted.
 Both rewrite a TrainJob as Kueue does, with its vendored Trainer types: fields they lack are
-gone (tests/k8s/data/kueue_trainer_fields.json).
+gone (testing_support/k8s/data/kueue_trainer_fields.json).
 
 As Kueue's job reconciler does (kubernetes-sigs/kueue v0.19.2,
 pkg/controller/jobframework/reconciler.go, "handle job is suspended"), a job someone else
@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"

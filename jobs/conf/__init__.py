@@ -1,2 +1,0 @@
-"""The shipped Hydra config tree (package data), found through the `trainstack` search-path
-plugin (hydra_plugins/trainstack_searchpath) as `pkg://jobs.conf`."""
