@@ -71,10 +71,13 @@ def materialize(
     default_tokenizer_to_checkpoint(cfg)
     trainer_plan = validate_job(cfg, git_sha=git_sha)
     code = None
+    recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
     if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
+        from jobs.backends.local import LOCAL_STATE_ROOT
         from jobs.workdir import pack
 
-        code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb)
+        keep_out = (cfg.storage.root, LOCAL_STATE_ROOT, cfg.backend.output_root)
+        code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb, keep_out)
     with open_dict(cfg):
         cfg.runner.code = code.sha256 if code else None
     if run_id is None:  # named after validation: the name reads the model's keys
@@ -82,6 +85,12 @@ def materialize(
         with open_dict(cfg):
             cfg.run_id = run_id
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
+    if code is not None and recorded is not None:
+        from jobs.runner import code_archive
+        from jobs.workdir import check_unchanged
+
+        old = code_archive(spec.run_dir, recorded)
+        check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
     if cfg.backend.name != "local":
         from jobs.manifests import to_manifests
