@@ -4,7 +4,8 @@ What a job that runs someone else's program (runner=command, runner=hf) does fir
 node, before the program or its torchrun starts:
 
 1. writes the run record `<run_dir>/config.yaml` (node 0; the `--config` file, which holds the
-   runner section and the code's sha256);
+   runner section and the code's sha256), and creates every local directory the job contract
+   names (TRAINSTACK_RUN_DIR, TRAINSTACK_CHECKPOINT_DIR, the one TRAINSTACK_METRICS is in);
 2. with `--code`: fetches the workdir archive (local path or s3://), checks its sha256 and
    unpacks it into `--into` (once: a restart finds it there), then starts the program there.
    A missing or mismatching archive exits 2 (bad input: never retried, the same archive would
@@ -138,6 +139,20 @@ def run_syncing(program: list[str], metrics: Path, run_dir: str) -> int:
     return 128 - code if code < 0 else code
 
 
+CONTRACT_DIRS = ("TRAINSTACK_RUN_DIR", "TRAINSTACK_CHECKPOINT_DIR")
+CONTRACT_FILES = ("TRAINSTACK_METRICS",)
+
+
+def make_contract_paths(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Every local path the contract names exists before the program starts: its directories,
+    and the directory of its files (a program may open TRAINSTACK_METRICS straight away)."""
+    for key in CONTRACT_DIRS + CONTRACT_FILES:
+        value = environ.get(key, "")
+        if value and "://" not in value:
+            path = Path(value)
+            (path if key in CONTRACT_DIRS else path.parent).mkdir(parents=True, exist_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     options, program = parse(list(sys.argv[1:] if argv is None else argv))
     if not program:
@@ -150,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # storage trouble: transient more often than not
         _say(f"could not write {run_dir}/{RECORD}: {exc}")
         return EXIT_FAILED
+    try:
+        make_contract_paths(os.environ)
+    except OSError as exc:
+        _say(f"cannot create the job contract's directories: {exc}")
+        return EXIT_FAILED
     if options.code:
         try:
             data = fetch(options.code, options.sha256)
@@ -161,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(into)
     metrics = os.environ.get("TRAINSTACK_METRICS", "")
     if run_dir.startswith("s3://") and metrics and "://" not in metrics:
-        Path(metrics).parent.mkdir(parents=True, exist_ok=True)
         return run_syncing(program, Path(metrics), run_dir)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -37,10 +37,13 @@ from jobs.materialize import MaterializedJob
 from jobs.runner import SCRATCH_DIR, TRAINSTACK
 from jobs.spec import POD_CONFIG_PATH
 from jobs.workdir import store_code
+from trainer.launch import RESTARTS_FILE_ENV
 
 REQUEST_FILE = "job/request.json"
 CONFIG_FILE = "job/config.yaml"
 LAUNCH_FILE = "job/launch.yaml"
+RESTARTS_FILE = "job/restarts"
+"""torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
 LOCAL_STATE_ROOT = "runs"
 """Where state lives when the run dir itself is remote (storage.root=s3://...)."""
 
@@ -81,13 +84,15 @@ def launch_record(job: MaterializedJob) -> str:
 
 
 def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
-    """What the operator sets in a pod, for one node here; plus per-rank log prefixes."""
+    """What the operator sets in a pod, for one node here; plus per-rank log prefixes and
+    where the launcher counts its restarts."""
     return {
         "PET_NNODES": "1",
         "PET_NPROC_PER_NODE": str(nproc_per_node),
         "PET_STANDALONE": "1",
         "PET_TEE": "3",
         "PET_LOG_DIR": f"{state_dir}/job/torchrun",
+        RESTARTS_FILE_ENV: f"{state_dir}/{RESTARTS_FILE}",
     }
 
 
@@ -139,6 +144,7 @@ class LocalBackend:
         run_state.write_atomic(state_dir / CONFIG_FILE, request.config_text)
         run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
+        (state_dir / RESTARTS_FILE).unlink(missing_ok=True)  # counted per attempt
         (state_dir / REQUEST_FILE).write_text(
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
         )
@@ -233,7 +239,15 @@ class LocalBackend:
 def _status(state_dir: Path, state: dict) -> RunStatus:
     if state.get("state") in (PENDING, RUNNING) and not _alive(state):
         state = {**state, "state": FAILED, "message": "launcher process vanished"}
-    return replace(run_state.to_status(state_dir, state), log_ranks=_ranks(state_dir, state))
+    status = run_state.to_status(state_dir, state)
+    return replace(status, log_ranks=_ranks(state_dir, state), restarts=_restarts(state_dir))
+
+
+def _restarts(state_dir: Path) -> int:
+    """job/restarts: a number the launcher wrote (the run's own processes can write there
+    too: read 32 bytes at most, anything else is 0)."""
+    text = _read_from(state_dir / RESTARTS_FILE, 0, limit=32).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else 0
 
 
 def _ranks(state_dir: Path, state: dict) -> int | None:
@@ -248,11 +262,11 @@ def _ranks(state_dir: Path, state: dict) -> int | None:
         return None
 
 
-def _read_from(path: Path, offset: int) -> bytes:
+def _read_from(path: Path, offset: int, limit: int = -1) -> bytes:
     try:
         with path.open("rb") as f:
             f.seek(offset)
-            return f.read()
+            return f.read(limit)
     except FileNotFoundError:
         return b""
 

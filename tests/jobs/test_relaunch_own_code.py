@@ -132,3 +132,36 @@ def test_a_plain_directory_workdir_never_packs_the_runs_kept_in_it(workdir):
     assert packed("s3://bucket/runs")[1] == 3  # elsewhere/r1/checkpoints/last.pt: not a root
     names, source = list_files(project, frozenset({(project / "store").resolve()}))
     assert source == "directory" and not any(n.startswith("store/") for n in names)
+
+
+CONTRACT_SCRIPT = """
+import os, sys
+from pathlib import Path
+# Opens every contract path straight away, making no directory of its own.
+with open(os.environ["TRAINSTACK_METRICS"], "a") as f:
+    f.write('{"step": 1, "loss": 1.0}\\n')
+(Path(os.environ["TRAINSTACK_CHECKPOINT_DIR"]) / "probe").write_text("x")
+(Path(os.environ["TRAINSTACK_RUN_DIR"]) / "probe").write_text("x")
+sys.exit(int(os.environ["RANK"] == "0" and os.environ.get("FAIL", "0")))
+"""
+
+
+def test_every_contract_path_exists_at_start_and_status_counts_the_restarts(cli, workdir):
+    (workdir / "project").mkdir()
+    (workdir / "project" / "probe.py").write_text(CONTRACT_SCRIPT)
+    line = [
+        "runner=command",
+        "runner.command=[python,probe.py]",
+        f"runner.workdir={workdir / 'project'}",
+        "compute.procs_per_node=1",
+        "job.max_restarts=2",
+    ]
+    done = cli("launch", *line, "run_id=opens")
+    assert done.code == 0, done.err + done.out[-3000:]
+    shown = cli("status", "opens")
+    assert "restarts   0" in shown.out and "last step  1" in shown.out, shown.out
+
+    failing = cli("launch", *line, "+runner.env.FAIL=1", "run_id=fails")
+    assert failing.code != 0
+    shown = cli("status", "fails")
+    assert "state      failed" in shown.out and "restarts   2" in shown.out, shown.out
