@@ -118,7 +118,8 @@ def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
     runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
     volumes, mounts = [], []
     if spec.runner != TRAINSTACK:
-        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        # The workdir is unpacked, and an s3:// run's metrics and runner=command checkpoints
+        # kept, here (trainer.runner_exec).
         volumes.append({"emptyDir": {}, "name": "runner"})
         mounts.append({"mountPath": RUNNER_DIR, "name": "runner"})
     if spec.fsx:

@@ -10,7 +10,9 @@ Runners:
 - hf: `trainer.runners.hf` (transformers.Trainer) under the launcher, through runner_exec too.
 
 The job contract every non-built-in runner gets (`contract_env`): TRAINSTACK_RUN_ID,
-TRAINSTACK_RUN_DIR, TRAINSTACK_CHECKPOINT_DIR, TRAINSTACK_METRICS, plus torchrun's rank env.
+TRAINSTACK_RUN_DIR, TRAINSTACK_CHECKPOINT_DIR (always a local directory for runner=command),
+TRAINSTACK_CHECKPOINT_URI (where its checkpoints are kept: the same path, or s3://),
+TRAINSTACK_METRICS, plus torchrun's rank env.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ CODE_DIR = f"{SCRATCH_DIR}/code"
 """Where the workdir is unpacked in the pod; the program starts there."""
 POD_METRICS = f"{SCRATCH_DIR}/{METRICS_FILE}"
 """TRAINSTACK_METRICS when the run dir is s3://: runner_exec copies it there as it grows."""
+POD_CHECKPOINTS = f"{SCRATCH_DIR}/checkpoints"
+"""runner=command's TRAINSTACK_CHECKPOINT_DIR when the run dir is s3://: runner_exec restores
+it from `<run dir>/checkpoints` before the program starts and uploads what the program saves
+(trainer.runner_sync), so a program that only knows files works on a cluster."""
 FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's documented opt-out of sharing its rendezvous store with the workers: each round
 (every restart) gets a new store on worker rank 0, so a restarted program never reads the
@@ -108,10 +114,14 @@ def metrics_path(run_dir: str) -> str:
     return POD_METRICS if "://" in run_dir else f"{run_dir.rstrip('/')}/{METRICS_FILE}"
 
 
-def contract_env(run_dir: str) -> dict[str, str]:
-    """What a non-built-in runner is told beyond TRAINSTACK_RUN_ID/RUN_DIR (the job's env)."""
+def contract_env(run_dir: str, runner_name: str) -> dict[str, str]:
+    """What a non-built-in runner is told beyond TRAINSTACK_RUN_ID/RUN_DIR (the job's env).
+    runner=hf reads and writes s3:// checkpoints itself (trainer.runners.hf)."""
+    uri = f"{run_dir.rstrip('/')}/{CHECKPOINTS}"
+    mirrored = "://" in run_dir and runner_name == COMMAND
     return {
-        "TRAINSTACK_CHECKPOINT_DIR": f"{run_dir.rstrip('/')}/{CHECKPOINTS}",
+        "TRAINSTACK_CHECKPOINT_DIR": POD_CHECKPOINTS if mirrored else uri,
+        "TRAINSTACK_CHECKPOINT_URI": uri,
         "TRAINSTACK_METRICS": metrics_path(run_dir),
     }
 
@@ -133,7 +143,7 @@ def runner_program(
     if code is not None:
         wrapper += ["--code", code.uri, "--sha256", code.sha256, "--into", CODE_DIR]
     wrapper.append("--")
-    env = {**contract_env(run_dir), **dict(runner.env or {})}
+    env = {**contract_env(run_dir, runner.name), **dict(runner.env or {})}
     if runner.name == HF or runner.torchrun:
         env.update(FRESH_STORE_ENV)
     if runner.name == HF:

@@ -11,8 +11,9 @@ node, before the program or its torchrun starts:
    A missing or mismatching archive exits 2 (bad input: never retried, the same archive would
    fail the same way);
 3. replaces itself with PROGRAM (signals and exit codes are the program's own) — except when
-   the run dir is s3:// and TRAINSTACK_METRICS is a file here: then it stays as the program's
-   parent, forwards SIGTERM/SIGINT, and copies the metrics file into the run dir as it grows.
+   the run dir is s3:// and TRAINSTACK_METRICS or TRAINSTACK_CHECKPOINT_DIR are local here:
+   then it restores the checkpoints from the run dir, stays as the program's parent, forwards
+   SIGTERM/SIGINT, and keeps both in step with the run dir (trainer.runner_sync).
 
 Never imports jobs/: the trainer image carries trainer/ alone.
 """
@@ -24,8 +25,6 @@ import hashlib
 import io
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -33,12 +32,11 @@ from pathlib import Path
 import yaml
 
 from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+from trainer.runner_sync import CheckpointMirror, run_syncing, syncs_for
 
 RECORD = "config.yaml"
 MARKER = ".trainstack-code"
 """Inside the unpacked tree: the sha256 it was unpacked from."""
-RUN_DIR_METRICS = "logs/metrics.jsonl"
-SYNC_INTERVAL_S = 15.0
 
 
 def _say(message: str) -> None:
@@ -106,39 +104,6 @@ def unpack(data: bytes, sha256: str, into: Path) -> None:
     os.replace(staging, into)
 
 
-def run_syncing(program: list[str], metrics: Path, run_dir: str) -> int:
-    """Run `program` as a child, forwarding SIGTERM/SIGINT, and copy `metrics` to
-    `<run_dir>/logs/metrics.jsonl` every SYNC_INTERVAL_S and at the end."""
-    from trainer.storage import open_run_storage
-
-    storage = open_run_storage(run_dir)
-    last = [-1]
-
-    def sync() -> None:
-        try:
-            size = metrics.stat().st_size
-        except FileNotFoundError:
-            return
-        if size != last[0]:
-            try:
-                storage.upload_file(metrics, RUN_DIR_METRICS)
-                last[0] = size
-            except Exception as exc:  # progress is decoration; the next sync tries again
-                _say(f"could not copy metrics to {run_dir}: {exc}")
-
-    proc = subprocess.Popen(program)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
-    while True:
-        try:
-            code = proc.wait(timeout=SYNC_INTERVAL_S)
-            break
-        except subprocess.TimeoutExpired:
-            sync()
-    sync()
-    return 128 - code if code < 0 else code
-
-
 CONTRACT_DIRS = ("TRAINSTACK_RUN_DIR", "TRAINSTACK_CHECKPOINT_DIR")
 CONTRACT_FILES = ("TRAINSTACK_METRICS",)
 
@@ -179,9 +144,23 @@ def main(argv: list[str] | None = None) -> int:
         into = Path(options.into)
         unpack(data, options.sha256, into)
         os.chdir(into)
-    metrics = os.environ.get("TRAINSTACK_METRICS", "")
-    if run_dir.startswith("s3://") and metrics and "://" not in metrics:
-        return run_syncing(program, Path(metrics), run_dir)
+    env = os.environ
+    syncs = syncs_for(
+        run_dir,
+        env.get("TRAINSTACK_METRICS", ""),
+        env.get("TRAINSTACK_CHECKPOINT_DIR", ""),
+        env.get("TRAINSTACK_CHECKPOINT_URI", ""),
+    )
+    for mirror in (s for s in syncs if isinstance(s, CheckpointMirror)):
+        try:
+            restored = mirror.restore()
+        except Exception as exc:  # storage trouble: transient more often than not
+            _say(f"could not restore {run_dir}/checkpoints: {exc}")
+            return EXIT_FAILED
+        if restored:
+            _say(f"restored {restored} files from {run_dir}/checkpoints into {mirror.local}")
+    if syncs:
+        return run_syncing(program, syncs)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

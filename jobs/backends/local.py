@@ -59,7 +59,12 @@ class LocalRequest:
     config_text: str
 
 
-CONTRACT_PATHS = ("TRAINSTACK_RUN_DIR", "TRAINSTACK_CHECKPOINT_DIR", "TRAINSTACK_METRICS")
+CONTRACT_PATHS = (
+    "TRAINSTACK_RUN_DIR",
+    "TRAINSTACK_CHECKPOINT_DIR",
+    "TRAINSTACK_CHECKPOINT_URI",
+    "TRAINSTACK_METRICS",
+)
 """Absolute here for programs of other runners: a workdir's program starts in its own copy."""
 
 
