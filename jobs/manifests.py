@@ -294,9 +294,10 @@ def config_map(spec: JobSpec) -> dict:
     }
 
 
-def to_manifests(spec: JobSpec) -> list[dict]:
+def to_manifests(spec: JobSpec, schemas: bool = True) -> list[dict]:
     """[ConfigMap, TrainJob or PyTorchJob (`job.api`), NetworkPolicy] as plain dicts, validated
-    (raises `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in.
+    (raises `ManifestError`; `schemas`: jobs.manifest_checks.check_manifests); the policy
+    (jobs/network_policy.py) lets only this run's pods in.
     The submitter creates it before the job; applied in file order it lands after the job,
     which the namespace's default deny keeps closed meanwhile."""
     if spec.api == "trainjob":
@@ -306,7 +307,7 @@ def to_manifests(spec: JobSpec) -> list[dict]:
     else:
         job = pytorch_job(spec)
     manifests = [drop_none(config_map(spec)), drop_none(job), job_network_policy(spec)]
-    check_manifests(manifests, spec.kubernetes_version)
+    check_manifests(manifests, spec.kubernetes_version, schemas)
     return manifests
 
 

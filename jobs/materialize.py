@@ -93,7 +93,11 @@ def materialize(
         check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
     if cfg.backend.name != "local":
+        from jobs.manifest_checks import schemas_installed
         from jobs.manifests import to_manifests
 
-        job.manifests = to_manifests(spec)
+        # A render works with what `make run` installs (the render backend says what it left
+        # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).
+        schemas = cfg.backend.name != "render" or schemas_installed()
+        job.manifests = to_manifests(spec, schemas)
     return job

@@ -165,7 +165,7 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
             f"storage.root={cfg.storage.root!r} is inside the pod: checkpoints and metrics "
             "vanish with it (use s3://bucket/prefix, e.g. from stack=<name>)"
         )
-    if instance is not None:
+    if instance is not None and not command:  # runner=command reads no data.* of ours
         warnings.extend(toy_data_warnings(cfg, f"{spec.nodes} x {spec.instance_type}"))
     return Plan(
         run_id=spec.name,
