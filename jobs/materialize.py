@@ -46,6 +46,36 @@ def default_tokenizer_to_checkpoint(cfg: Any) -> None:
         data.tokenizer = None
 
 
+def command_as_list(cfg: Any) -> None:
+    """runner.command given as one string (`'python -u train.py'`): its words, split as a
+    shell would (quotes kept together), so the record, the sweep and the pods see a list."""
+    import shlex
+
+    from omegaconf import ListConfig, open_dict
+
+    from jobs.errors import JobConfigError
+    from jobs.runner import format_word
+
+    command = cfg.runner.command
+    if isinstance(command, ListConfig):  # numbers Hydra parsed (`--steps,5`) are words too
+        words = [w if not isinstance(w, int | float) else format_word(w) for w in command]
+        with open_dict(cfg):
+            cfg.runner.command = words
+        return
+    if not isinstance(command, str):
+        return
+    try:
+        words = shlex.split(command)
+    except ValueError as err:
+        raise JobConfigError(
+            "runner.command",
+            f"{command!r} does not split into words ({err}); allowed: a list, "
+            "e.g. 'runner.command=[python,-u,train.py]', or a string a shell could run",
+        ) from None
+    with open_dict(cfg):
+        cfg.runner.command = words
+
+
 def materialize(
     cfg: Any,
     *,
@@ -69,6 +99,7 @@ def materialize(
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
     default_tokenizer_to_checkpoint(cfg)
+    command_as_list(cfg)
     trainer_plan = validate_job(cfg, git_sha=git_sha)
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with

@@ -96,11 +96,16 @@ def launcher(shutdown_timeout_s: int, max_restarts: int) -> tuple[str, ...]:
     )
 
 
-def format_arg(key: str, value: Any) -> str:
-    """`runner.args` entry -> `--key=value` (booleans as true/false, as YAML wrote them)."""
+def format_word(value: Any) -> str:
+    """A value as a command-line word (booleans as true/false, as YAML wrote them)."""
     if isinstance(value, bool):
-        value = "true" if value else "false"
-    return f"--{key}={value}"
+        return "true" if value else "false"
+    return str(value)
+
+
+def format_arg(key: str, value: Any) -> str:
+    """`runner.args` entry -> `--key=value`."""
+    return f"--{key}={format_word(value)}"
 
 
 def user_program(runner: Any) -> tuple[str, ...]:

@@ -66,11 +66,14 @@ def check_env(runner: Any) -> None:
 def check_command(cfg: Any) -> None:
     runner = cfg.runner
     command = _plain(runner.command)
-    if not command or not all(isinstance(a, str) and a for a in command):
+    listed = isinstance(command, list) and all(isinstance(a, str) and a for a in command)
+    if not command or not listed:
+        problem = "is not set" if command is None else "is empty" if not command else None
+        problem = problem or f"{command!r} is not a program and its arguments"
         raise JobConfigError(
             "runner.command",
-            f"{'is not set' if command is None else 'is empty'}; allowed: the program and "
-            "its arguments as a list, e.g. 'runner.command=[python,-u,train.py]'",
+            f"{problem}; allowed: a list, e.g. 'runner.command=[python,-u,train.py]', or "
+            "one string split as a shell would, e.g. 'runner.command=python -u train.py'",
         )
     if command[0].startswith("-"):
         # Under torchrun the command follows the launcher's own options: a leading `-` would
