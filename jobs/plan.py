@@ -186,7 +186,7 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         run_dir=spec.run_dir,
         warnings=tuple(warnings),
         data=() if command else data_sources(cfg.data),
-        runner=describe(cfg.runner),
+        runner=describe(cfg),
     )
 
 

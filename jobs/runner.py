@@ -159,13 +159,22 @@ def runner_program(
     return RunnerProgram(tuple(wrapper), user_program(runner), env)
 
 
-def describe(runner: Any) -> str:
-    """The plan's line: which runner and what it runs."""
+def describe(cfg: Any) -> str:
+    """The plan's line: which runner and what it runs (runner=hf: and how it evaluates, which
+    the built-in trainer's plan says in its own lines)."""
+    runner = cfg.runner
     if runner.name == TRAINSTACK:
         return "trainstack (built-in trainer)"
     if runner.name == HF:
         lora = f", LoRA r={runner.peft.r}" if runner.peft.r else ""
-        return f"hf (transformers.Trainer{lora})"
+        trainer = cfg.trainer
+        evals = (
+            f"eval every {trainer.eval_interval} steps on {trainer.eval_batches} x "
+            f"{trainer.micro_batch_size} windows per rank (trainer.eval_interval, eval_batches)"
+            if trainer.eval_interval > 0
+            else "no eval (trainer.eval_interval=0)"
+        )
+        return f"hf (transformers.Trainer{lora}); {evals}"
     import shlex
 
     how = "under torchrun" if runner.torchrun else "once per node"

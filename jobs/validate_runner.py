@@ -126,3 +126,33 @@ def check_runner(cfg: Any) -> None:
             "runner=hf fine-tunes a Hugging Face checkpoint; allowed: its directory or "
             "s3://bucket/prefix, e.g. model=hf model.init_from=s3://bucket/models/x",
         )
+    if runner.name == HF:
+        check_hf_tokenizer(cfg)
+
+
+def check_hf_tokenizer(cfg: Any) -> None:
+    """runner=hf's tokenizer (data.tokenizer, else init_from's own files), where it is on this
+    machine: loaded here against the checkpoint's vocabulary, as the built-in trainer's is, so
+    a missing or too-big one is found at launch, not after the ranks start. Remote ones (s3://,
+    hf://) are the pods' to read."""
+    from pathlib import Path
+
+    from trainer.errors import ConfigError
+    from trainer.hf.config import read_hf_config
+    from trainer.tokenizer import build_tokenizer
+
+    init_from = cfg.model.init_from
+    source = cfg.data.tokenizer if cfg.data.tokenizer is not None else init_from
+    local = [p for p in (init_from, source) if p is not None and "://" not in p]
+    if source is None or len(local) < 2 or not all(Path(p).is_dir() for p in local):
+        return  # remote, or missing: check_pod_paths / check_local_files name that
+    try:
+        vocab = int(read_hf_config(init_from)["vocab_size"])
+        build_tokenizer(source, vocab, cfg.data.eos_token)
+    except ConfigError as err:
+        key, _, problem = str(err).partition(": ")
+        if cfg.data.tokenizer is None:
+            problem += " (data.tokenizer=null: runner=hf reads model.init_from's own files)"
+        raise JobConfigError(key, problem) from None
+    except (KeyError, ValueError, TypeError):
+        return  # a config.json without a vocabulary: the model's own checks say so
