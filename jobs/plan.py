@@ -167,6 +167,7 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         )
     if instance is not None and not command:  # runner=command reads no data.* of ours
         warnings.extend(toy_data_warnings(cfg, f"{spec.nodes} x {spec.instance_type}"))
+    warnings.extend(tokenizer_fit_warnings(cfg, args))
     return Plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
@@ -188,6 +189,27 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         data=() if command else data_sources(cfg.data),
         runner=describe(cfg),
     )
+
+
+SMALL_VOCAB = 32_000
+"""Below every common released tokenizer's vocabulary (Llama 2, Mistral: 32,000; Llama 3:
+128,256; Qwen: 151,646)."""
+
+
+def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
+    """A tokenizer read only in the pods (s3://, hf://) for a model whose vocabulary is smaller
+    than any released tokenizer's: the job would fail there, after the nodes started. (A local
+    tokenizer is loaded at launch and checked against the model's vocabulary.)"""
+    from trainer.job_config import tokenizer_source
+
+    source = tokenizer_source(cfg)
+    if args is None or "://" not in source or args.vocab_size >= SMALL_VOCAB:
+        return []
+    return [
+        f"data.tokenizer={source} is read in the pods, and model.vocab_size={args.vocab_size} "
+        "is smaller than any released tokenizer's: a bigger vocabulary fails the job there; "
+        "give the model the tokenizer was made for (e.g. model=llama3_1b for Llama 3's)"
+    ]
 
 
 def toy_data_warnings(cfg: Any, where: str) -> list[str]:

@@ -70,3 +70,21 @@ def test_a_render_of_your_code_without_credentials_leaves_the_archive_and_the_up
     upload = f"aws s3 cp {local} s3://my-bucket/runs/c/code/{archives[0].name}"
     assert upload in result.stdout, result.stdout
     assert "sample corpus" not in result.stdout  # runner=command reads no data.* of ours
+
+
+def test_a_pod_read_tokenizer_for_a_tiny_vocabulary_warns_and_a_sweep_says_it_once(cli):
+    from tests.jobs.conftest import CLUSTER, build
+
+    llama3 = ["data.path=s3://bkt/raw/train.jsonl", "data.tokenizer=s3://bkt/tokenizers/llama3"]
+    gpu = ["compute=p5.48xlarge", *CLUSTER, *llama3]
+    tiny = build([*gpu, "model=tiny"], run_id="tiny-p5")
+    (warning,) = [w for w in tiny.plan.warnings if "data.tokenizer=" in w]
+    assert "model.vocab_size=512 is smaller than any released tokenizer's" in warning
+    assert not build([*gpu, "model=llama3_1b"], run_id="big-p5").plan.warnings
+
+    swept = cli(
+        "launch", "-m", "model=tiny,llama3_1b", "trainer.lr=1e-4,3e-4", "backend=render",
+        "compute=g5.12xlarge", "job.image=ghcr.io/me/trainer:v1", "storage.root=s3://bkt/runs",
+    )  # fmt: skip
+    assert swept.code == 0, swept.err[-2000:]
+    assert swept.out.count("warning  data.path=") == 1  # the sample corpus on GPUs, said once
