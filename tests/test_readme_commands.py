@@ -253,6 +253,7 @@ def test_walkthrough_runs_in_order(block: str, checkout_dir: Path):
     script = "set -e\n" + block
     result = run_shell(script, checkout_dir, extra="local")
     assert result.returncode == 0, f"{block}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "Setting OMP_NUM_THREADS" not in result.stdout + result.stderr  # torchrun's 4 lines
     launched = re.findall(r"trainstack launch[^\n]*run_id=(\S+)", block)
     for run_id in launched:
         assert (checkout_dir / "runs" / run_id).is_dir(), run_id

@@ -125,6 +125,10 @@ class LocalBackend:
                 if key in env and "://" not in env[key]:
                     env[key] = os.path.join(self.cwd, env[key])
         env.update(operator_env(spec.nproc_per_node, state_dir))
+        if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+            # What torchrun sets for several processes anyway, set here so that it does not
+            # print its four-line warning about doing so on every launch.
+            env["OMP_NUM_THREADS"] = "1"
         request = LocalRequest(argv, env, self.cwd, state_dir, trainer_config_yaml(spec))
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         text = (
@@ -154,6 +158,8 @@ class LocalBackend:
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
         )
         attempt = (previous or {}).get("attempt", 0) + 1
+        log = state_dir / run_state.OUTPUT_LOG
+        log_offset = log.stat().st_size if log.is_file() else 0
         run_state.write_state(
             state_dir,
             {
@@ -166,6 +172,7 @@ class LocalBackend:
                 "run_dir": job.spec.run_dir,
                 "command": request.argv,
                 "attempt": attempt,
+                "log_offset": log_offset,
                 "started_at": run_state.utc_now(),
                 "finished_at": None,
                 "exit_code": None,
@@ -198,13 +205,14 @@ class LocalBackend:
         return matching(runs, sweep_id, state)
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
-        """Lines of the run's combined output; torchrun prefixes worker lines with
+        """Lines of the run's combined output (following: its latest attempt's, which a
+        relaunch streams without the attempts before); torchrun prefixes worker lines with
         `[default<rank>]:` (one node here: local rank = rank), so `rank` filters those while
         launcher lines pass through."""
-        state_dir, _ = self._state(run_id)
+        state_dir, state = self._state(run_id)
         path = state_dir / run_state.OUTPUT_LOG
         own = f"[default{rank}]:"
-        offset, partial = 0, b""
+        offset, partial = (int(state.get("log_offset", 0)) if follow else 0), b""
         while True:
             # Checked before reading: that read then sees everything written before the end.
             finished = self._finished(state_dir)

@@ -17,7 +17,10 @@ from jobs.errors import JobConfigError
 from jobs.relaunch import relaunch_config
 from jobs.workdir import list_files
 
-SCRIPT = 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--lr")\np.parse_args()\n'
+SCRIPT = (
+    'import argparse\np = argparse.ArgumentParser()\np.add_argument("--lr")\np.parse_args()\n'
+    'print("trained", flush=True)\n'
+)
 
 
 def own_code_line(project: Path, *extra: str) -> list[str]:
@@ -49,6 +52,7 @@ def test_the_identical_line_and_run_id_alone_relaunch_the_recorded_code(cli, wor
         result = cli("launch", *again)
         assert result.code == 0, (again, result.err, result.out[-2000:])
         assert "its recorded config" in result.out
+        assert result.out.count("trained") == 1  # this attempt's output, not the ones before
         record = OmegaConf.load(workdir / "runs/mine/job/launch.yaml")
         assert (record.runner.code, record.runner.args.lr) == (launched, 0.1)
     assert [p.name for p in (workdir / "runs/mine/code").iterdir()] == [f"{launched}.tar.gz"]
@@ -165,3 +169,16 @@ def test_every_contract_path_exists_at_start_and_status_counts_the_restarts(cli,
     assert failing.code != 0
     shown = cli("status", "fails")
     assert "state      failed" in shown.out and "restarts   2" in shown.out, shown.out
+
+
+def test_a_local_launch_of_several_processes_sets_omp_threads_itself(monkeypatch):
+    """torchrun sets OMP_NUM_THREADS=1 for several processes, printing four lines each time
+    unless it is set already; one the user exported is left alone."""
+    from jobs.backends.local import LocalBackend
+    from tests.jobs.conftest import build
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = LocalBackend().dryrun(build([], run_id="omp")).request.env
+    assert env["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert "OMP_NUM_THREADS" not in LocalBackend().dryrun(build([], run_id="omp")).request.env
