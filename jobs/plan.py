@@ -47,6 +47,8 @@ class Plan:
     """(path, share of samples) of each training source: one, or a mixture's."""
     runner: str = "trainstack (built-in trainer)"
     """Which runner and what it runs (`jobs.runner.describe`)."""
+    trained: str = ""
+    """What of the model trains when not all of it does (LoRA: how many parameters)."""
 
     @property
     def hours(self) -> float | None:
@@ -96,7 +98,8 @@ class Plan:
         if not self.runner.startswith("trainstack"):
             lines.append(f"runner   {self.runner}")
         if self.params is not None:
-            lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters")
+            trained = f"; {self.trained}" if self.trained else ""
+            lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters{trained}")
         elif not self.runner.startswith("command"):
             lines.append(f"model    {self.model}")
         lines.append(f"compute  {where}, backend={self.backend}")
@@ -188,7 +191,18 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         warnings=tuple(warnings),
         data=() if command else data_sources(cfg.data),
         runner=describe(cfg),
+        trained=lora_trained(cfg, args),
     )
+
+
+def lora_trained(cfg: Any, args: Any) -> str:
+    """The plan's note of what a LoRA run of the built-in trainer trains."""
+    lora = cfg.model.lora
+    if args is None or not lora.rank:
+        return ""
+    count = args.lora_params(lora.rank, list(lora.targets))
+    share = count / args.num_params()
+    return f"LoRA r={lora.rank} trains {count:,} of them ({share:.2%}: {', '.join(lora.targets)})"
 
 
 SMALL_VOCAB = 32_000

@@ -40,3 +40,28 @@ def test_an_evaluation_pass_is_eval_batches_per_rank():
     assert eval_windows(SimpleNamespace(trainer=trainer), world=2) == 16
     source = SimpleNamespace(count=10_000)
     assert len(WindowDataset(source, 16)) == 16 and len(WindowDataset(source)) == 10_000
+
+
+def test_the_plan_says_how_many_parameters_lora_trains(tmp_path):
+    """Counted from the architecture; checked against the adapters the trainer builds."""
+    import torch
+
+    from trainer.model.lora import add_lora
+    from trainer.model.model import Transformer
+
+    model = build_llama(tmp_path / "model", tied=False)
+    lora = ["model.lora.rank=4", "model.lora.alpha=8", "model.lora.targets=[q_proj,v_proj]"]
+    line = ["model=hf", f"model.init_from={model}", f"data.path={SAMPLE_DATA}", *lora]
+    job = build(line, run_id="lora")
+    with torch.device("meta"):
+        built = Transformer(_args(job))
+    add_lora(built, 4, 8.0, 0.0, ["q_proj", "v_proj"])
+    trained = sum(p.numel() for p in built.parameters() if p.requires_grad)
+    assert f"LoRA r=4 trains {trained:,} of them" in str(job.plan)
+    assert ": q_proj, v_proj)" in str(job.plan)
+
+
+def _args(job):
+    from trainer.hf.config import read_hf_config, resolve_init_from_args
+
+    return resolve_init_from_args(job.cfg.model, read_hf_config(job.cfg.model.init_from))
