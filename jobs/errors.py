@@ -30,8 +30,8 @@ def one_line(err: BaseException) -> str:
     if key:
         if problem.startswith("Key ") and " not in " in problem:
             near = nearest(str(key).rpartition(".")[2], getattr(cause, "parent_node", None))
-            spell = f"did you mean {near!r}" if near else "check the spelling"
-            return f"{key}: unknown key ({problem}); {spell}, or add it with +{key}=..."
+            spell = f"did you mean {near!r}?" if near else "check the spelling;"
+            return f"{key}: unknown key ({problem}); {spell} a new key is added with +{key}=..."
         return f"{key}: {problem}"
     if isinstance(err, InstantiationException) and err.__cause__ is not None:
         return problem  # a plugin's own refusal (hydra.launcher.*), not Hydra's wrapper line
