@@ -29,11 +29,26 @@ def one_line(err: BaseException) -> str:
     first = str(err).splitlines()[0] if str(err) else problem
     if key:
         if problem.startswith("Key ") and " not in " in problem:
-            return f"{key}: unknown key ({problem}); check the spelling or add it with +{key}=..."
+            near = nearest(str(key).rpartition(".")[2], getattr(cause, "parent_node", None))
+            spell = f"did you mean {near!r}?" if near else "check the spelling;"
+            return f"{key}: unknown key ({problem}); {spell} a new key is added with +{key}=..."
         return f"{key}: {problem}"
     if isinstance(err, InstantiationException) and err.__cause__ is not None:
         return problem  # a plugin's own refusal (hydra.launcher.*), not Hydra's wrapper line
     return first
+
+
+def nearest(name: str, section: object) -> str | None:
+    """The key of `section` (a DictConfig) closest to the mistyped `name`, if one is close."""
+    import difflib
+
+    from omegaconf import DictConfig
+
+    if not isinstance(section, DictConfig):
+        return None
+    keys = [str(k) for k in section]
+    found = difflib.get_close_matches(name, keys, n=1, cutoff=0.7)
+    return found[0] if found else None
 
 
 def missing_stack(name: str, options: list[str]) -> str:

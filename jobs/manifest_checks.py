@@ -11,6 +11,7 @@ once.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from functools import cache
 from typing import Any
@@ -174,7 +175,7 @@ def runtime_pod_templates(runtime: dict) -> dict[str, dict]:
     return {rjob["name"]: rjob["template"]["spec"]["template"] for rjob in jobs}
 
 
-def _check_pod_template(template: dict, name: str, where: str, version: str) -> None:
+def _check_pod_template(template: dict, name: str, where: str, version: str | None) -> None:
     wrapped = {
         "apiVersion": "v1",
         "kind": "PodTemplate",
@@ -243,6 +244,19 @@ def _schema_version(kubernetes_version: str) -> str:
     return older[-1]
 
 
+SCHEMA_MODULES = ("jsonschema", "kubernetes_validate", "referencing")
+"""What the schema check needs: the `jobs` extra, which `make run` (the `local` extra) leaves
+out (kubernetes-validate's schemas alone are about 110 MB)."""
+JOBS_EXTRA = "pip install -c constraints.txt -e '.[jobs]'"
+
+
+def schemas_installed() -> bool:
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in SCHEMA_MODULES)
+    except ImportError:  # a finder that refuses the name outright
+        return False
+
+
 @cache
 def _validator(kind: str, api_version: str, kubernetes_version: str) -> Any:
     import jsonschema
@@ -259,7 +273,10 @@ def _validator(kind: str, api_version: str, kubernetes_version: str) -> Any:
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
 
 
-def check_schema(resource: dict, kubernetes_version: str, where: str) -> None:
+def check_schema(resource: dict, kubernetes_version: str | None, where: str) -> None:
+    """Against Kubernetes `kubernetes_version`'s schema; None: not checked."""
+    if kubernetes_version is None:
+        return
     validator = _validator(resource["kind"], resource["apiVersion"], kubernetes_version)
     error = next(iter(validator.iter_errors(resource)), None)
     if error is not None:
@@ -269,19 +286,26 @@ def check_schema(resource: dict, kubernetes_version: str, where: str) -> None:
         )
 
 
-def check_manifests(manifests: list[dict], kubernetes_version: str) -> None:
-    """Raise ManifestError for the first manifest the cluster or the operator would reject."""
+def check_manifests(manifests: list[dict], kubernetes_version: str, schemas: bool = True) -> None:
+    """Raise ManifestError for the first manifest the cluster or the operator would reject;
+    `schemas=False` leaves out only the check against Kubernetes' JSON schemas (a render
+    where the jobs extra is not installed; the render says so)."""
+    if schemas and not schemas_installed():
+        raise ManifestError(
+            f"checking the manifests against Kubernetes' schemas needs the jobs extra: {JOBS_EXTRA}"
+        )
+    version = kubernetes_version if schemas else None
     for manifest in manifests:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         if kind == "TrainJob":
             check_trainjob_webhook(manifest)
             where = f"TrainJob {name} pod template"
-            _check_pod_template(trainjob_pod_template(manifest), name, where, kubernetes_version)
+            _check_pod_template(trainjob_pod_template(manifest), name, where, version)
         elif kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
             check_jobset_webhook(manifest)
             for rjob, template in runtime_pod_templates(manifest).items():
                 where = f"{kind} {name} {rjob} template"
-                _check_pod_template(template, f"{name}-{rjob}", where, kubernetes_version)
+                _check_pod_template(template, f"{name}-{rjob}", where, version)
                 check_restricted_pod(template, where)
         elif kind == "PyTorchJob":
             check_pytorchjob_webhook(manifest)
@@ -293,7 +317,7 @@ def check_manifests(manifests: list[dict], kubernetes_version: str) -> None:
                     "template": replica["template"],
                 }
                 where = f"PyTorchJob {name} {rtype} template"
-                check_schema(wrapped, kubernetes_version, where)
+                check_schema(wrapped, version, where)
                 check_restricted_pod(replica["template"], where)
         else:
-            check_schema(manifest, kubernetes_version, f"{kind} {name}")
+            check_schema(manifest, version, f"{kind} {name}")

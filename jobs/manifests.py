@@ -118,7 +118,8 @@ def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
     runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
     volumes, mounts = [], []
     if spec.runner != TRAINSTACK:
-        # The workdir is unpacked and an s3:// run's metrics kept here (trainer.runner_exec).
+        # The workdir is unpacked, and an s3:// run's metrics and runner=command checkpoints
+        # kept, here (trainer.runner_exec).
         volumes.append({"emptyDir": {}, "name": "runner"})
         mounts.append({"mountPath": RUNNER_DIR, "name": "runner"})
     if spec.fsx:
@@ -293,9 +294,10 @@ def config_map(spec: JobSpec) -> dict:
     }
 
 
-def to_manifests(spec: JobSpec) -> list[dict]:
+def to_manifests(spec: JobSpec, schemas: bool = True) -> list[dict]:
     """[ConfigMap, TrainJob or PyTorchJob (`job.api`), NetworkPolicy] as plain dicts, validated
-    (raises `ManifestError`); the policy (jobs/network_policy.py) lets only this run's pods in.
+    (raises `ManifestError`; `schemas`: jobs.manifest_checks.check_manifests); the policy
+    (jobs/network_policy.py) lets only this run's pods in.
     The submitter creates it before the job; applied in file order it lands after the job,
     which the namespace's default deny keeps closed meanwhile."""
     if spec.api == "trainjob":
@@ -305,7 +307,7 @@ def to_manifests(spec: JobSpec) -> list[dict]:
     else:
         job = pytorch_job(spec)
     manifests = [drop_none(config_map(spec)), drop_none(job), job_network_policy(spec)]
-    check_manifests(manifests, spec.kubernetes_version)
+    check_manifests(manifests, spec.kubernetes_version, schemas)
     return manifests
 
 

@@ -46,6 +46,36 @@ def default_tokenizer_to_checkpoint(cfg: Any) -> None:
         data.tokenizer = None
 
 
+def command_as_list(cfg: Any) -> None:
+    """runner.command given as one string (`'python -u train.py'`): its words, split as a
+    shell would (quotes kept together), so the record, the sweep and the pods see a list."""
+    import shlex
+
+    from omegaconf import ListConfig, open_dict
+
+    from jobs.errors import JobConfigError
+    from jobs.runner import format_word
+
+    command = cfg.runner.command
+    if isinstance(command, ListConfig):  # numbers Hydra parsed (`--steps,5`) are words too
+        words = [w if not isinstance(w, int | float) else format_word(w) for w in command]
+        with open_dict(cfg):
+            cfg.runner.command = words
+        return
+    if not isinstance(command, str):
+        return
+    try:
+        words = shlex.split(command)
+    except ValueError as err:
+        raise JobConfigError(
+            "runner.command",
+            f"{command!r} does not split into words ({err}); allowed: a list, "
+            "e.g. 'runner.command=[python,-u,train.py]', or a string a shell could run",
+        ) from None
+    with open_dict(cfg):
+        cfg.runner.command = words
+
+
 def materialize(
     cfg: Any,
     *,
@@ -69,12 +99,16 @@ def materialize(
         cfg.run_id = run_id
         cfg.sweep_id = sweep_id
     default_tokenizer_to_checkpoint(cfg)
+    command_as_list(cfg)
     trainer_plan = validate_job(cfg, git_sha=git_sha)
     code = None
+    recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
     if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
+        from jobs.backends.local import LOCAL_STATE_ROOT
         from jobs.workdir import pack
 
-        code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb)
+        keep_out = (cfg.storage.root, LOCAL_STATE_ROOT, cfg.backend.output_root)
+        code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb, keep_out)
     with open_dict(cfg):
         cfg.runner.code = code.sha256 if code else None
     if run_id is None:  # named after validation: the name reads the model's keys
@@ -82,9 +116,19 @@ def materialize(
         with open_dict(cfg):
             cfg.run_id = run_id
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
+    if code is not None and recorded is not None:
+        from jobs.runner import code_archive
+        from jobs.workdir import check_unchanged
+
+        old = code_archive(spec.run_dir, recorded)
+        check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
     if cfg.backend.name != "local":
+        from jobs.manifest_checks import schemas_installed
         from jobs.manifests import to_manifests
 
-        job.manifests = to_manifests(spec)
+        # A render works with what `make run` installs (the render backend says what it left
+        # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).
+        schemas = cfg.backend.name != "render" or schemas_installed()
+        job.manifests = to_manifests(spec, schemas)
     return job

@@ -47,6 +47,8 @@ class Plan:
     """(path, share of samples) of each training source: one, or a mixture's."""
     runner: str = "trainstack (built-in trainer)"
     """Which runner and what it runs (`jobs.runner.describe`)."""
+    trained: str = ""
+    """What of the model trains when not all of it does (LoRA: how many parameters)."""
 
     @property
     def hours(self) -> float | None:
@@ -96,7 +98,8 @@ class Plan:
         if not self.runner.startswith("trainstack"):
             lines.append(f"runner   {self.runner}")
         if self.params is not None:
-            lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters")
+            trained = f"; {self.trained}" if self.trained else ""
+            lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters{trained}")
         elif not self.runner.startswith("command"):
             lines.append(f"model    {self.model}")
         lines.append(f"compute  {where}, backend={self.backend}")
@@ -165,8 +168,9 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
             f"storage.root={cfg.storage.root!r} is inside the pod: checkpoints and metrics "
             "vanish with it (use s3://bucket/prefix, e.g. from stack=<name>)"
         )
-    if instance is not None:
+    if instance is not None and not command:  # runner=command reads no data.* of ours
         warnings.extend(toy_data_warnings(cfg, f"{spec.nodes} x {spec.instance_type}"))
+    warnings.extend(tokenizer_fit_warnings(cfg, args))
     return Plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
@@ -186,8 +190,40 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         run_dir=spec.run_dir,
         warnings=tuple(warnings),
         data=() if command else data_sources(cfg.data),
-        runner=describe(cfg.runner),
+        runner=describe(cfg),
+        trained=lora_trained(cfg, args),
     )
+
+
+def lora_trained(cfg: Any, args: Any) -> str:
+    """The plan's note of what a LoRA run of the built-in trainer trains."""
+    lora = cfg.model.lora
+    if args is None or not lora.rank:
+        return ""
+    count = args.lora_params(lora.rank, list(lora.targets))
+    share = count / args.num_params()
+    return f"LoRA r={lora.rank} trains {count:,} of them ({share:.2%}: {', '.join(lora.targets)})"
+
+
+SMALL_VOCAB = 32_000
+"""Below every common released tokenizer's vocabulary (Llama 2, Mistral: 32,000; Llama 3:
+128,256; Qwen: 151,646)."""
+
+
+def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
+    """A tokenizer read only in the pods (s3://, hf://) for a model whose vocabulary is smaller
+    than any released tokenizer's: the job would fail there, after the nodes started. (A local
+    tokenizer is loaded at launch and checked against the model's vocabulary.)"""
+    from trainer.job_config import tokenizer_source
+
+    source = tokenizer_source(cfg)
+    if args is None or "://" not in source or args.vocab_size >= SMALL_VOCAB:
+        return []
+    return [
+        f"data.tokenizer={source} is read in the pods, and model.vocab_size={args.vocab_size} "
+        "is smaller than any released tokenizer's: a bigger vocabulary fails the job there; "
+        "give the model the tokenizer was made for (e.g. model=llama3_1b for Llama 3's)"
+    ]
 
 
 def toy_data_warnings(cfg: Any, where: str) -> list[str]:

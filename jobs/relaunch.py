@@ -67,6 +67,9 @@ states the model, the data and its order, the batch and layout, or where the run
 different value there is a different run, so it needs a new run_id."""
 
 IGNORED_KEYS = ("run_id", "sweep_id")
+LAUNCHER_KEYS = ("runner.code",)
+"""Set by the launcher, never typed: the record's value stands (a relaunch re-packs
+runner.workdir and `jobs.materialize` refuses it, naming the files, when the code changed)."""
 
 
 def mutable(key: str) -> bool:
@@ -157,23 +160,28 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     composed = leaves(OmegaConf.to_container(cfg, resolve=False))
     scopes = typed_scopes(overrides, composed)
     merged = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
+    maps = free_maps(cfg)
     for key, value in composed.items():
-        if key in IGNORED_KEYS or key.split(".")[0] not in record:
+        if key in IGNORED_KEYS + LAUNCHER_KEYS or key.split(".")[0] not in record:
             continue
         if not any(key == s or key.startswith(f"{s}.") for s in scopes):
             continue
         before = lookup(record, key)
-        if before is ABSENT or before == value:
+        added = before is ABSENT and key.rpartition(".")[0] in maps  # +runner.args.x: a change
+        if (before is ABSENT and not added) or before == value:
             continue
         if not mutable(key):
+            was = "without it" if added else f"with {before!r}"
             raise JobConfigError(
                 key,
-                f"run {cfg.run_id} was launched with {before!r} ({where}), got {value!r}; a "
+                f"run {cfg.run_id} was launched {was} ({where}), got {value!r}; a "
                 "relaunch keeps the run's model, data and layout and may change only steps, "
                 "intervals, loggers, checkpointing and how the job runs "
                 "(jobs/relaunch.py MUTABLE_KEYS); or use a new run_id",
             )
         merged = with_leaf(merged, key, value)
+    for path in maps:  # their keys are the user's (runner.args.lr), not the schema's
+        OmegaConf.set_struct(OmegaConf.select(cfg, path), False)
     try:
         out = OmegaConf.merge(cfg, merged)
     except OmegaConfBaseException as err:
@@ -187,6 +195,23 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
 
 
 ABSENT = object()
+
+
+def free_maps(cfg: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the sections typed `dict[str, ...]` in the schema (runner.args,
+    runner.env): their keys are data, so the record's own keys merge into them."""
+    from omegaconf import DictConfig, OmegaConf
+
+    found = []
+    for name in cfg:
+        node = cfg._get_node(name)
+        if isinstance(node, DictConfig) and not node._is_none():
+            path = f"{prefix}{name}"
+            if OmegaConf.get_type(node) is dict:
+                found.append(path)
+            else:
+                found += free_maps(node, f"{path}.")
+    return found
 
 
 def lookup(tree: Any, key: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from jobs.backends.base import SUCCEEDED, BackendError
@@ -10,6 +11,11 @@ from jobs.backends.base import SUCCEEDED, BackendError
 if TYPE_CHECKING:
     from jobs.backends.base import Backend
     from jobs.materialize import MaterializedJob
+
+
+_WARNED: set[str] = set()
+"""Plan warnings a sweep's one-line points have printed (points may run in threads)."""
+_WARNED_LOCK = threading.Lock()
 
 
 def follows(job: MaterializedJob) -> bool:
@@ -34,6 +40,12 @@ def run_job(
         dry = backend.dryrun(job)
         backend.schedule(dry)
         print(f"{job.plan.one_line()} -> {dry.extra.get('path', backend.name)}", flush=True)
+        for warning in job.plan.warnings:  # once per sweep, not once per point
+            with _WARNED_LOCK:
+                new = warning not in _WARNED
+                _WARNED.add(warning)
+            if new:
+                print(f"warning  {warning}", flush=True)
         return 0
     print(job.plan, flush=True)
     request = backend.dryrun(job)

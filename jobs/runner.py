@@ -10,7 +10,9 @@ Runners:
 - hf: `trainer.runners.hf` (transformers.Trainer) under the launcher, through runner_exec too.
 
 The job contract every non-built-in runner gets (`contract_env`): TRAINSTACK_RUN_ID,
-TRAINSTACK_RUN_DIR, TRAINSTACK_CHECKPOINT_DIR, TRAINSTACK_METRICS, plus torchrun's rank env.
+TRAINSTACK_RUN_DIR, TRAINSTACK_CHECKPOINT_DIR (always a local directory for runner=command),
+TRAINSTACK_CHECKPOINT_URI (where its checkpoints are kept: the same path, or s3://),
+TRAINSTACK_METRICS, plus torchrun's rank env.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ CODE_DIR = f"{SCRATCH_DIR}/code"
 """Where the workdir is unpacked in the pod; the program starts there."""
 POD_METRICS = f"{SCRATCH_DIR}/{METRICS_FILE}"
 """TRAINSTACK_METRICS when the run dir is s3://: runner_exec copies it there as it grows."""
+POD_CHECKPOINTS = f"{SCRATCH_DIR}/checkpoints"
+"""runner=command's TRAINSTACK_CHECKPOINT_DIR when the run dir is s3://: runner_exec restores
+it from `<run dir>/checkpoints` before the program starts and uploads what the program saves
+(trainer.runner_sync), so a program that only knows files works on a cluster."""
 FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """torchrun's documented opt-out of sharing its rendezvous store with the workers: each round
 (every restart) gets a new store on worker rank 0, so a restarted program never reads the
@@ -90,11 +96,16 @@ def launcher(shutdown_timeout_s: int, max_restarts: int) -> tuple[str, ...]:
     )
 
 
-def format_arg(key: str, value: Any) -> str:
-    """`runner.args` entry -> `--key=value` (booleans as true/false, as YAML wrote them)."""
+def format_word(value: Any) -> str:
+    """A value as a command-line word (booleans as true/false, as YAML wrote them)."""
     if isinstance(value, bool):
-        value = "true" if value else "false"
-    return f"--{key}={value}"
+        return "true" if value else "false"
+    return str(value)
+
+
+def format_arg(key: str, value: Any) -> str:
+    """`runner.args` entry -> `--key=value`."""
+    return f"--{key}={format_word(value)}"
 
 
 def user_program(runner: Any) -> tuple[str, ...]:
@@ -108,10 +119,14 @@ def metrics_path(run_dir: str) -> str:
     return POD_METRICS if "://" in run_dir else f"{run_dir.rstrip('/')}/{METRICS_FILE}"
 
 
-def contract_env(run_dir: str) -> dict[str, str]:
-    """What a non-built-in runner is told beyond TRAINSTACK_RUN_ID/RUN_DIR (the job's env)."""
+def contract_env(run_dir: str, runner_name: str) -> dict[str, str]:
+    """What a non-built-in runner is told beyond TRAINSTACK_RUN_ID/RUN_DIR (the job's env).
+    runner=hf reads and writes s3:// checkpoints itself (trainer.runners.hf)."""
+    uri = f"{run_dir.rstrip('/')}/{CHECKPOINTS}"
+    mirrored = "://" in run_dir and runner_name == COMMAND
     return {
-        "TRAINSTACK_CHECKPOINT_DIR": f"{run_dir.rstrip('/')}/{CHECKPOINTS}",
+        "TRAINSTACK_CHECKPOINT_DIR": POD_CHECKPOINTS if mirrored else uri,
+        "TRAINSTACK_CHECKPOINT_URI": uri,
         "TRAINSTACK_METRICS": metrics_path(run_dir),
     }
 
@@ -133,7 +148,7 @@ def runner_program(
     if code is not None:
         wrapper += ["--code", code.uri, "--sha256", code.sha256, "--into", CODE_DIR]
     wrapper.append("--")
-    env = {**contract_env(run_dir), **dict(runner.env or {})}
+    env = {**contract_env(run_dir, runner.name), **dict(runner.env or {})}
     if runner.name == HF or runner.torchrun:
         env.update(FRESH_STORE_ENV)
     if runner.name == HF:
@@ -144,13 +159,22 @@ def runner_program(
     return RunnerProgram(tuple(wrapper), user_program(runner), env)
 
 
-def describe(runner: Any) -> str:
-    """The plan's line: which runner and what it runs."""
+def describe(cfg: Any) -> str:
+    """The plan's line: which runner and what it runs (runner=hf: and how it evaluates, which
+    the built-in trainer's plan says in its own lines)."""
+    runner = cfg.runner
     if runner.name == TRAINSTACK:
         return "trainstack (built-in trainer)"
     if runner.name == HF:
         lora = f", LoRA r={runner.peft.r}" if runner.peft.r else ""
-        return f"hf (transformers.Trainer{lora})"
+        trainer = cfg.trainer
+        evals = (
+            f"eval every {trainer.eval_interval} steps on {trainer.eval_batches} x "
+            f"{trainer.micro_batch_size} windows per rank (trainer.eval_interval, eval_batches)"
+            if trainer.eval_interval > 0
+            else "no eval (trainer.eval_interval=0)"
+        )
+        return f"hf (transformers.Trainer{lora}); {evals}"
     import shlex
 
     how = "under torchrun" if runner.torchrun else "once per node"

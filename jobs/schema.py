@@ -136,8 +136,9 @@ class RunnerConfig:
 
     name: str = "trainstack"
     """trainstack (the built-in trainer), command (your program), hf (transformers.Trainer)."""
-    command: list[str] | None = None
-    """command: the program and its arguments, e.g. [python, -u, train.py]."""
+    command: Any = None
+    """command: the program and its arguments, a list (`[python,-u,train.py]`) or one string
+    split as a shell would (`'python -u train.py'`); the launcher records the list."""
     args: dict[str, Any] = field(default_factory=dict)
     """command: appended as `--key=value` in key order (`+runner.args.lr=1e-4` sweeps them)."""
     env: dict[str, str] = field(default_factory=dict)

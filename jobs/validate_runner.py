@@ -66,11 +66,14 @@ def check_env(runner: Any) -> None:
 def check_command(cfg: Any) -> None:
     runner = cfg.runner
     command = _plain(runner.command)
-    if not command or not all(isinstance(a, str) and a for a in command):
+    listed = isinstance(command, list) and all(isinstance(a, str) and a for a in command)
+    if not command or not listed:
+        problem = "is not set" if command is None else "is empty" if not command else None
+        problem = problem or f"{command!r} is not a program and its arguments"
         raise JobConfigError(
             "runner.command",
-            f"{'is not set' if command is None else 'is empty'}; allowed: the program and "
-            "its arguments as a list, e.g. 'runner.command=[python,-u,train.py]'",
+            f"{problem}; allowed: a list, e.g. 'runner.command=[python,-u,train.py]', or "
+            "one string split as a shell would, e.g. 'runner.command=python -u train.py'",
         )
     if command[0].startswith("-"):
         # Under torchrun the command follows the launcher's own options: a leading `-` would
@@ -123,3 +126,33 @@ def check_runner(cfg: Any) -> None:
             "runner=hf fine-tunes a Hugging Face checkpoint; allowed: its directory or "
             "s3://bucket/prefix, e.g. model=hf model.init_from=s3://bucket/models/x",
         )
+    if runner.name == HF:
+        check_hf_tokenizer(cfg)
+
+
+def check_hf_tokenizer(cfg: Any) -> None:
+    """runner=hf's tokenizer (data.tokenizer, else init_from's own files), where it is on this
+    machine: loaded here against the checkpoint's vocabulary, as the built-in trainer's is, so
+    a missing or too-big one is found at launch, not after the ranks start. Remote ones (s3://,
+    hf://) are the pods' to read."""
+    from pathlib import Path
+
+    from trainer.errors import ConfigError
+    from trainer.hf.config import read_hf_config
+    from trainer.tokenizer import build_tokenizer
+
+    init_from = cfg.model.init_from
+    source = cfg.data.tokenizer if cfg.data.tokenizer is not None else init_from
+    local = [p for p in (init_from, source) if p is not None and "://" not in p]
+    if source is None or len(local) < 2 or not all(Path(p).is_dir() for p in local):
+        return  # remote, or missing: check_pod_paths / check_local_files name that
+    try:
+        vocab = int(read_hf_config(init_from)["vocab_size"])
+        build_tokenizer(source, vocab, cfg.data.eos_token)
+    except ConfigError as err:
+        key, _, problem = str(err).partition(": ")
+        if cfg.data.tokenizer is None:
+            problem += " (data.tokenizer=null: runner=hf reads model.init_from's own files)"
+        raise JobConfigError(key, problem) from None
+    except (KeyError, ValueError, TypeError):
+        return  # a config.json without a vocabulary: the model's own checks say so

@@ -2,10 +2,14 @@
 
 Packed reproducibly (sorted paths, zeroed times and owners, normalized modes, gzip without a
 timestamp), so the same files always give the same sha256; the files are git's tracked ones
-when DIR is in a git checkout, else everything under DIR minus `IGNORED` and the patterns of
-DIR/.trainstackignore. Packed once per process and directory (`pack`): every point of a sweep
-ships the same archive, even if files change while it runs. Stored once per run dir as
-`code/<sha256>.tar.gz` (`store`); `trainer.runner_exec` unpacks and verifies it.
+when DIR is in a git checkout, else everything under DIR minus `IGNORED`, the patterns of
+DIR/.trainstackignore and the directories runs are kept in (the storage root, the local state
+root: `excluded`), so runs never pack their own checkpoints and earlier archives and a
+relaunch with the same files gets the same hash. Packed once per process and directory
+(`pack`): every point of a sweep ships the same archive, even if files change while it runs.
+Stored once per run dir as `code/<sha256>.tar.gz` (`store`); `trainer.runner_exec` unpacks
+and verifies it. A relaunch whose pack differs from its run's is refused, naming the files
+(`check_unchanged`).
 """
 
 from __future__ import annotations
@@ -34,11 +38,16 @@ IGNORED = (
     "venv",
     "__pycache__",
     "*.pyc",
+    ".cache",
     ".mypy_cache",
     ".pytest_cache",
     ".ruff_cache",
+    ".tox",
+    ".nox",
+    "*.egg-info",
     ".ipynb_checkpoints",
     "node_modules",
+    "wandb",
     ".DS_Store",
 )
 """Left out of a directory that is not a git checkout (any path component matching)."""
@@ -99,13 +108,18 @@ def _ignored(rel: str, patterns: tuple[str, ...]) -> bool:
     )
 
 
-def _walk_files(root: Path) -> list[str]:
+def _walk_files(root: Path, excluded: frozenset[Path] = frozenset()) -> list[str]:
     patterns = _ignore_patterns(root)
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         rel_dir = "" if rel_dir == "." else rel_dir
-        dirnames[:] = [d for d in dirnames if not _ignored(f"{rel_dir}/{d}".lstrip("/"), patterns)]
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if not _ignored(f"{rel_dir}/{d}".lstrip("/"), patterns)
+            and Path(dirpath, d).resolve() not in excluded
+        ]
         for name in filenames:
             rel = f"{rel_dir}/{name}".lstrip("/")
             if not _ignored(rel, patterns) and (root / rel).is_file():
@@ -113,12 +127,17 @@ def _walk_files(root: Path) -> list[str]:
     return found
 
 
-def list_files(root: Path) -> tuple[list[str], str]:
-    """(relative paths, sorted; `git` or `directory`)."""
+def list_files(root: Path, excluded: frozenset[Path] = frozenset()) -> tuple[list[str], str]:
+    """(relative paths, sorted; `git` or `directory`); nothing under an `excluded` directory
+    (absolute, resolved) in either case."""
     tracked = _git_files(root)
     if tracked is not None:
-        return sorted(tracked), "git"
-    return sorted(_walk_files(root)), "directory"
+        names, source = tracked, "git"
+    else:
+        names, source = _walk_files(root, excluded), "directory"
+    inside = [d.relative_to(root).as_posix() for d in excluded if d.is_relative_to(root)]
+    names = [n for n in names if not any(n == d or n.startswith(f"{d}/") for d in inside)]
+    return sorted(names), source
 
 
 def _biggest(root: Path, names: list[str], count: int = 3) -> str:
@@ -147,13 +166,59 @@ def archive(root: Path, names: list[str]) -> bytes:
     return buffer.getvalue()
 
 
-_packed: dict[tuple[str, int], PackedWorkdir] = {}
+def digests(data: bytes) -> dict[str, str]:
+    """name -> sha256 of each file in a packed archive."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar:
+            f = tar.extractfile(member)
+            if f is not None:
+                out[member.name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def changes(before: bytes, after: bytes, limit: int = 5) -> str:
+    """`a.py (changed), b.py (new), c.py (removed)` between two archives; `limit` named."""
+    old, new = digests(before), digests(after)
+    found = [
+        f"{name} ({'new' if name not in old else 'removed' if name not in new else 'changed'})"
+        for name in sorted(old.keys() | new.keys())
+        if old.get(name) != new.get(name)
+    ]
+    if not found:
+        return "the same files, packed differently (modes)"
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return ", ".join(found[:limit]) + more
+
+
+def check_unchanged(run_id: str, workdir: str, recorded: str, uri: str, code: PackedWorkdir):
+    """A relaunch runs the code its run was launched with: a different pack of the workdir is
+    refused in one line naming the files that changed (read from the stored archive)."""
+    from trainer.storage import read_uri_bytes
+
+    if code.sha256 == recorded:
+        return
+    try:
+        what = changes(read_uri_bytes(uri), code.data)
+    except Exception as exc:  # the stored archive is gone or unreadable: say so, and the hashes
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        what = f"unknown files (the launched archive {uri} cannot be read: {reason})"
+    raise JobConfigError(
+        KEY,
+        f"{workdir!r} changed since run {run_id} was launched with code {recorded[:12]} (now "
+        f"{code.sha256[:12]}): {what}; a relaunch runs the same code: restore the files, or "
+        "use a new run_id",
+    )
+
+
+_packed: dict[tuple[str, int, frozenset[Path]], PackedWorkdir] = {}
 _lock = threading.Lock()
 
 
-def pack(workdir: str, max_mb: int) -> PackedWorkdir:
+def pack(workdir: str, max_mb: int, excluded: tuple[str, ...] = ()) -> PackedWorkdir:
     """Pack `workdir` (once per process); raises JobConfigError (one line) when it is missing,
-    empty or bigger than `max_mb` MiB packed."""
+    empty or bigger than `max_mb` MiB packed. Nothing under the `excluded` local directories
+    (where runs are kept) is packed."""
     if not workdir or not workdir.strip():
         raise JobConfigError(KEY, "is empty; allowed: a local directory, e.g. runner.workdir=.")
     if "://" in workdir:
@@ -163,11 +228,12 @@ def pack(workdir: str, max_mb: int) -> PackedWorkdir:
         raise JobConfigError(
             KEY, f"no such directory {workdir!r} (relative to {Path.cwd()}); allowed: a directory"
         )
+    skip = frozenset(Path(d).expanduser().resolve() for d in excluded if "://" not in d)
     with _lock:
-        cached = _packed.get((str(root), max_mb))
+        cached = _packed.get((str(root), max_mb, skip))
         if cached is not None:
             return cached
-        names, source = list_files(root)
+        names, source = list_files(root, skip)
         if not names:
             what = "no git-tracked files" if source == "git" else "no files (after ignores)"
             raise JobConfigError(KEY, f"{workdir!r} has {what}; allowed: a directory with code")
@@ -184,7 +250,7 @@ def pack(workdir: str, max_mb: int) -> PackedWorkdir:
                 "them), ship data through S3, or raise runner.workdir_max_mb",
             )
         packed = PackedWorkdir(hashlib.sha256(data).hexdigest(), data, len(names), source)
-        _packed[(str(root), max_mb)] = packed
+        _packed[(str(root), max_mb, skip)] = packed
         return packed
 
 

@@ -10,7 +10,9 @@ continuation lines joined. Each is one of:
   (`trainstack <command> --help` exits 0).
 - **walkthrough**: a block whose first line is `# walkthrough` runs whole, in order, for real
   (no `--dryrun`) as one bash script with `set -e`, in one such directory: the newcomer's path
-  (train, list, resume, sweep) works end to end, each step on what the previous one left.
+  (train, list, resume, sweep, render; your own script, its relaunch and sweep) works end to
+  end, each step on what the previous one left, with only the `local` extra `make run`
+  installs importable (tests/only_extra) and no AWS credentials.
 - **runnable**: everything else. `<placeholders>` are replaced from PLACEHOLDERS (an unknown
   one fails this test: add it there or mark the line), `trainstack launch` gets `--dryrun`
   (nothing trains or is written), and the whole line runs through bash, from a temporary
@@ -191,9 +193,23 @@ def runnable(command: Command, tokenizer_dir: Path) -> str:
     return code
 
 
-def run_shell(code: str, cwd: Path) -> subprocess.CompletedProcess:
+ONLY_EXTRA = Path(__file__).parent / "only_extra"
+NO_AWS = {
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def run_shell(code: str, cwd: Path, extra: str | None = None) -> subprocess.CompletedProcess:
+    """`code` through bash; with `extra`, as in a venv holding only that extra, and without
+    AWS credentials."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env["TOKEN"] = "readme-test-token-at-least-32-characters"
+    if extra is not None:
+        env = {k: v for k, v in env.items() if not k.startswith("AWS_")} | NO_AWS
+        env["TRAINSTACK_ONLY_EXTRA"] = extra
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ONLY_EXTRA), env.get("PYTHONPATH")]))
     return subprocess.run(
         ["bash", "-c", f"set -o pipefail; {code}"],
         cwd=cwd,
@@ -235,8 +251,9 @@ def test_usage_lines_name_real_commands(subcommand: str, checkout_dir: Path):
 def test_walkthrough_runs_in_order(block: str, checkout_dir: Path):
     """The newcomer's path: every step for real, each on what the steps before it left."""
     script = "set -e\n" + block
-    result = run_shell(script, checkout_dir)
+    result = run_shell(script, checkout_dir, extra="local")
     assert result.returncode == 0, f"{block}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "Setting OMP_NUM_THREADS" not in result.stdout + result.stderr  # torchrun's 4 lines
     launched = re.findall(r"trainstack launch[^\n]*run_id=(\S+)", block)
     for run_id in launched:
         assert (checkout_dir / "runs" / run_id).is_dir(), run_id

@@ -88,6 +88,33 @@ def _never_restart_bad_input(agent_class: type) -> None:
     agent_class._monitor_workers = _monitor_workers
 
 
+RESTARTS_FILE_ENV = "TRAINSTACK_RESTARTS_FILE"
+"""Where the agent writes how many times it restarted the ranks so far (the local backend's
+job/restarts, read by `trainstack status`); unset: not recorded."""
+
+
+def _record_restarts(agent_class: type) -> None:
+    """Each start of the workers writes torchrun's own count of restarts so far (max_restarts
+    minus what is left, as its `restart_count`) to RESTARTS_FILE_ENV's file."""
+    start = agent_class._start_workers
+    if getattr(start, "trainstack_restarts", False):
+        return
+
+    def _start_workers(self, worker_group):
+        path = os.environ.get(RESTARTS_FILE_ENV)
+        if path:
+            done = worker_group.spec.max_restarts - self._remaining_restarts
+            try:
+                with open(path, "w") as f:
+                    f.write(f"{done}\n")
+            except OSError:  # bookkeeping: never the reason a run stops
+                pass
+        return start(self, worker_group)
+
+    _start_workers.trainstack_restarts = True  # type: ignore[attr-defined]
+    agent_class._start_workers = _start_workers
+
+
 ROUND_ENV = "TRAINSTACK_RDZV_ROUND"
 """The rendezvous round the workers were started in (the same on every node of a round)."""
 
@@ -125,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers' parent: see trainer.lifeline
     _never_restart_bad_input(LocalElasticAgent)
     _tell_workers_the_round(LocalElasticAgent)
+    _record_restarts(LocalElasticAgent)
     try:
         torchrun(argv)
     except SignalException as exc:

@@ -54,7 +54,9 @@ class MetricsLogger:
         numbers = {k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}
         for sink in self._sinks:
             sink(numbers, step)
-        line = " ".join(f"{k}={_short(v)}" for k, v in record.items())
+        # The file keeps every key; the log line only what has a value (mfu/percent is null
+        # where the device's peak is unknown, e.g. on CPU).
+        line = " ".join(f"{k}={_short(v)}" for k, v in record.items() if v is not None)
         if self._progress is not None:
             self._latest.update(record)  # an eval line keeps the last training figures shown
             self._progress.update(self._task, completed=step, info=_headline(self._latest))

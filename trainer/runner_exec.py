@@ -4,14 +4,16 @@ What a job that runs someone else's program (runner=command, runner=hf) does fir
 node, before the program or its torchrun starts:
 
 1. writes the run record `<run_dir>/config.yaml` (node 0; the `--config` file, which holds the
-   runner section and the code's sha256);
+   runner section and the code's sha256), and creates every local directory the job contract
+   names (TRAINSTACK_RUN_DIR, TRAINSTACK_CHECKPOINT_DIR, the one TRAINSTACK_METRICS is in);
 2. with `--code`: fetches the workdir archive (local path or s3://), checks its sha256 and
    unpacks it into `--into` (once: a restart finds it there), then starts the program there.
    A missing or mismatching archive exits 2 (bad input: never retried, the same archive would
    fail the same way);
 3. replaces itself with PROGRAM (signals and exit codes are the program's own) — except when
-   the run dir is s3:// and TRAINSTACK_METRICS is a file here: then it stays as the program's
-   parent, forwards SIGTERM/SIGINT, and copies the metrics file into the run dir as it grows.
+   the run dir is s3:// and TRAINSTACK_METRICS or TRAINSTACK_CHECKPOINT_DIR are local here:
+   then it restores the checkpoints from the run dir, stays as the program's parent, forwards
+   SIGTERM/SIGINT, and keeps both in step with the run dir (trainer.runner_sync).
 
 Never imports jobs/: the trainer image carries trainer/ alone.
 """
@@ -23,8 +25,6 @@ import hashlib
 import io
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -32,12 +32,11 @@ from pathlib import Path
 import yaml
 
 from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+from trainer.runner_sync import CheckpointMirror, run_syncing, syncs_for
 
 RECORD = "config.yaml"
 MARKER = ".trainstack-code"
 """Inside the unpacked tree: the sha256 it was unpacked from."""
-RUN_DIR_METRICS = "logs/metrics.jsonl"
-SYNC_INTERVAL_S = 15.0
 
 
 def _say(message: str) -> None:
@@ -105,37 +104,18 @@ def unpack(data: bytes, sha256: str, into: Path) -> None:
     os.replace(staging, into)
 
 
-def run_syncing(program: list[str], metrics: Path, run_dir: str) -> int:
-    """Run `program` as a child, forwarding SIGTERM/SIGINT, and copy `metrics` to
-    `<run_dir>/logs/metrics.jsonl` every SYNC_INTERVAL_S and at the end."""
-    from trainer.storage import open_run_storage
+CONTRACT_DIRS = ("TRAINSTACK_RUN_DIR", "TRAINSTACK_CHECKPOINT_DIR")
+CONTRACT_FILES = ("TRAINSTACK_METRICS",)
 
-    storage = open_run_storage(run_dir)
-    last = [-1]
 
-    def sync() -> None:
-        try:
-            size = metrics.stat().st_size
-        except FileNotFoundError:
-            return
-        if size != last[0]:
-            try:
-                storage.upload_file(metrics, RUN_DIR_METRICS)
-                last[0] = size
-            except Exception as exc:  # progress is decoration; the next sync tries again
-                _say(f"could not copy metrics to {run_dir}: {exc}")
-
-    proc = subprocess.Popen(program)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
-    while True:
-        try:
-            code = proc.wait(timeout=SYNC_INTERVAL_S)
-            break
-        except subprocess.TimeoutExpired:
-            sync()
-    sync()
-    return 128 - code if code < 0 else code
+def make_contract_paths(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Every local path the contract names exists before the program starts: its directories,
+    and the directory of its files (a program may open TRAINSTACK_METRICS straight away)."""
+    for key in CONTRACT_DIRS + CONTRACT_FILES:
+        value = environ.get(key, "")
+        if value and "://" not in value:
+            path = Path(value)
+            (path if key in CONTRACT_DIRS else path.parent).mkdir(parents=True, exist_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # storage trouble: transient more often than not
         _say(f"could not write {run_dir}/{RECORD}: {exc}")
         return EXIT_FAILED
+    try:
+        make_contract_paths(os.environ)
+    except OSError as exc:
+        _say(f"cannot create the job contract's directories: {exc}")
+        return EXIT_FAILED
     if options.code:
         try:
             data = fetch(options.code, options.sha256)
@@ -159,10 +144,23 @@ def main(argv: list[str] | None = None) -> int:
         into = Path(options.into)
         unpack(data, options.sha256, into)
         os.chdir(into)
-    metrics = os.environ.get("TRAINSTACK_METRICS", "")
-    if run_dir.startswith("s3://") and metrics and "://" not in metrics:
-        Path(metrics).parent.mkdir(parents=True, exist_ok=True)
-        return run_syncing(program, Path(metrics), run_dir)
+    env = os.environ
+    syncs = syncs_for(
+        run_dir,
+        env.get("TRAINSTACK_METRICS", ""),
+        env.get("TRAINSTACK_CHECKPOINT_DIR", ""),
+        env.get("TRAINSTACK_CHECKPOINT_URI", ""),
+    )
+    for mirror in (s for s in syncs if isinstance(s, CheckpointMirror)):
+        try:
+            restored = mirror.restore()
+        except Exception as exc:  # storage trouble: transient more often than not
+            _say(f"could not restore {run_dir}/checkpoints: {exc}")
+            return EXIT_FAILED
+        if restored:
+            _say(f"restored {restored} files from {run_dir}/checkpoints into {mirror.local}")
+    if syncs:
+        return run_syncing(program, syncs)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -232,6 +232,11 @@ def _train(parts: Parts, data: TrainingData, stop: StopSignal) -> int:
     checkpointer, metrics = parts.checkpointer, parts.metrics
     t = cfg.trainer
     metrics.note(plan.describe())
+    if data.malformed_lines:
+        metrics.note(
+            f"data: {data.malformed_lines} malformed lines skipped "
+            f"(under data.max_bad_fraction={cfg.data.max_bad_fraction})"
+        )
 
     # 3. Resume from the newest committed checkpoint that loads, if any.
     progress = Progress()

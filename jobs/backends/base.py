@@ -73,6 +73,9 @@ class RunStatus:
     last_loss: float | None = None
     retries: int = 0
     """Automatic resubmissions so far (kubernetes backend, `job.max_retries`)."""
+    restarts: int | None = None
+    """Times torchrun restarted the ranks in this attempt (`job.max_restarts`); None: not
+    known here (a cluster pod's)."""
     message: str = ""
     run_dir: str | None = None
     """Where the run's checkpoints and logs/metrics.jsonl live (path or s3:// URI)."""

@@ -37,10 +37,13 @@ from jobs.materialize import MaterializedJob
 from jobs.runner import SCRATCH_DIR, TRAINSTACK
 from jobs.spec import POD_CONFIG_PATH
 from jobs.workdir import store_code
+from trainer.launch import RESTARTS_FILE_ENV
 
 REQUEST_FILE = "job/request.json"
 CONFIG_FILE = "job/config.yaml"
 LAUNCH_FILE = "job/launch.yaml"
+RESTARTS_FILE = "job/restarts"
+"""torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
 LOCAL_STATE_ROOT = "runs"
 """Where state lives when the run dir itself is remote (storage.root=s3://...)."""
 
@@ -56,7 +59,12 @@ class LocalRequest:
     config_text: str
 
 
-CONTRACT_PATHS = ("TRAINSTACK_RUN_DIR", "TRAINSTACK_CHECKPOINT_DIR", "TRAINSTACK_METRICS")
+CONTRACT_PATHS = (
+    "TRAINSTACK_RUN_DIR",
+    "TRAINSTACK_CHECKPOINT_DIR",
+    "TRAINSTACK_CHECKPOINT_URI",
+    "TRAINSTACK_METRICS",
+)
 """Absolute here for programs of other runners: a workdir's program starts in its own copy."""
 
 
@@ -81,13 +89,15 @@ def launch_record(job: MaterializedJob) -> str:
 
 
 def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
-    """What the operator sets in a pod, for one node here; plus per-rank log prefixes."""
+    """What the operator sets in a pod, for one node here; plus per-rank log prefixes and
+    where the launcher counts its restarts."""
     return {
         "PET_NNODES": "1",
         "PET_NPROC_PER_NODE": str(nproc_per_node),
         "PET_STANDALONE": "1",
         "PET_TEE": "3",
         "PET_LOG_DIR": f"{state_dir}/job/torchrun",
+        RESTARTS_FILE_ENV: f"{state_dir}/{RESTARTS_FILE}",
     }
 
 
@@ -115,6 +125,10 @@ class LocalBackend:
                 if key in env and "://" not in env[key]:
                     env[key] = os.path.join(self.cwd, env[key])
         env.update(operator_env(spec.nproc_per_node, state_dir))
+        if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+            # What torchrun sets for several processes anyway, set here so that it does not
+            # print its four-line warning about doing so on every launch.
+            env["OMP_NUM_THREADS"] = "1"
         request = LocalRequest(argv, env, self.cwd, state_dir, trainer_config_yaml(spec))
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         text = (
@@ -139,10 +153,13 @@ class LocalBackend:
         run_state.write_atomic(state_dir / CONFIG_FILE, request.config_text)
         run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
+        (state_dir / RESTARTS_FILE).unlink(missing_ok=True)  # counted per attempt
         (state_dir / REQUEST_FILE).write_text(
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
         )
         attempt = (previous or {}).get("attempt", 0) + 1
+        log = state_dir / run_state.OUTPUT_LOG
+        log_offset = log.stat().st_size if log.is_file() else 0
         run_state.write_state(
             state_dir,
             {
@@ -155,6 +172,7 @@ class LocalBackend:
                 "run_dir": job.spec.run_dir,
                 "command": request.argv,
                 "attempt": attempt,
+                "log_offset": log_offset,
                 "started_at": run_state.utc_now(),
                 "finished_at": None,
                 "exit_code": None,
@@ -187,13 +205,14 @@ class LocalBackend:
         return matching(runs, sweep_id, state)
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False) -> Iterator[str]:
-        """Lines of the run's combined output; torchrun prefixes worker lines with
+        """Lines of the run's combined output (following: its latest attempt's, which a
+        relaunch streams without the attempts before); torchrun prefixes worker lines with
         `[default<rank>]:` (one node here: local rank = rank), so `rank` filters those while
         launcher lines pass through."""
-        state_dir, _ = self._state(run_id)
+        state_dir, state = self._state(run_id)
         path = state_dir / run_state.OUTPUT_LOG
         own = f"[default{rank}]:"
-        offset, partial = 0, b""
+        offset, partial = (int(state.get("log_offset", 0)) if follow else 0), b""
         while True:
             # Checked before reading: that read then sees everything written before the end.
             finished = self._finished(state_dir)
@@ -233,7 +252,15 @@ class LocalBackend:
 def _status(state_dir: Path, state: dict) -> RunStatus:
     if state.get("state") in (PENDING, RUNNING) and not _alive(state):
         state = {**state, "state": FAILED, "message": "launcher process vanished"}
-    return replace(run_state.to_status(state_dir, state), log_ranks=_ranks(state_dir, state))
+    status = run_state.to_status(state_dir, state)
+    return replace(status, log_ranks=_ranks(state_dir, state), restarts=_restarts(state_dir))
+
+
+def _restarts(state_dir: Path) -> int:
+    """job/restarts: a number the launcher wrote (the run's own processes can write there
+    too: read 32 bytes at most, anything else is 0)."""
+    text = _read_from(state_dir / RESTARTS_FILE, 0, limit=32).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else 0
 
 
 def _ranks(state_dir: Path, state: dict) -> int | None:
@@ -248,11 +275,11 @@ def _ranks(state_dir: Path, state: dict) -> int | None:
         return None
 
 
-def _read_from(path: Path, offset: int) -> bytes:
+def _read_from(path: Path, offset: int, limit: int = -1) -> bytes:
     try:
         with path.open("rb") as f:
             f.seek(offset)
-            return f.read()
+            return f.read(limit)
     except FileNotFoundError:
         return b""
 

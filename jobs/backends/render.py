@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
+from jobs.manifest_checks import JOBS_EXTRA, schemas_installed
 from jobs.manifests import to_yaml
 from jobs.materialize import MaterializedJob
 from jobs.workdir import store_code
@@ -69,6 +70,12 @@ class RenderBackend:
         if job.manifests is None:
             raise BackendError("render: the job was materialized without manifests")
         manifests = pin_images(job.manifests, resolve=digest_or_tag)
+        if not schemas_installed():
+            print(
+                "render: not checked against Kubernetes' JSON schemas (the webhooks' and pod "
+                f"security checks ran); for that: {JOBS_EXTRA}",
+                flush=True,
+            )
         text = to_yaml(manifests)
         return DryRun(
             backend=self.name,
@@ -81,7 +88,7 @@ class RenderBackend:
     def schedule(self, dryrun: DryRun) -> str:
         job = dryrun.job
         path = self.manifest_path(job.run_id)
-        store_code(job)  # the pods fetch it from the run dir: there before the manifests
+        self._store_code(job, path.parent)  # the pods fetch it: there before the manifests
         try:
             self._write(job, path, dryrun.text)
         except OSError as err:  # validation saw a writable root; the disk said otherwise
@@ -90,6 +97,26 @@ class RenderBackend:
                 "a directory this user can create or write"
             ) from err
         return job.run_id
+
+    def _store_code(self, job: MaterializedJob, local_dir: Path) -> None:
+        """The workdir archive into the run dir, as every backend stores it; where that cannot
+        be done from here (no AWS credentials), beside the manifests, with the one command
+        that uploads it to where the pods fetch it (before `kubectl apply`)."""
+        try:
+            store_code(job)
+        except BackendError as err:
+            if job.code is None or job.spec.code is None:
+                raise
+            uri = job.spec.code.uri
+            local = local_dir / "code" / uri.rsplit("/", 1)[1]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(job.code.data)
+            reason = str(err.__cause__ or err).rsplit(": ", 1)[-1]
+            print(
+                f"render: runner.workdir not stored at {uri} ({reason}); before kubectl "
+                f"apply: aws s3 cp {local} {uri}",
+                flush=True,
+            )
 
     def _write(self, job: MaterializedJob, path: Path, text: str) -> None:
         run_state.write_atomic(path, text)

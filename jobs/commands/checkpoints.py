@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.commands.run_lookup import compose_for, fail
+from jobs.backends.base import BackendError
+from jobs.commands.run_lookup import existing_run_dir, fail
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="run id, or a run dir (path or s3:// URI)")
     parser.add_argument(
-        "overrides", nargs="*", help="config overrides selecting storage.root, e.g. stack=prod"
+        "overrides",
+        nargs="*",
+        default=[],
+        help="config overrides selecting storage.root, e.g. stack=prod",
     )
-
-
-def run_dir_of(run: str, overrides: list[str]) -> str:
-    if "/" in run or run.startswith("."):
-        return run
-    from jobs.spec import run_dir_for
-
-    return run_dir_for(compose_for(overrides).storage.root, run)
 
 
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -46,12 +42,19 @@ def run(args: argparse.Namespace) -> int:
     from trainer.checkpoint import list_checkpoints
     from trainer.storage import StorageError, open_run_storage
 
-    run_dir = run_dir_of(args.run, args.overrides)
     try:
-        storage = open_run_storage(run_dir)
+        storage = open_run_storage(existing_run_dir(args.run, args.overrides))
         reports = list_checkpoints(storage)
-    except StorageError as err:
+        others = [] if reports else storage.list_dir("checkpoints")
+    except (BackendError, StorageError) as err:
         return fail("checkpoints", str(err))
+    if others:  # a runner=command program's own files: its format, not trainstack's
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        print(
+            f"{storage.uri('checkpoints')} holds your program's own files ({shown}), not "
+            "the built-in trainer's checkpoints: your program resumes from them itself"
+        )
+        return 0
     if not reports:
         print(f"no checkpoints under {storage.uri('checkpoints')}")
         return 0

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.commands.run_lookup import fail
+from jobs.backends.base import BackendError
+from jobs.commands.run_lookup import existing_run_dir, fail
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,17 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a LoRA run: write the base with the adapters merged (default: a PEFT adapter)",
     )
     parser.add_argument(
-        "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
+        "overrides",
+        nargs="*",
+        default=[],
+        help="config overrides selecting where runs are, e.g. stack=prod",
     )
-
-
-def run_dir_of(run: str, overrides: list[str]) -> str:
-    if "/" in run or "://" in run:
-        return run
-    from jobs.commands.run_lookup import compose_for
-    from jobs.spec import run_dir_for
-
-    return run_dir_for(compose_for(overrides).storage.root, run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("export", "--max-shard-gb: must be > 0", EXIT_BAD_INPUT)
     try:
         result = export_run(
-            run_dir_of(args.run_id, args.overrides),
+            existing_run_dir(args.run_id, args.overrides),
             args.to,
             step=args.step,
             dtype=args.dtype,
@@ -62,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as err:
         return fail("export", str(err), EXIT_BAD_INPUT)
-    except StorageError as err:
+    except (BackendError, StorageError) as err:
         return fail("export", str(err))
     print(
         f"exported step {result.step} of {args.run_id} to {result.destination}: "

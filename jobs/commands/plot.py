@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from jobs.backends.base import BackendError
-from jobs.commands.run_lookup import add_common_arguments, backends_for, fail
+from jobs.commands.run_lookup import add_common_arguments, backends_for, existing_run_dir, fail
 
 FORMATS = (".png", ".html")
 PLOT_WIDTH = 2000
@@ -30,10 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_dirs(args: argparse.Namespace, names: list[str]) -> list[tuple[str, str | None]]:
     """(run id, run dir) of every run to draw."""
-    from jobs.commands.checkpoints import run_dir_of
-
     if args.sweep is None:
-        return [(Path(n.rstrip("/")).name, run_dir_of(n, args.overrides)) for n in names]
+        return [(Path(n.rstrip("/")).name, existing_run_dir(n, args.overrides)) for n in names]
     found = {}
     for backend in backends_for(args):
         for status in backend.list_runs(sweep_id=args.sweep):

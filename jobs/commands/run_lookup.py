@@ -26,7 +26,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "configured)",
     )
     parser.add_argument(
-        "overrides", nargs="*", help="config overrides selecting where runs are, e.g. stack=prod"
+        "overrides",
+        nargs="*",
+        default=[],  # else argparse calls it required when RUN is missing
+        help="config overrides selecting where runs are, e.g. stack=prod",
     )
 
 
@@ -79,6 +82,34 @@ def find_run(backends: list[Any], run_id: str) -> tuple[Any, Any]:
         except BackendError as err:
             problems.append(str(err))
     raise BackendError(f"run {run_id!r} not found: " + "; ".join(problems))
+
+
+def run_dir_of(run: str, overrides: list[str]) -> str:
+    """RUN as the commands take it: a run id (its dir is `<storage.root>/<RUN>`, storage.root
+    composed with `overrides`) or a run dir itself (a path or s3:// URI)."""
+    if "/" in run or run.startswith("."):
+        return run
+    from jobs.spec import run_dir_for
+
+    return run_dir_for(compose_for(overrides).storage.root, run)
+
+
+def existing_run_dir(run: str, overrides: list[str]) -> str:
+    """`run_dir_of`, refused in one line (BackendError) when nothing is there: a command that
+    reads a run says it has no such run, not that the run has no metrics or checkpoints."""
+    from trainer.storage import StorageError, open_run_storage
+
+    run_dir = run_dir_of(run, overrides)
+    try:
+        storage = open_run_storage(run_dir)
+        local = storage.local_path("")
+        there = local.is_dir() if local is not None else storage.list_dir("")
+    except StorageError as err:
+        raise BackendError(str(err)) from err
+    if not there:
+        hint = "" if "/" in run else " (`trainstack runs` lists the runs here)"
+        raise BackendError(f"no run {run!r}: nothing at {run_dir}{hint}")
+    return run_dir
 
 
 def fail(command: str, message: str, code: int = 1) -> int:

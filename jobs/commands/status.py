@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         "sweep": status.sweep_id or "-",
         "nodes": status.nodes,
         "retries": status.retries,
+        "restarts": "-" if status.restarts is None else status.restarts,
         "started": status.started_at or "-",
         "finished": status.finished_at or "-",
         "exit code": "-" if status.exit_code is None else status.exit_code,

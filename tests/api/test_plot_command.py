@@ -79,7 +79,7 @@ def test_html_holds_every_point_and_the_sweep_colours(tmp_path):
         (["plot", "a", "--sweep", "s"], "give RUN [RUN ...] or --sweep ID"),
         (["plot", "a", "-o", "a.svg"], "-o a.svg: unknown format; allowed: .png, .html"),
         (["plot", "--sweep", "nothing"], "sweep nothing: no runs found"),
-        (["plot", "empty"], "no metrics yet in"),
+        (["plot", "absent"], "no run 'absent': nothing at"),
     ],
 )
 def test_bad_plot_requests_are_one_line(tmp_path, capsys, argv, message, monkeypatch):

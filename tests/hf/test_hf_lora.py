@@ -4,6 +4,7 @@ with the trainer's logits, and --merge writes the base with them folded in."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -88,6 +89,8 @@ def test_lora_run_exports_a_peft_adapter_and_merged_weights(tmp_path, run_traine
     export_run(str(run_dir), str(tmp_path / "adapter"), dtype="fp32")
     names = sorted(p.name for p in (tmp_path / "adapter").iterdir())
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= set(names)
+    full_mode = 0o666 & ~current_umask()  # as a full export's files (and any new file) get
+    assert ((tmp_path / "adapter/adapter_model.safetensors").stat().st_mode & 0o777) == full_mode
     adapted = peft_logits(source, tmp_path / "adapter", batch)
     assert_close(adapted, trained)
     assert (hf_logits(source, batch) - adapted).abs().max() > 1e-3  # the adapters trained
@@ -96,6 +99,14 @@ def test_lora_run_exports_a_peft_adapter_and_merged_weights(tmp_path, run_traine
                  "--merge"])  # fmt: skip
     assert code == 0
     assert_close(hf_logits(tmp_path / "merged", batch), adapted)
+    merged = sorted((tmp_path / "merged").glob("*.safetensors"))
+    assert merged and {p.stat().st_mode & 0o777 for p in merged} == {full_mode}
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @pytest.mark.slow

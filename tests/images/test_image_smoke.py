@@ -134,10 +134,26 @@ def test_trainer_dependency_missing_from_the_image_fails(capsys, monkeypatch):
 
 READ_ONLY_ROOT = (
     # A private mount namespace: the root filesystem read-only, as `readOnlyRootFilesystem`
-    # makes it, and a fresh tmpfs at each emptyDir mount path the rendered pod has.
-    "mount --bind / / && mount -o remount,ro,bind / && for dir in $MOUNTS; do "
-    'mount -t tmpfs -o size=256m tmpfs "$dir"; done && exec "$@"'
+    # makes it, and a fresh tmpfs at each emptyDir mount path the rendered pod has. The image's
+    # own files (this clone, its venv: $KEEP) stay where they are, read-only, also where a mount
+    # path covers them (a clone under /tmp): each is opened first (fds 3..9, in this namespace)
+    # and bound back from its descriptor (-c: mount must not resolve the path, now the tmpfs's).
+    "mount --bind / / && mount -o remount,ro,bind / && "
+    'i=3; for k in $KEEP; do eval "exec $i<\\"\\$k\\""; i=$((i+1)); done; '
+    'for dir in $MOUNTS; do mount -t tmpfs -o size=256m tmpfs "$dir"; done && '
+    'i=3; for k in $KEEP; do mkdir -p "$k" && mount -c --bind "/proc/self/fd/$i" "$k" && '
+    'mount -c -o remount,ro,bind "$k"; i=$((i+1)); done && exec "$@"'
 )
+
+
+def covered(mounts: list[str]) -> list[str]:
+    """The directories of this interpreter and clone that a mount path would hide, topmost."""
+    mine = {REPO, Path(sys.prefix), Path(sys.base_prefix)}
+    mine |= {Path(p) for p in sys.path if p and Path(p).is_dir()}
+    hidden = sorted(
+        {p.resolve() for p in mine if any(p.resolve().is_relative_to(m) for m in mounts)}
+    )
+    return [p for p in map(str, hidden) if not any(p.startswith(f"{q}/") for q in hidden)]
 
 
 def rendered_trainer_pod() -> tuple[dict[str, str], list[str]]:
@@ -165,15 +181,22 @@ def rendered_trainer_pod() -> tuple[dict[str, str], list[str]]:
 
 def smoke_under_read_only_root(env: dict[str, str], mounts: list[str]):
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_SMOKE_")}
-    command = [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", "cpu"]
+    import torch
+
+    # This machine's build, whichever it is (pip's torch is the CUDA one): the mounts are
+    # what is tested here.
+    built = torch.version.cuda or "cpu"
+    command = [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", built]
     namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", READ_ONLY_ROOT]
+    keep = covered(mounts)
+    assert len(keep) <= 7, keep  # fds 3..9
     return subprocess.run(
         [*namespace, "sh", *command],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=180,
-        env={**base, **env, "MOUNTS": " ".join(mounts)},
+        env={**base, **env, "MOUNTS": " ".join(mounts), "KEEP": " ".join(keep)},
     )
 
 
@@ -190,6 +213,9 @@ def test_self_test_passes_with_the_pods_read_only_root_and_fails_without_its_mou
     result = smoke_under_read_only_root(env, mounts)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok   writable_dirs" in result.stdout
+    # A clone (and venv) where an emptyDir is mounted, as one under /tmp is: the same result.
+    result = smoke_under_read_only_root(env, [*mounts, str(REPO.parent)])
+    assert result.returncode == 0, result.stdout + result.stderr
     # The same image without the pod's HOME: the caches under the image's HOME are read-only.
     home = str(Path.home())
     result = smoke_under_read_only_root({**env, "HOME": home}, mounts)

@@ -69,8 +69,9 @@ def test_launch_runs_torchrun_locally_and_resumes(cli, workdir):
     assert (status.state, status.exit_code, status.last_step) == (SUCCEEDED, 0, 4)
     assert [r.run_id for r in backend.list_runs(state=SUCCEEDED)] == ["e2e"]
     assert backend.list_runs(sweep_id="other") == []
-    rank1 = list(backend.logs("e2e", rank=1))
-    assert rank1 and not any(line.startswith("[default0]:") for line in rank1)
+    rank0, rank1 = list(backend.logs("e2e", rank=0)), list(backend.logs("e2e", rank=1))
+    assert any(line.startswith("[default0]:") for line in rank0)
+    assert not any(line.startswith("[default0]:") for line in rank1)  # rank 1 prints nothing
     backend.cancel("e2e")  # finished: a no-op
     backend.cancel("no-such-run")
     assert backend.status("e2e").state == SUCCEEDED

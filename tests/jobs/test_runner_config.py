@@ -169,7 +169,8 @@ def test_render_runs_the_same_command_with_the_workdir_fetch_efa_and_env(
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert env["MY_FLAG"] == "1"
-    assert env["TRAINSTACK_CHECKPOINT_DIR"] == f"s3://{s3_bucket}/runs/cmd-render/checkpoints"
+    assert env["TRAINSTACK_CHECKPOINT_DIR"] == f"{SCRATCH_DIR}/checkpoints"  # synced with:
+    assert env["TRAINSTACK_CHECKPOINT_URI"] == f"s3://{s3_bucket}/runs/cmd-render/checkpoints"
     assert env["TRAINSTACK_METRICS"] == f"{SCRATCH_DIR}/logs/metrics.jsonl"
     limits = container["resources"]["limits"]
     assert limits["vpc.amazonaws.com/efa"] == "32" and limits["nvidia.com/gpu"] == "8"

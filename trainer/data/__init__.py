@@ -23,6 +23,8 @@ from trainer.tokenizer import Tokenizer
 class Corpus:
     train: TokenStream
     eval: TokenStream
+    malformed_lines: int = 0
+    """Lines skipped as malformed (under data.max_bad_fraction, else reading failed)."""
 
 
 def read_documents(cfg: DataConfig, tokenizer: Tokenizer) -> tuple[list[Document], int]:
@@ -43,7 +45,7 @@ def _read(cfg: DataConfig, form: Format) -> tuple[list[Document], int]:
 
 def load_corpus(cfg: DataConfig, tokenizer: Tokenizer) -> Corpus:
     form = build_format(cfg, tokenizer)
-    documents, _ = _read(cfg, form)
+    documents, bad = _read(cfg, form)
     isolate = form.isolate_documents
     # Every k-th document is held out: deterministic, and independent of the seed so that
     # validation losses of different seeds are comparable.
@@ -55,6 +57,7 @@ def load_corpus(cfg: DataConfig, tokenizer: Tokenizer) -> Corpus:
     return Corpus(
         train=TokenStream.of(train, isolate_documents=isolate),
         eval=TokenStream.of(held_out, isolate_documents=isolate),
+        malformed_lines=bad,
     )
 
 
@@ -67,6 +70,8 @@ class TrainingData:
     names: list[str]
     """Each source's data path, as configured (metrics key the tokens seen by it)."""
     eval: SequenceSource
+    malformed_lines: int = 0
+    """Source lines skipped as malformed: read here, or recorded by `data prepare`."""
 
     def close(self) -> None:
         for source in [*self.train, self.eval]:
@@ -83,12 +88,14 @@ def open_training_data(cfg: DataConfig, tokenizer: Tokenizer, vocab_size: int) -
         entries = [("data.path", str(cfg.path), 1.0)]
     train: list[SequenceSource] = []
     held_out: list[SequenceSource] = []
+    malformed = 0
     for key, path, _ in entries:
         root = prepared_root(path)
         if root is None and cfg.mixture:
             raise ConfigError(f"{key}: {path!r} is not a prepared dataset (its manifest.json)")
         if root is None:
             corpus = load_corpus(cfg, tokenizer)
+            malformed += corpus.malformed_lines
             pair: tuple[SequenceSource, SequenceSource] = (
                 PackedSequences(corpus.train, cfg.seq_len),
                 PackedSequences(corpus.eval, cfg.seq_len),
@@ -97,6 +104,7 @@ def open_training_data(cfg: DataConfig, tokenizer: Tokenizer, vocab_size: int) -
             dataset = open_prepared(
                 root, fingerprint=tokenizer.fingerprint, vocab_size=vocab_size, key=key
             )
+            malformed += dataset.manifest.malformed_lines
             pair = (
                 PreparedSequences(dataset, "train", cfg.seq_len),
                 PreparedSequences(dataset, "eval", cfg.seq_len),
@@ -113,6 +121,7 @@ def open_training_data(cfg: DataConfig, tokenizer: Tokenizer, vocab_size: int) -
         weights=[w for _, _, w in entries],
         names=[p for _, p, _ in entries],
         eval=held_out[0] if len(held_out) == 1 else ConcatSequences(held_out),
+        malformed_lines=malformed,
     )
 
 

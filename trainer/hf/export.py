@@ -32,7 +32,13 @@ from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
 from trainer.hf.dcp_read import CheckpointTensors
-from trainer.hf.export_lora import ADAPTER_CONFIG, run_lora, write_adapter, write_merged
+from trainer.hf.export_lora import (
+    ADAPTER_CONFIG,
+    run_lora,
+    save_weights,
+    write_adapter,
+    write_merged,
+)
 from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
 from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
 from trainer.model.args import ModelArgs, model_args_from_config
@@ -215,19 +221,7 @@ def _write_weights(
 
 
 def _save_shard(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata={"format": "pt"})
-    # safetensors creates its file 0600; the export's other files (and a downloaded model's)
-    # get what any new file gets here.
-    path.chmod(_new_file_mode())
-
-
-def _new_file_mode() -> int:
-    """0666 less this process's umask: the mode `open()` gives a new file."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+    save_weights(tensors, path)
 
 
 def _copy_tokenizer(storage: RunStorage, out: Path) -> None:

@@ -11,6 +11,7 @@ index; config.json from the run's copy of the source's.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 from dataclasses import dataclass
@@ -82,12 +83,21 @@ def adapter_tensors(checkpoint: Path, dtype: torch.dtype) -> dict[str, torch.Ten
     return found
 
 
-def write_adapter(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path) -> int:
-    """adapter_model.safetensors + adapter_config.json (peft's names) into `out`."""
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """A safetensors file of an export, with the mode any new file gets here (safetensors
+    creates its files 0600; the export's other files, and a downloaded model's, are not)."""
     from safetensors.torch import save_file
 
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    mask = os.umask(0)
+    os.umask(mask)
+    path.chmod(0o666 & ~mask)
+
+
+def write_adapter(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path) -> int:
+    """adapter_model.safetensors + adapter_config.json (peft's names) into `out`."""
     tensors = {f"base_model.model.{k}": v for k, v in adapter_tensors(checkpoint, dtype).items()}
-    save_file(tensors, str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    save_weights(tensors, out / ADAPTER_WEIGHTS)
     config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -111,7 +121,7 @@ def write_adapter(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path
 def write_merged(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path, work: Path) -> int:
     """The base's safetensors files with every adapted weight replaced by W + scale * B @ A;
     the index (same file names) into `out`. Returns the bytes of weights written."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     adapters = adapter_tensors(checkpoint, torch.float32)
     base = _local_base(lora.init_from, work)
@@ -128,7 +138,7 @@ def write_merged(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path,
             tensors[name] = tensors[name].to(dtype).contiguous()
             total += tensors[name].numel() * tensors[name].element_size()
             index[name] = file_name
-        save_file(tensors, str(out / file_name), metadata={"format": "pt"})
+        save_weights(tensors, out / file_name)
     missing = {k.rsplit(".lora_", 1)[0] for k in adapters} - merged_names
     if missing:
         raise ConfigError(f"--merge: {lora.init_from} lacks {sorted(missing)[0]}.weight")

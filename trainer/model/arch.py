@@ -55,6 +55,21 @@ class ModelArgs:
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim  # type: ignore[operator]
 
+    def lora_params(self, rank: int, targets: list[str]) -> int:
+        """What LoRA of `rank` on the Hugging Face projections `targets` trains: rank x (in +
+        out) per adapted projection per block (trainer.model.lora)."""
+        shapes = {
+            "q_proj": (self.dim, self.q_dim),
+            "k_proj": (self.dim, self.kv_dim),
+            "v_proj": (self.dim, self.kv_dim),
+            "o_proj": (self.q_dim, self.dim),
+            "gate_proj": (self.dim, self.ffn_hidden_dim),
+            "up_proj": (self.dim, self.ffn_hidden_dim),
+            "down_proj": (self.ffn_hidden_dim, self.dim),
+        }
+        per_block = sum(rank * sum(shapes[t]) for t in targets if t in shapes)
+        return per_block * self.n_layers
+
     def num_params(self, *, include_embedding: bool = True) -> int:
         """Exact parameter count of `trainer.model.model.Transformer` built from these args."""
         attention = 2 * self.dim * self.q_dim + 2 * self.dim * self.kv_dim  # wq, wo, wk, wv

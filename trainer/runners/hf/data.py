@@ -13,11 +13,14 @@ from trainer.data import IGNORE_INDEX, SequenceSource
 
 
 class WindowDataset(torch.utils.data.Dataset):
-    def __init__(self, source: SequenceSource):
+    def __init__(self, source: SequenceSource, limit: int | None = None):
         self.source = source
+        self.limit = limit
+        """At most this many windows (the first): an evaluation pass's size."""
 
     def __len__(self) -> int:
-        return int(self.source.count)
+        count = int(self.source.count)
+        return count if self.limit is None else min(count, self.limit)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         batch = self.source.batch(torch.tensor([index]))

@@ -40,6 +40,12 @@ def staging(run_dir: str) -> Path:
     return Path(tempfile.gettempdir()) / "trainstack-hf" / digest
 
 
+def eval_windows(cfg: Any, world: int) -> int:
+    """An evaluation pass's size, as the built-in trainer's: trainer.eval_batches micro
+    batches per rank (not the whole held-out split, which on a big corpus outlasts training)."""
+    return cfg.trainer.eval_batches * cfg.trainer.micro_batch_size * world
+
+
 def _say(message: str) -> None:
     print(f"[runner=hf] {message}", file=sys.stderr, flush=True)
 
@@ -248,7 +254,7 @@ def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
         model=model,
         args=args,
         train_dataset=train,
-        eval_dataset=WindowDataset(data.eval) if evaluate else None,
+        eval_dataset=WindowDataset(data.eval, eval_windows(cfg, world)) if evaluate else None,
         data_collator=default_data_collator,
         callbacks=_callbacks(metrics, tokens_per_step, stop, cfg),
     )

@@ -1,0 +1,68 @@
+"""Python started with this directory on PYTHONPATH and TRAINSTACK_ONLY_EXTRA=<extra> sees only
+what `pip install -c constraints.txt -e '.[<extra>]'` would have installed: any other
+distribution's top-level modules raise ModuleNotFoundError, as in a venv without them. The
+README's walkthroughs run under it with `local`, the extra `make run` installs, so a step that
+needs more fails there as it would for a new user. Children (torchrun, the local backend's
+supervisor) inherit it through the environment. The closure is computed from the installed
+distributions' own metadata (Requires-Dist with their markers), not from a list kept here."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.metadata as metadata
+import os
+import re
+import sys
+
+from packaging.requirements import Requirement
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def closure(extra: str) -> set[str]:
+    """Distribution names `trainstack[extra]` pulls in, here."""
+    todo, seen = [("trainstack", frozenset({extra}))], {}
+    while todo:
+        name, extras = todo.pop()
+        key = _key(name)
+        if key in seen and extras <= seen[key]:
+            continue
+        seen[key] = seen.get(key, frozenset()) | extras
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            wanted = req.marker is None or any(
+                req.marker.evaluate({"extra": e}) for e in (extras or {""})
+            )
+            if wanted:
+                todo.append((req.name, frozenset(req.extras)))
+    return set(seen)
+
+
+class Missing(importlib.abc.MetaPathFinder):
+    def __init__(self, blocked: set[str]):
+        self.blocked = blocked
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def install(extra: str) -> None:
+    allowed = closure(extra) | {"pip"}  # every venv has pip
+    blocked = {
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if not any(_key(d) in allowed for d in dists)
+    }
+    sys.meta_path.insert(0, Missing(blocked))
+
+
+if os.environ.get("TRAINSTACK_ONLY_EXTRA"):
+    install(os.environ["TRAINSTACK_ONLY_EXTRA"])
