@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from jobs.errors import JobConfigError
-from tests.hf.models import build_llama
+from testing_support.hf_models import build_llama
 from tests.jobs.conftest import SAMPLE_DATA, build
 
 
