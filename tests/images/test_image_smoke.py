@@ -10,10 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainer import smoke
 
 REPO = Path(__file__).resolve().parents[2]
+# The build this machine's torch has: PyPI's torch is a CUDA build (it runs on the CPU), a
+# CPU-only wheel has none. The tests expect what is here, or plant the other one.
+LOCAL_BUILD = torch.version.cuda or "cpu"
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +43,7 @@ def fake_fi_info(directory: Path, exit_code: int, message: str) -> None:
 
 def test_module_passes_on_cpu_as_a_real_process():
     result = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", "cpu"],
+        [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", LOCAL_BUILD],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -55,10 +59,18 @@ def test_module_passes_on_cpu_as_a_real_process():
     assert lines[-1] == f"smoke test passed: {len(smoke.CHECKS)} checks"
 
 
-def test_cpu_build_where_cuda_is_expected_fails(capsys):
-    code, out = run_smoke(capsys, "--expect-cuda", "13.0")
+def test_a_build_other_than_the_expected_one_fails(capsys):
+    if LOCAL_BUILD == "cpu":
+        code, out = run_smoke(capsys, "--expect-cuda", "13.0")
+        expected = "FAIL versions: expected torch built for CUDA 13.0, found a CPU-only build"
+    else:
+        code, out = run_smoke(capsys, "--expect-cuda", "cpu")
+        expected = (
+            "FAIL versions: expected a CPU-only torch build, "
+            f"found one built for CUDA {LOCAL_BUILD}"
+        )
     assert code == smoke.EXIT_FAILED
-    assert "FAIL versions: expected torch built for CUDA 13.0, found a CPU-only build" in out
+    assert expected in out
 
 
 def test_missing_gpu_fails_and_skips_the_device_checks(capsys):
@@ -71,6 +83,8 @@ def test_missing_gpu_fails_and_skips_the_device_checks(capsys):
 
 def test_expected_nccl_without_nccl_fails(capsys, monkeypatch):
     monkeypatch.setenv("TRAINSTACK_SMOKE_EXPECT_NCCL", "2.29.7")
+    # A build without NCCL (a CPU-only wheel); PyPI's CUDA build here has one.
+    monkeypatch.delattr(torch._C, "_nccl_version", raising=False)
     code, out = run_smoke(capsys)
     assert code == smoke.EXIT_FAILED
     assert "FAIL nccl: expected NCCL 2.29.7, but torch" in out
