@@ -19,7 +19,16 @@ from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
-from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
+from jobs.spec import (
+    CONFIG_MOUNT_DIR,
+    CPU_RUNTIME,
+    JOB_APIS,
+    RUNTIME_PREFIX,
+    elastic_of,
+    gpu_runtime_name,
+    pod_resources,
+    procs_per_node,
+)
 from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
@@ -463,6 +472,7 @@ def check_job_api(cfg: Any) -> None:
         if job.runtime is not None and cfg.backend.name != "local":
             raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
         return
+    check_runtime_is_trainstacks(cfg)
     if elastic_of(cfg) is not None:
         raise JobConfigError(
             "job.elastic",
@@ -484,6 +494,31 @@ def check_job_api(cfg: Any) -> None:
                 f"not settable with job.api=trainjob ({why}); allowed: "
                 f"{getattr(defaults, key)}, or job.api=pytorchjob",
             )
+
+
+def stack_runtimes(node_groups: Any) -> list[str]:
+    """The ClusterTrainingRuntimes a stack installs (jobs.runtimes.cluster_training_runtimes):
+    one per GPU node group, then the CPU runtime."""
+    return [*(gpu_runtime_name(group.name) for group in node_groups), CPU_RUNTIME]
+
+
+def check_runtime_is_trainstacks(cfg: Any) -> None:
+    """`job.runtime` names one of trainstack's runtimes, on every path (the preflight's label
+    check is off where the service runs with backend.preflight=false): another runtime (an
+    admin's, another team's) could carry any pod template (privileged, host paths). With the
+    stack's node groups known the name must be one the stack installs; without, a name
+    trainstack would install (the preflight then checks its label)."""
+    runtime = cfg.job.runtime
+    if runtime is None:
+        return  # runtime_for() picks one of the stack's
+    installed = stack_runtimes(cfg.cluster.node_groups)
+    known = runtime in installed if cfg.cluster.node_groups else runtime.startswith(RUNTIME_PREFIX)
+    if not known:
+        allowed = _allowed(installed) if cfg.cluster.node_groups else f"{RUNTIME_PREFIX}<name>"
+        raise JobConfigError(
+            "job.runtime",
+            f"{runtime!r} is not one of trainstack's ClusterTrainingRuntimes; allowed: {allowed}",
+        )
 
 
 def check_names(cfg: Any) -> None:

@@ -40,7 +40,10 @@ def metrics_bytes_read(proxy, since: int) -> int:
     )
 
 
-def test_a_large_metrics_file_costs_bounded_bytes_per_poll(api, apiserver, fault_proxy, s3_bucket):
+def test_a_large_metrics_file_costs_bounded_bytes_per_poll(
+    local_api, apiserver, fault_proxy, s3_bucket
+):
+    api = local_api
     body = "".join(line(s) for s in range(1, LINES + 1))
     size = len(body.encode())
     assert size > 5_000_000
