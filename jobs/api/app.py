@@ -259,13 +259,17 @@ def create_app(
     ) -> Metrics:
         """The run's metrics.jsonl lines that have a step, a page at a time: those with a
         step after `after_step` (`since_step`: the same), at most `limit`; `next_after_step`
-        is set when more follow. A poll reads only what the file gained since the last."""
+        is set when more follow. A poll reads only what the file gained since the last, and
+        at most a few MB of it: a large file is read over several requests."""
         run_dir = service.view(run_id).status.run_dir
         if not run_dir:
             return Metrics(run_id=run_id, records=[])
         start = after_step if after_step is not None else since_step
         records, more = metrics_files.get(run_id, run_dir).page(start, limit)
-        following = int(records[-1]["step"]) if more and records else None
+        # More to come with no record yet (a large file is indexed over several requests):
+        # ask again from the same place.
+        here = start if start is not None else -1
+        following = (int(records[-1]["step"]) if records else here) if more else None
         return Metrics(run_id=run_id, records=records, next_after_step=following)
 
     @app.get(
