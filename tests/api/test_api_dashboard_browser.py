@@ -115,7 +115,6 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
         "overrides": [
             "compute=p4d.24xlarge",
             "job.image=registry.example.com/trainer:v1",
-            f"storage.root={api.runs_root}",
             "trainer.lr=1e-3,1e-2",
         ],
         "sweep_id": "swd",

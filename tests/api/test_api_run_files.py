@@ -47,7 +47,8 @@ CONFIGS = [
     "x: !!python/object/apply:os.system ['true']\n",  # not a safe tag: never run
     "a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
     + "".join(
-        f"{c}: &{c} [" + ",".join(["*" + p] * 9) + "]\n" for p, c in zip("abcdefg", "bcdefgh")
+        f"{c}: &{c} [" + ",".join(["*" + p] * 9) + "]\n"
+        for p, c in zip("abcdefg", "bcdefgh", strict=True)
     ),
     "{" * 5000 + "}" * 5000,
     "key: " + "v" * 300_000 + "\n",
