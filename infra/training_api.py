@@ -31,8 +31,8 @@ PORT = 8080
 TOKEN_DIR = "/etc/trainstack/token-hashes"
 TLS_DIR = "/etc/trainstack/tls"
 NLB_TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
-_HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}\Z")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 RBAC_RULES = (
     {
         "apiGroups": ["kubeflow.org"],

@@ -26,7 +26,7 @@ TORCH_RESERVED_ENV = (
     "PET_MASTER_PORT",
 )
 """Set by Trainer's torch plugin on the `node` container; a TrainJob may not set them."""
-_PATCH_MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*)?$")
+_PATCH_MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*)?\Z")
 
 
 class ManifestError(ValueError):

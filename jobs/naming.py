@@ -10,7 +10,7 @@ import re
 import secrets
 from datetime import datetime
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 MAX_RUN_ID_LEN = 63 - len("-worker-") - 4
 """Leaves room for the longest pod suffix with up to 9,999 workers."""
 

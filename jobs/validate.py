@@ -275,7 +275,7 @@ def check_storage(cfg: Any) -> None:
             )
 
 
-S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]\Z")
 
 
 def bucket_name_problem(bucket: str) -> str | None:

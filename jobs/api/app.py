@@ -90,9 +90,11 @@ async def _too_large(limit: int, send) -> None:
 
 
 def validation_line(exc: RequestValidationError, request: Request) -> tuple[int, str]:
-    """The first problem as `<field>: <what is wrong>`; malformed JSON is 400."""
+    """The first problem as `<field>: <what is wrong>`; malformed JSON is 400. One line: a
+    field name is the client's text (a dict key may hold a newline)."""
     error = exc.errors()[0]
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+    where = " ".join(where.split())[:100]
     if error.get("type") == "json_invalid":
         return 400, f"body: malformed JSON ({(error.get('ctx') or {}).get('error', 'invalid')})"
     if error.get("type") == "extra_forbidden":

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from trainer.errors import ConfigError
 
 SCHEME = "hf://"
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}\Z")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}\Z")
 HUB_TIMEOUT_S = 10.0
 """How long a launch waits for one answer from the Hub: a hung endpoint fails the launch in one
 line instead of holding it (in the Training API, a request) without end."""

@@ -1,0 +1,57 @@
+"""Names end where they seem to: `$` matches before a final newline, so every name pattern
+anchors with `\\Z` (finding 14); and requests that once raised inside the service are one
+4xx line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"run_id": "abc\n"},
+        {"overrides": ["run_id='abc\n'"]},
+        {"overrides": ["sweep_id='sw\n'"]},
+        {"overrides": ["job.priority='urgent\n'"]},
+        {"overrides": ["job.owner='mallory\n'"]},
+        {"image": IMAGE + "\n"},
+        {"image": "registry.example.com/trainer:v1\n"},
+        {"model": "tiny\n"},
+        {"args": {"flag\n": 1}, "runner": "command", "command": ["python", "train.py"]},
+        {"overrides": ["+runner.env.NAME\n=1"]},
+        {"init_from": "hf://org/model\n"},
+        {"trainer": {"resume_from": "abc\n"}},
+    ],
+)
+def test_a_name_with_a_trailing_newline_is_refused(api, apiserver, fields):
+    request = {"compute": GPU_TYPE, "image": IMAGE, **fields}
+    response = api.client.post("/v1/runs", json=request, params={"dryrun": "true"})
+    assert 400 <= response.status_code < 500, response.text
+    assert "\n" not in response.json()["detail"]
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+def test_names_match_to_their_end():
+    from jobs.api.request_policy import KEY, OPTION_NAME
+    from jobs.naming import run_id_problem
+    from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE, image_reference_problem
+
+    for pattern in (KEY, OPTION_NAME, DNS1123_SUBDOMAIN, LABEL_VALUE):
+        assert pattern.match("abc") and not pattern.match("abc\n")
+    assert run_id_problem("abc") is None and run_id_problem("abc\n") is not None
+    assert image_reference_problem("registry.example.com/trainer:v1\n") is not None
+
+
+@pytest.mark.parametrize("init_from", ["hf://org/model", "hf://org/model@main"])
+def test_a_command_runner_with_a_hub_model_is_one_422_line(api, apiserver, init_from):
+    request = api.run_request(
+        "hf1", runner="command", command=["python", "train.py"], init_from=init_from
+    )
+    for dryrun in ("true", "false"):
+        response = api.client.post("/v1/runs", json=request, params={"dryrun": dryrun})
+        assert 400 <= response.status_code < 500, response.text
+    assert "model.init_from: runner=command does not read it" in response.json()["detail"]
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
