@@ -127,7 +127,7 @@ MAX_LINE_BYTES = 64 * 1024
 """A metrics line is a few hundred bytes; a longer one (the run's own code wrote it) is
 skipped unread, like a malformed one."""
 MAX_STEP = 2**63 - 1
-REFRESH_BYTES = 8 * 1024 * 1024
+REFRESH_BYTES = 2 * 1024 * 1024
 """What one API request may add to a file's index: a file of any size is indexed over
 several requests, each bounded in time and memory."""
 PAGE_BYTES = 8 * 1024 * 1024
