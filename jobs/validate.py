@@ -69,6 +69,9 @@ JOB_LIMITS = {
 }
 """The most each job key may be: a checkpoint's save window, restarts and resubmissions of a
 run that keeps failing, and how long a finished job stays on the cluster."""
+MAX_NODES = 1024
+"""The most nodes one job may ask for (compute.nodes, job.elastic.max_nodes): above any node
+group a stack runs, and what bounds the plan's work (one plan per elastic world size)."""
 
 
 def data_parallel_sizes(cfg: Any) -> list[int]:
@@ -85,6 +88,7 @@ def check_compute(cfg: Any) -> None:
             "backend.name", f"unknown backend {backend!r}; allowed: {_allowed(BACKENDS)}"
         )
     _at_least("compute.nodes", compute.nodes, 1)
+    _at_most("compute.nodes", compute.nodes, MAX_NODES)
     gpu_types = _allowed(INSTANCE_TYPES)
     if compute.name == LOCAL_CPU:
         if backend != "local":
@@ -154,6 +158,7 @@ def check_elastic(cfg: Any) -> None:
             "job.elastic", "set both min_nodes and max_nodes (or neither for a fixed-size job)"
         )
     _at_least("job.elastic.min_nodes", elastic.min_nodes, 1)
+    _at_most("job.elastic.max_nodes", elastic.max_nodes, MAX_NODES)
     if elastic.min_nodes > elastic.max_nodes:
         raise JobConfigError(
             "job.elastic.min_nodes",

@@ -55,3 +55,28 @@ def test_a_command_runner_with_a_hub_model_is_one_422_line(api, apiserver, init_
         assert 400 <= response.status_code < 500, response.text
     assert "model.init_from: runner=command does not read it" in response.json()["detail"]
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["compute.nodes=2", "job.elastic.min_nodes=1", "job.elastic.max_nodes=1000000"], "max"),
+        (["compute.nodes=2", "job.elastic.min_nodes=1", "job.elastic.max_nodes=1000000000"], "max"),
+        (["compute.nodes=100000"], "nodes"),
+    ],
+)
+def test_node_counts_are_bounded_before_any_plan(api, apiserver, overrides, key):
+    """Finding 4: one plan per elastic world size made max_nodes=10^6 cost minutes."""
+    import time
+
+    from jobs.validate import MAX_NODES
+
+    started = time.monotonic()
+    request = api.run_request("el1", overrides=overrides)
+    response = api.client.post("/v1/runs", json=request, params={"dryrun": "true"})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    wanted = "job.elastic.max_nodes" if key == "max" else "compute.nodes"
+    assert detail.startswith(f"{wanted}: must be <= {MAX_NODES}"), detail
+    assert time.monotonic() - started < 10
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
