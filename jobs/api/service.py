@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -109,6 +110,9 @@ class Service:
     _hydra: threading.Lock = field(default_factory=threading.Lock)
     """Hydra's compose state is process-global: one composition at a time. Held for composing
     alone: the checks after it may wait on S3 or the Hub, and must not hold up other requests."""
+    _users_lock: threading.Lock = field(default_factory=threading.Lock)
+    _user_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    """user -> the lock their requests take before `_hydra` (`_composing`)."""
 
     def __post_init__(self) -> None:
         from jobs.backends.kubernetes import KubernetesBackend
@@ -143,6 +147,16 @@ class Service:
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
         self.follows = LogHub(self._open_follow, self.max_follows_per_caller)
 
+    @contextmanager
+    def _composing(self, who: Identity) -> Iterator[None]:
+        """The shared composition lock, reached through the user's own: each user has at
+        most one request waiting for it, so another user's request waits for at most one
+        composition per user ahead of it, however many requests one user sends."""
+        with self._users_lock:
+            turn = self._user_locks.setdefault(who.name, threading.Lock())
+        with turn, self._hydra:
+            yield
+
     def _list_jobs(self) -> list[dict]:
         from jobs.backends.kubernetes import MANAGED_SELECTOR
 
@@ -169,7 +183,7 @@ class Service:
         _refuse_bad(lambda: check_request(fields, overrides))
         self._refuse_service_keys(overrides)
         try:
-            job = prepare(self._composed(overrides, who), compose_lock=self._hydra)
+            job = prepare(self._composed(overrides, who), compose_lock=self._composing(who))
         except BadInput as err:
             raise ApiError(422, str(err)) from err
         self._check_service_wins(job.cfg)
@@ -197,13 +211,13 @@ class Service:
         )
         jobs = []
         try:
-            with self._hydra:
+            with self._composing(who):
                 points = expand(overrides)
             for index, point in enumerate(points):
                 run_id = sweep_point_run_id(sweep_id, index)
                 named = [*point, f"run_id={override_value(run_id)}"]
                 try:
-                    jobs.append(prepare(named, now=now, compose_lock=self._hydra))
+                    jobs.append(prepare(named, now=now, compose_lock=self._composing(who)))
                 except BadInput as err:
                     shown = " ".join(p for p in point if _key(p) not in self._service_keys)
                     raise BadInput(f"sweep point {index} ({shown}): {err}") from err

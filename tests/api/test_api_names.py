@@ -80,3 +80,50 @@ def test_node_counts_are_bounded_before_any_plan(api, apiserver, overrides, key)
     assert detail.startswith(f"{wanted}: must be <= {MAX_NODES}"), detail
     assert time.monotonic() - started < 10
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+def test_a_request_map_is_bounded(api, apiserver):
+    """Finding 8: 6,500 args held the shared composition lock for 10 s per request."""
+    from jobs.api.models import MAX_MAP_ENTRIES
+
+    many = {f"flag{i}": i for i in range(MAX_MAP_ENTRIES + 1)}
+    for fields in (
+        {"runner": "command", "command": ["python", "train.py"], "args": many},
+        {"trainer": many},
+    ):
+        response = api.client.post("/v1/runs", json=api.run_request("big1", **fields))
+        assert response.status_code == 422, response.text
+        assert f"at most {MAX_MAP_ENTRIES} items" in response.json()["detail"]
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+def test_one_user_holds_at_most_one_place_in_the_composition_queue(api):
+    """Finding 8: however many requests one user sends, another user's waits behind at most
+    one of them (each user reaches the shared lock through a lock of their own)."""
+    import threading
+    import time
+
+    from jobs.api.auth import Identity
+
+    service, order, release = api.service, [], threading.Event()
+
+    def compose(name: str, hold: bool = False) -> None:
+        with service._composing(Identity(name)):
+            order.append(name)
+            if hold:
+                release.wait(10)
+            else:
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=compose, args=("alice", True))]
+    threads += [threading.Thread(target=compose, args=("alice",)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)  # alice's requests arrive first, in order
+    bob = threading.Thread(target=compose, args=("bob",))
+    bob.start()
+    time.sleep(0.1)
+    release.set()
+    for thread in [*threads, bob]:
+        thread.join(10)
+    assert len(order) == 6 and order.index("bob") <= 2, order
