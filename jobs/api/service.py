@@ -329,6 +329,7 @@ class Service:
         from jobs.k8s.ownership import ensure_ours
 
         backend = self.backend
+        self._check_sweep_owner(job, who)
         try:
             dry = backend.dryrun(job)
             checked = Checked(job, dry, job.plan.summary(), None)
@@ -357,6 +358,27 @@ class Service:
                 "to resume it (pick a new run_id, or resume=true)",
             )
         return Checked(job, dry, checked.plan, before)
+
+    def _check_sweep_owner(self, job, who: Identity) -> None:
+        """A sweep id is its first user's: nobody else adds runs to it, nor takes a run id
+        its points use (`<sweep_id>-<n>`), or its owner's next resubmission would be 403."""
+        if who.admin:
+            return
+        views = self.views()
+        sweep_id = job.cfg.sweep_id
+        base, _, point = job.run_id.rpartition("-")
+        for name, yours in ((sweep_id, True), (base if point.isdigit() else None, False)):
+            if not name:
+                continue
+            owners = {v.status.owner for v in views.values() if v.status.sweep_id == name}
+            others = sorted(o or "nobody recorded" for o in owners if o != who.name)
+            if others:
+                key = "sweep_id" if yours else "run_id"
+                raise ApiError(
+                    403,
+                    f"{key}: sweep {name!r} belongs to {others[0]}; only its owner adds runs "
+                    "to it (pick another sweep_id or run_id)",
+                )
 
     def _submit(self, checked: Checked) -> tuple[int, Submitted]:
         job, plan, before = checked.job, checked.plan, checked.before

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.conftest import NAMESPACE, TOKEN, USER, start_api
+from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE, TOKEN, USER, start_api
 from tests.api.test_api_runs import wait_for
 from tests.k8s.fake_operator import JobPlan
 from tests.k8s.test_k8s_foreign_objects import foreign_config_map, foreign_job, unchanged
@@ -105,3 +105,33 @@ def test_token_files_map_hashes_to_users(tmp_path: Path):
     (tmp_path / "bad").write_text(f"{token_hash('x')} not/a label\n")
     with pytest.raises(TokenConfigError, match=r"'bad'.*user 'not/a label' is not a label value"):
         TokenHashes(tmp_path)
+
+
+def test_a_sweep_is_its_owners(team, apiserver):
+    """Finding 9: bob cannot add runs to alice's sweep, nor take the run id of one of its
+    future points, so her resubmission of it (with more points) still goes through."""
+    api, users = team
+    apiserver.operator.default = JobPlan(hold=True)
+    sweep = {"overrides": [f"compute={GPU_TYPE}", f"job.image={IMAGE}", "seed=1,2"]}
+    assert users["alice"].post("/v1/sweeps", json={**sweep, "sweep_id": "als"}).status_code == 201
+    api.service.snapshot.invalidate()
+    for request in (
+        api.run_request("bob-1", overrides=["sweep_id=als"]),  # into her sweep
+        api.run_request("als-2"),  # a point her next resubmission makes
+    ):
+        refused = users["bob"].post("/v1/runs", json=request)
+        assert refused.status_code == 403, refused.text
+        assert "sweep 'als' belongs to alice" in refused.json()["detail"]
+    bobs = users["bob"].post("/v1/sweeps", json={**sweep, "sweep_id": "als"})
+    assert bobs.status_code == 403
+    assert apiserver.get("pytorchjobs", "bob-1", NAMESPACE) is None
+    assert apiserver.get("pytorchjobs", "als-2", NAMESPACE) is None
+    more = {**sweep, "overrides": [*sweep["overrides"][:2], "seed=1,2,3"], "sweep_id": "als"}
+    again = users["alice"].post("/v1/sweeps", json=more)
+    assert again.status_code == 201, again.text
+    assert [r["outcome"] for r in again.json()["runs"]] == ["already active"] * 2 + ["created"]
+    # An admin may (carol acts for the team).
+    carols = users["carol"].post(
+        "/v1/runs", json=api.run_request("c-1", overrides=["sweep_id=als"])
+    )
+    assert carols.status_code == 201, carols.text
