@@ -135,3 +135,43 @@ def test_a_sweep_is_its_owners(team, apiserver):
         "/v1/runs", json=api.run_request("c-1", overrides=["sweep_id=als"])
     )
     assert carols.status_code == 201, carols.text
+
+
+@pytest.mark.parametrize("manager", ["Helm", "argocd", "Trainstack", "trainstack-old"])
+def test_an_object_another_tool_manages_is_not_trainstacks(api, apiserver, manager):
+    """Only app.kubernetes.io/managed-by=trainstack makes an object ours: Helm's or Argo's
+    label (or a near miss) is someone else's, left exactly as it is."""
+    from jobs.k8s.ownership import MANAGED_BY
+
+    job = foreign_job(apiserver, "helm-job")
+    job["metadata"]["labels"][MANAGED_BY] = manager
+    job = apiserver.put("pytorchjobs", job, NAMESPACE)
+    config_map = foreign_config_map(apiserver, "helm-cm-config")
+    config_map["metadata"]["labels"][MANAGED_BY] = manager
+    config_map = apiserver.put("configmaps", config_map, NAMESPACE)
+    for run_id, kind in (("helm-job", "PyTorchJob"), ("helm-cm", "ConfigMap")):
+        response = api.client.post("/v1/runs", json=api.run_request(run_id))
+        assert response.status_code == 409, response.text
+        assert response.json()["detail"].startswith(f"{kind} {NAMESPACE}/")
+    assert unchanged(apiserver, "pytorchjobs", job)
+    assert unchanged(apiserver, "configmaps", config_map)
+    assert apiserver.get("pytorchjobs", "helm-cm", NAMESPACE) is None
+
+
+def test_another_user_cannot_resubmit_a_finished_run(team, apiserver):
+    """A finished run resumes from its checkpoints on a POST with its run_id: only for its
+    owner or an admin (bob would train on, and write into, alice's run)."""
+    api, users = team
+    assert users["alice"].post("/v1/runs", json=api.run_request("fin-a")).status_code == 201
+    wait_for(lambda: users["alice"].get("/v1/runs/fin-a").json()["state"] == "succeeded")
+    for dryrun in ("false",):
+        again = users["bob"].post(
+            "/v1/runs", json=api.run_request("fin-a"), params={"dryrun": dryrun}
+        )
+        assert again.status_code == 403, again.text
+        assert "belongs to alice" in again.json()["detail"]
+    assert apiserver.operator.created["fin-a"] == 1
+    labels = apiserver.get("pytorchjobs", "fin-a", NAMESPACE)["metadata"]["labels"]
+    assert labels["trainstack.io/owner"] == USER
+    resumed = users["alice"].post("/v1/runs", json=api.run_request("fin-a"))
+    assert resumed.status_code == 201 and resumed.json()["outcome"] == "resumed"
