@@ -46,6 +46,11 @@ MAX_BODY_BYTES = 64 * 1024
 TITLE = "trainstack Training API"
 BEARER = HTTPBearer(auto_error=False, description="a token whose SHA-256 is in the Secret")
 ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
+SERVER_OPTIONS = {"proxy_headers": False}
+"""uvicorn settings `trainstack serve` runs the app with (the tests' server too). No proxy
+headers: X-Forwarded-For is whatever the client writes (uvicorn trusts it from loopback by
+default), and the sign-in limit keys on the client's address; the stack's NLB forwards TCP,
+so the peer is the client."""
 METRICS_PAGE = 1000
 MAX_METRICS_PAGE = 10_000
 
