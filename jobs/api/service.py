@@ -330,6 +330,7 @@ class Service:
 
         backend = self.backend
         self._check_sweep_owner(job, who)
+        self._check_resume_from_owner(job, who)
         try:
             dry = backend.dryrun(job)
             checked = Checked(job, dry, job.plan.summary(), None)
@@ -379,6 +380,30 @@ class Service:
                     f"{key}: sweep {name!r} belongs to {others[0]}; only its owner adds runs "
                     "to it (pick another sweep_id or run_id)",
                 )
+
+    def _check_resume_from_owner(self, job, who: Identity) -> None:
+        """`trainer.resume_from` naming a run under the storage root forks that run's
+        checkpoints (its weights, possibly trained on data only its owner may read): only
+        the run's owner or an admin may, and only while the cluster lists the run (an
+        unlisted run has nobody to attribute it to)."""
+        from jobs.resume_from import resume_from_path
+
+        path = resume_from_path(job.cfg)
+        root = str(job.cfg.storage.root).rstrip("/") + "/"
+        if who.admin or path is None or not path.startswith(root):
+            return
+        run_id = path[len(root) :].split("/", 1)[0]
+        if run_id == job.run_id:
+            return  # its own checkpoints (the run's owner is checked with the run id)
+        view = self.views().get(run_id)
+        owner = view.status.owner if view is not None else None
+        if owner != who.name:
+            whose = f"belongs to {owner or 'nobody recorded'}" if view else "is not listed"
+            raise ApiError(
+                403,
+                f"trainer.resume_from: run {run_id!r} {whose}; a run's checkpoints are "
+                "forked only by its owner or an admin",
+            )
 
     def _submit(self, checked: Checked) -> tuple[int, Submitted]:
         job, plan, before = checked.job, checked.plan, checked.before

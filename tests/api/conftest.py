@@ -36,7 +36,7 @@ class Api:
     """httpx.Client with the bearer token."""
     service: object
     url: str
-    runs_root: Path
+    runs_root: Path | str
     pinned_root: bool = True
     """The service sets storage.root (as deployed): requests name none."""
 
@@ -90,7 +90,7 @@ def deployed_overrides(
 def start_api(
     kubeconfig: Path,
     token_dir: Path | None,
-    runs_root: Path,
+    runs_root: Path | str,
     overrides: tuple[str, ...] = (),
     admins: tuple[str, ...] = (),
     job_api: str = "pytorchjob",
@@ -110,11 +110,10 @@ def start_api(
     from jobs.api.auth import TokenHashes
     from jobs.api.service import Service
 
-    stack = (
-        [*deployed_overrides(job_api, queue), "storage=local", f"storage.root={runs_root}"]
-        if deployed
-        else [f"job.api={job_api}"]
-    )
+    storage = ["storage=local", f"storage.root={runs_root}"]
+    if str(runs_root).startswith("s3://"):
+        storage = ["storage=s3", f"storage.root={runs_root}"]  # as deployed: the stack's bucket
+    stack = [*deployed_overrides(job_api, queue), *storage] if deployed else [f"job.api={job_api}"]
     service = Service(
         overrides=[
             *stack,

@@ -175,3 +175,50 @@ def test_another_user_cannot_resubmit_a_finished_run(team, apiserver):
     assert labels["trainstack.io/owner"] == USER
     resumed = users["alice"].post("/v1/runs", json=api.run_request("fin-a"))
     assert resumed.status_code == 201 and resumed.json()["outcome"] == "resumed"
+
+
+@pytest.fixture
+def s3_team(
+    kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch, s3_direct, s3_bucket
+):
+    """The team on a service whose storage root is the stack's bucket (moto), as deployed."""
+    from jobs.api.auth import token_hash
+
+    monkeypatch.chdir(tmp_path)
+    (token_dir / "team").write_text(f"{token_hash(BOB)} bob\n{token_hash(CAROL)} carol\n")
+    root = f"s3://{s3_bucket}/runs"
+    server, alice = start_api(kubeconfig, token_dir, root, admins=("carol",))
+    clients = {"alice": alice.client}
+    for name, token in (("bob", BOB), ("carol", CAROL)):
+        clients[name] = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+    yield alice, clients, s3_direct.client(), s3_bucket
+    for client in clients.values():
+        client.close()
+    server.stop()
+
+
+def test_a_runs_checkpoints_are_forked_only_by_its_owner(s3_team, apiserver):
+    """Finding 11, decided: `trainer.resume_from=<run>` forks that run's weights (trained on
+    data its owner may read and others may not), so only the run's owner or an admin may
+    name it, and only while the cluster lists the run (README, threat model)."""
+    api, users, s3, bucket = s3_team
+    assert users["alice"].post("/v1/runs", json=api.run_request("src-a")).status_code == 201
+    wait_for(lambda: users["alice"].get("/v1/runs/src-a").json()["state"] == "succeeded")
+    for run in ("src-a", "gone"):  # gone: a run dir the cluster no longer lists
+        step = f"runs/{run}/checkpoints/step-00000004"
+        s3.put_object(Bucket=bucket, Key=f"{step}/.metadata", Body=b"metadata")
+        s3.put_object(Bucket=bucket, Key=f"{step}/COMMITTED", Body=b"4\n")
+    api.service.snapshot.invalidate()
+    for source in ("src-a", "src-a/step-4", "gone", f"s3://{bucket}/runs/src-a"):
+        request = api.run_request("fork-b", trainer={"resume_from": source})
+        refused = users["bob"].post("/v1/runs", json=request)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["detail"].startswith("trainer.resume_from: run '")
+    assert apiserver.get("pytorchjobs", "fork-b", NAMESPACE) is None
+    own = api.run_request("fork-a", trainer={"resume_from": "src-a/step-4"})
+    mine = users["alice"].post("/v1/runs", json=own, params={"dryrun": "true"})
+    assert mine.status_code == 200, mine.text
+    admin = api.run_request("fork-c", trainer={"resume_from": "gone"})
+    assert users["carol"].post("/v1/runs", json=admin, params={"dryrun": "true"}).status_code == 200
