@@ -193,6 +193,7 @@ training_api = (
         node_groups=tuple((g.name, g.instance.name, g.max_size) for g in config.gpu_node_groups),
         queue=kueue.local_queue if kueue else None,
         job_api=config.training_operator,
+        grants=storage.bucket.apply(lambda b: published_grants(b, config.data_access)),
     )
     if config.training_api
     else None

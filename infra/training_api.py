@@ -100,13 +100,15 @@ def serve_args(
     job_api: str = "pytorchjob",
     node_groups: tuple[tuple[str, str, int], ...] = (),
     queue: str | None = None,
+    grants: dict[str, list[dict]] | None = None,
 ) -> list[str]:
     """The container's arguments (pure: the API tests start the service from these).
     `tls`: "pod" (the pod serves HTTPS with the mounted certificate) or "nlb" (the NLB ends
     TLS; cookies are still Secure). `job_api`: the operator the stack installed.
     `node_groups`: (name, instance type, max size) of each GPU node group: a job runs only on the
     runtimes the stack installs for them. `queue`: the stack's Kueue LocalQueue (None: no
-    Kueue; either way a request cannot pick another)."""
+    Kueue; either way a request cannot pick another). `grants`: the stack's `s3_grants`
+    (role -> [{url, access}]): the service reads no s3:// input outside the pods' grants."""
     encryption = (
         [f"--tls-cert={TLS_DIR}/tls.crt", f"--tls-key={TLS_DIR}/tls.key"]
         if tls == "pod"
@@ -115,6 +117,12 @@ def serve_args(
     groups = ",".join(
         f"{{name:{_quoted(name)},instance_type:{_quoted(instance)},max_size:{int(most)}}}"
         for name, instance, most in node_groups
+    )
+    roles = ",".join(
+        f"{role}:["
+        + ",".join(f"{{url:{_quoted(g['url'])},access:{_quoted(g['access'])}}}" for g in items)
+        + "]"
+        for role, items in (grants or {}).items()
     )
     return [
         "serve",
@@ -127,6 +135,7 @@ def serve_args(
         f"cluster.node_groups=[{groups}]",
         "storage=s3",
         f"storage.root={storage_root}",
+        f"storage.grants={{{roles}}}",
         f"job.image_repository={repository_url}",
         f"job.api={job_api}",
         # Locked either way: the stack's queue, or none (a request cannot name another team's).
@@ -158,6 +167,7 @@ class TrainingApi(pulumi.ComponentResource):
         node_groups: tuple[tuple[str, str, int], ...] = (),
         queue: pulumi.Input[str] | None = None,
         job_api: str = "pytorchjob",
+        grants: pulumi.Input[dict] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:TrainingApi", name, None, opts)
@@ -222,7 +232,7 @@ class TrainingApi(pulumi.ComponentResource):
         container = {
             "name": "api",
             "image": settings.image,
-            "args": pulumi.Output.all(namespace, storage_root, repository_url, queue).apply(
+            "args": pulumi.Output.all(namespace, storage_root, repository_url, queue, grants).apply(
                 lambda values: serve_args(
                     *values[:3],
                     tls=tls,
@@ -230,6 +240,7 @@ class TrainingApi(pulumi.ComponentResource):
                     job_api=job_api,
                     node_groups=node_groups,
                     queue=values[3],
+                    grants=values[4],
                 )
             ),
             "ports": [{"name": port_name, "containerPort": PORT}],

@@ -268,15 +268,20 @@ def check_storage(cfg: Any) -> None:
             f"a multi-node job needs storage every node "
             f"shares; allowed: s3://bucket/prefix, got {root!r}",
         )
-    if root.startswith("s3://"):
-        bucket = root.removeprefix("s3://").split("/", 1)[0]
+    # Every s3:// URL names a plain bucket: an access point or Outposts ARN would make
+    # botocore contact a host the value names, with this machine's credentials.
+    urls = [("storage.root", root)] + [(key, value) for key, value, _ in input_paths(cfg)]
+    for key, url in urls:
+        if not str(url).startswith("s3://"):
+            continue
+        bucket = url.removeprefix("s3://").split("/", 1)[0]
         problem = bucket_name_problem(bucket)
         if problem:
             raise JobConfigError(
-                "storage.root",
-                f"{root!r}: bucket {bucket!r} {problem}; allowed: s3://bucket[/prefix], the "
+                key,
+                f"{url!r}: bucket {bucket!r} {problem}; allowed: s3://bucket[/prefix], the "
                 "bucket 3-63 characters of a-z, 0-9, '.' and '-', starting and ending with a "
-                "letter or digit",
+                "letter or digit (no ARNs)",
             )
 
 

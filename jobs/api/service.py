@@ -3,6 +3,7 @@ read runs from the shared snapshot, cancel, stream logs. Raises `ApiError(status
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,7 @@ SERVICE_SECTIONS = ("backend", "cluster")
 STACK_KEYS = ("storage.root", "job.image_repository", "job.queue")
 """Keys a request may set only while the service leaves them alone."""
 REDACTED = "<service setting>"
+_URL = re.compile(r"\bhttps?://[^\s'\"]+")
 
 
 @dataclass
@@ -166,7 +168,8 @@ class Service:
         """`line` without the service's own settings (bucket, registry, account, kubeconfig)."""
         for value in self._private:
             line = line.replace(value, REDACTED)
-        return line
+        # Endpoints (S3's, the Hub's) in a client library's error: the service's own.
+        return _URL.sub(REDACTED, line)
 
     # -- writes --------------------------------------------------------------------------------
     def _composed(self, request_overrides: list[str], who: Identity) -> list[str]:

@@ -63,24 +63,29 @@ NODE_GROUP = (GPU_TYPE.replace(".", "-"), GPU_TYPE, 4)
 
 
 def deployed_overrides(
-    job_api: str = "pytorchjob", queue: str | None = None, admins: tuple[str, ...] = ()
+    job_api: str = "pytorchjob",
+    queue: str | None = None,
+    admins: tuple[str, ...] = (),
+    bucket: str = "stack-bucket",
 ) -> list[str]:
     """The overrides `trainstack serve` gets in the cluster: infra's own `serve_args` (not a
-    copy), parsed by the serve command's own parser."""
+    copy), parsed by the serve command's own parser; the stack's bucket is `bucket`."""
     import argparse
 
+    from infra.bucket_layout import published_grants
     from infra.training_api import serve_args
     from jobs.commands.serve import add_arguments
 
     argv = serve_args(
         NAMESPACE,
-        "s3://stack-bucket/runs",
+        f"s3://{bucket}/runs",
         STACK_REPOSITORY,
         tls="nlb",
         admins=admins,
         job_api=job_api,
         node_groups=(NODE_GROUP,),
         queue=queue,
+        grants=published_grants(bucket),
     )
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -110,10 +115,14 @@ def start_api(
     from jobs.api.auth import TokenHashes
     from jobs.api.service import Service
 
-    storage = ["storage=local", f"storage.root={runs_root}"]
-    if str(runs_root).startswith("s3://"):
-        storage = ["storage=s3", f"storage.root={runs_root}"]  # as deployed: the stack's bucket
-    stack = [*deployed_overrides(job_api, queue), *storage] if deployed else [f"job.api={job_api}"]
+    storage, bucket = ["storage=local", f"storage.root={runs_root}"], "stack-bucket"
+    if str(runs_root).startswith("s3://"):  # as deployed: the stack's bucket
+        storage, bucket = [], str(runs_root).removeprefix("s3://").split("/")[0]
+    stack = (
+        [*deployed_overrides(job_api, queue, bucket=bucket), *storage]
+        if deployed
+        else [f"job.api={job_api}"]
+    )
     service = Service(
         overrides=[
             *stack,

@@ -55,3 +55,38 @@ def test_an_s3_config_json_is_read_once_and_capped(fault_proxy, s3_bucket):
     received = sum(t.received for t in fault_proxy.transfers[mark:])
     assert received <= MAX_CONFIG_BYTES + 64 * 1024, received
     assert read_hf_config(f"s3://{s3_bucket}/models/ok") == CONFIG
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"model": "hf", "init_from": "s3://other-team/models/x"}, "outside the training pods"),
+        ({"trainer": {"resume_from": "s3://other-team/runs/x"}}, "outside the training pods"),
+        ({"data": "s3://payroll/train.jsonl"}, "outside the training pods"),
+        (
+            {"model": "hf", "init_from": "s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/x"},
+            "(no ARNs)",
+        ),
+        (
+            {"data": "s3://arn:aws:s3-outposts:us-east-1:123456789012:outpost/op/bucket/b/k"},
+            "(no ARNs)",
+        ),
+    ],
+)
+def test_the_deployed_api_reads_only_inside_the_stacks_grants(api, apiserver, fields, fragment):
+    """Finding 12: as deployed, the service has the stack's grants (infra passes them), so
+    no request makes it read another bucket with its own credentials, nor contact a host an
+    access-point ARN names."""
+    request = api.run_request("g1", **fields)
+    detail = refused(api.client.post("/v1/runs", json=request, params={"dryrun": "true"}))
+    assert fragment in detail, detail
+    assert "stack-bucket" not in detail  # the service's bucket is not echoed
+
+
+def test_error_lines_never_carry_an_endpoint(api):
+    line = (
+        "model.init_from: cannot read config.json: Could not connect to the endpoint URL: "
+        '"https://vpce-0a1b.s3.us-east-1.vpce.amazonaws.com/bucket/models/x/config.json"'
+    )
+    assert "amazonaws.com" not in api.service.redact(line)
+    assert "https://" not in api.service.redact("see http://10.0.0.5:9000/x for details")
