@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.api.conftest import TOKEN
+from tests.api.test_api_runs import wait_for
 from tests.k8s.fake_operator import JobPlan
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
@@ -122,6 +123,8 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
     for index, lr in enumerate((1e-3, 1e-2)):
         write_metrics(api.runs_root / f"swd-{index}", range(10, 110, 10), lr=lr)
     assert api.client.post("/v1/sweeps", json=sweep).status_code == 201
+    # The runs list is a snapshot at most about two ttls old: wait until it shows live1 up.
+    wait_for(lambda: api.client.get("/v1/runs/live1").json()["state"] == "running")
 
     # Signing in: a page asked for without a session is the sign-in form (401); it sets the
     # session cookie and returns to that page.
