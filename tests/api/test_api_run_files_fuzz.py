@@ -23,7 +23,10 @@ SETTINGS = settings(
     deadline=timedelta(seconds=5),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+SPECIAL = st.sampled_from([math.nan, math.inf, -math.inf, 2**63, 2**64, 1e308, -0.0, 8.5])
 NUMBERS = st.one_of(
+    SPECIAL,
+    st.integers(min_value=0, max_value=10**6),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
     st.booleans(),
@@ -48,6 +51,11 @@ def _line(value) -> bytes:
 LINES = st.one_of(
     RECORDS.map(_line),
     st.builds(lambda s, loss: _line({"step": s, "loss": loss}), NUMBERS, NUMBERS),
+    st.builds(
+        lambda s, values: _line({"step": s, **values}),
+        st.integers(0, 10**6),
+        st.dictionaries(KEYS.filter(lambda k: k != "step"), NUMBERS, max_size=4),
+    ),
     st.binary(max_size=200),
     st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
     st.integers(1, 200_000).map(lambda n: b'{"step": 1, "pad": "' + b"x" * n + b'"}'),
@@ -85,6 +93,9 @@ YAML_TEXT = st.one_of(
     VALUES.map(lambda v: json.dumps({"trainer": v}, allow_nan=True)),
     st.builds(
         lambda depth: "a: &a [" + "[" * depth + "*a" + "]" * depth + "]\n", st.integers(0, 50)
+    ),
+    st.builds(
+        lambda depth: "a: &a {b: " + "{c: " * depth + "*a" + "}" * depth + "}\n", st.integers(0, 50)
     ),
     st.integers(1, 9).map(
         lambda n: (
