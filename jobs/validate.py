@@ -275,7 +275,11 @@ def check_storage(cfg: Any) -> None:
         if not str(url).startswith("s3://"):
             continue
         bucket = url.removeprefix("s3://").split("/", 1)[0]
-        problem = bucket_name_problem(bucket)
+        if key == "storage.root":
+            problem = bucket_name_problem(bucket)
+        else:  # an input: only what is not a plain bucket name at all (an ARN, a host)
+            plain = bool(bucket) and set(bucket) <= _BUCKET_CHARS
+            problem = None if plain else "is not a bucket name"
         if problem:
             raise JobConfigError(
                 key,
@@ -286,6 +290,7 @@ def check_storage(cfg: Any) -> None:
 
 
 S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]\Z")
+_BUCKET_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 
 def bucket_name_problem(bucket: str) -> str | None:
