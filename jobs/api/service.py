@@ -307,8 +307,9 @@ class Service:
         if not self._root_allowed(cfg.storage.root):
             raise ApiError(
                 422,
-                "storage.root: a path on the API's host outside the service's storage root; "
-                "allowed: s3://bucket/prefix, or a directory under the service's storage root",
+                "storage.root: outside the service's storage root; allowed: a directory under "
+                "it, or s3://bucket/prefix inside the stack's grants (a service without them "
+                "reads no bucket a request names)",
             )
 
     def _root_allowed(self, root: str) -> bool:
@@ -321,7 +322,10 @@ class Service:
         if root == ours:
             return True
         if root.startswith("s3://"):
-            return ".." not in root.split("/")
+            # Only where the stack's grants confine it (validation checks the root against
+            # them): without grants the service would read any bucket with its credentials.
+            granted = bool(self.cfg.storage.grants.training)
+            return granted and ".." not in root.split("/")
         if "://" in root or ours.startswith("s3://"):
             return False
         return Path(root).resolve().is_relative_to(Path(ours).resolve())

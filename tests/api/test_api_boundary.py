@@ -217,11 +217,21 @@ def test_a_60_kb_model_name_is_one_422_line(api, apiserver):
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
 
 
-def test_a_sweep_is_all_or_nothing_when_a_later_point_fails_its_checks(local_api, apiserver):
+def test_a_sweep_is_all_or_nothing_when_a_later_point_fails_its_checks(
+    kubeconfig, token_dir, tmp_path, apiserver, monkeypatch
+):
     # Point 1 needs 3 GPU nodes; the cluster has 2 and no node group to grow: the preflight
-    # (on in a local serve; the deployed service runs without it) refuses it, and point 0
-    # must not have been submitted either.
-    api = local_api
+    # (on in a local serve with a stack's grants; the deployed service runs without it)
+    # refuses it, and point 0 must not have been submitted either.
+    monkeypatch.chdir(tmp_path)
+    grants = "[{url: 's3://runs-bucket/runs/', access: readwrite}]"
+    server, api = start_api(
+        kubeconfig,
+        token_dir,
+        tmp_path / "runs",
+        deployed=False,
+        overrides=(f"storage.grants.training={grants}",),
+    )
     request = {
         "overrides": [
             f"compute={GPU_TYPE}",
@@ -231,11 +241,15 @@ def test_a_sweep_is_all_or_nothing_when_a_later_point_fails_its_checks(local_api
         ],
         "sweep_id": "aon1",
     }
-    response = api.client.post("/v1/sweeps", json=request)
-    assert response.status_code == 422, response.text
-    assert response.json()["detail"].startswith("sweep point 1: ")
-    assert apiserver.list("pytorchjobs", NAMESPACE) == []
-    assert apiserver.list("configmaps", NAMESPACE) == []
+    try:
+        response = api.client.post("/v1/sweeps", json=request)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"].startswith("sweep point 1: ")
+        assert apiserver.list("pytorchjobs", NAMESPACE) == []
+        assert apiserver.list("configmaps", NAMESPACE) == []
+    finally:
+        api.client.close()
+        server.stop()
 
 
 def test_errors_never_echo_the_services_own_settings(kubeconfig, token_dir, tmp_path, apiserver):

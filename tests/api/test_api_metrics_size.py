@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from tests.api.test_api_auth_and_cluster import sign_in
 from tests.k8s.fake_operator import JobPlan
@@ -40,10 +41,24 @@ def metrics_bytes_read(proxy, since: int) -> int:
     )
 
 
-def test_a_large_metrics_file_costs_bounded_bytes_per_poll(
-    local_api, apiserver, fault_proxy, s3_bucket
+@pytest.fixture
+def s3_api(
+    kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch, fault_proxy, s3_bucket
 ):
-    api = local_api
+    """As deployed: the service's storage root is the stack's bucket (moto, behind the proxy)."""
+    from tests.api.conftest import start_api
+
+    monkeypatch.chdir(tmp_path)
+    server, handle = start_api(kubeconfig, token_dir, f"s3://{s3_bucket}/runs")
+    yield handle
+    handle.client.close()
+    server.stop()
+
+
+def test_a_large_metrics_file_costs_bounded_bytes_per_poll(
+    s3_api, apiserver, fault_proxy, s3_bucket
+):
+    api = s3_api
     body = "".join(line(s) for s in range(1, LINES + 1))
     size = len(body.encode())
     assert size > 5_000_000
@@ -54,7 +69,7 @@ def test_a_large_metrics_file_costs_bounded_bytes_per_poll(
         Bucket=s3_bucket, Key="runs/big/config.yaml", Body=b"trainer:\n  max_steps: 90000\n"
     )
     apiserver.operator.plans["big"] = [JobPlan(hold=True)]
-    request = api.run_request("big", storage_root=f"s3://{s3_bucket}/runs")
+    request = api.run_request("big")
     # The runs list: its first look at the run reads the file's tail, not the file.
     mark = len(fault_proxy.transfers)
     assert api.client.post("/v1/runs", json=request).status_code == 201
