@@ -188,6 +188,12 @@ training_api = (
         repository_arn=registry.repository_arn,
         repository_url=registry.repository_url,
         k8s_provider=addons.provider,
+        # The stack's own job settings (what `stack_defaults` writes for `launch`): the API's
+        # jobs run on the stack's runtimes, in its queue, as its operator's kind.
+        node_groups=tuple((g.name, g.instance.name, g.max_size) for g in config.gpu_node_groups),
+        queue=kueue.local_queue if kueue else None,
+        job_api=config.training_operator,
+        grants=storage.bucket.apply(lambda b: published_grants(b, config.data_access)),
     )
     if config.training_api
     else None

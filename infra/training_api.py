@@ -31,8 +31,8 @@ PORT = 8080
 TOKEN_DIR = "/etc/trainstack/token-hashes"
 TLS_DIR = "/etc/trainstack/tls"
 NLB_TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
-_HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}\Z")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 RBAC_RULES = (
     {
         "apiGroups": ["kubeflow.org"],
@@ -88,19 +88,44 @@ def token_hashes(
     return {str(k): v for k, v in loaded.items()}
 
 
+def _quoted(value: str) -> str:
+    """A value in Hydra's override grammar (names and instance types: no quotes in them)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def serve_args(
     namespace: str,
     storage_root: str,
     repository_url: str,
     tls: str = "pod",
     admins: tuple[str, ...] = (),
+    *,
+    job_api: str = "pytorchjob",
+    node_groups: tuple[tuple[str, str, int], ...] = (),
+    queue: str | None = None,
+    grants: dict[str, list[dict]] | None = None,
 ) -> list[str]:
-    """`tls`: "pod" (the pod serves HTTPS with the mounted certificate) or "nlb" (the NLB
-    ends TLS; cookies are still Secure)."""
+    """The container's arguments (pure: the API tests start the service from these).
+    `tls`: "pod" (the pod serves HTTPS with the mounted certificate) or "nlb" (the NLB ends
+    TLS; cookies are still Secure). `job_api`: the operator the stack installed.
+    `node_groups`: (name, instance type, max size) of each GPU node group: a job runs only on the
+    runtimes the stack installs for them. `queue`: the stack's Kueue LocalQueue (None: no
+    Kueue; either way a request cannot pick another). `grants`: the stack's `s3_grants`
+    (role -> [{url, access}]): the service reads no s3:// input outside the pods' grants."""
     encryption = (
         [f"--tls-cert={TLS_DIR}/tls.crt", f"--tls-key={TLS_DIR}/tls.key"]
         if tls == "pod"
         else ["--secure-cookies"]
+    )
+    groups = ",".join(
+        f"{{name:{_quoted(name)},instance_type:{_quoted(instance)},max_size:{int(most)}}}"
+        for name, instance, most in node_groups
+    )
+    roles = ",".join(
+        f"{role}:["
+        + ",".join(f"{{url:{_quoted(g['url'])},access:{_quoted(g['access'])}}}" for g in items)
+        + "]"
+        for role, items in (grants or {}).items()
     )
     return [
         "serve",
@@ -110,10 +135,16 @@ def serve_args(
         *encryption,
         *(f"--admin={admin}" for admin in admins),
         f"cluster.namespace={namespace}",
+        f"cluster.node_groups=[{groups}]",
         "storage=s3",
         f"storage.root={storage_root}",
+        f"storage.grants={{{roles}}}",
         f"job.image_repository={repository_url}",
+        f"job.api={job_api}",
+        # Locked either way: the stack's queue, or none (a request cannot name another team's).
+        f"job.queue={_quoted(queue) if queue else 'null'}",
         # Preflight reads nodes and CRDs (cluster-wide); the Role grants only the namespace.
+        # Validation checks what the preflight would have on every path (job.runtime).
         "backend.preflight=false",
     ]
 
@@ -136,6 +167,10 @@ class TrainingApi(pulumi.ComponentResource):
         repository_arn: pulumi.Input[str],
         repository_url: pulumi.Input[str],
         k8s_provider: k8s.Provider,
+        node_groups: tuple[tuple[str, str, int], ...] = (),
+        queue: pulumi.Input[str] | None = None,
+        job_api: str = "pytorchjob",
+        grants: pulumi.Input[dict] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:TrainingApi", name, None, opts)
@@ -200,8 +235,16 @@ class TrainingApi(pulumi.ComponentResource):
         container = {
             "name": "api",
             "image": settings.image,
-            "args": pulumi.Output.all(namespace, storage_root, repository_url).apply(
-                lambda values: serve_args(*values, tls=tls, admins=settings.admins)
+            "args": pulumi.Output.all(namespace, storage_root, repository_url, queue, grants).apply(
+                lambda values: serve_args(
+                    *values[:3],
+                    tls=tls,
+                    admins=settings.admins,
+                    job_api=job_api,
+                    node_groups=node_groups,
+                    queue=values[3],
+                    grants=values[4],
+                )
             ),
             "ports": [{"name": port_name, "containerPort": PORT}],
             "env": [{"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"}],

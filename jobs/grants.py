@@ -28,9 +28,10 @@ def _literal(url: str) -> str:
 
 def covers(grant_url: str, url: str) -> bool:
     """Whether the grant on `s3://bucket/prefix/` covers `url` (an object or a prefix)."""
-    granted = grant_url.removeprefix("s3://")
+    granted = grant_url.removeprefix("s3://").rstrip("/") + "/"  # s3://b/runs never runs-x
     path = _literal(url)
-    return path.startswith(granted) or path == granted.rstrip("/")
+    globbed = path != url.removeprefix("s3://")  # s3://b/runs* also lists b/runs-payroll/
+    return path.startswith(granted) or (not globbed and path == granted.rstrip("/"))
 
 
 def _suggestion(url: str, access: str) -> str:

@@ -29,9 +29,9 @@ TORCH_RESERVED_ENV = (
 """Set by Trainer's torch plugin on the `node` container; a TrainJob may not set them."""
 # kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go (`ruleNameFmt`,
 # `maxRuleNameLength`, validateFailurePolicy): a failure-policy rule's name, unique in its JobSet.
-JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?\Z")
 JOBSET_RULE_NAME_MAX = 128
-_PATCH_MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*)?$")
+_PATCH_MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*)?\Z")
 
 
 class ManifestError(ValueError):

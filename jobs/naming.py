@@ -15,7 +15,7 @@ import re
 import secrets
 from datetime import datetime
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 DNS_LABEL_MAX = 63
 MAX_RUN_ID_LEN = DNS_LABEL_MAX - len("-worker-") - 4
 """Leaves room for the longest pod suffix with up to 9,999 workers (a PyTorchJob's)."""

@@ -13,15 +13,17 @@ _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-IMAGE_NAME = re.compile(rf"^{_NAME}$")
-IMAGE_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+IMAGE_NAME = re.compile(rf"^{_NAME}\Z")
+IMAGE_TAG = re.compile(r"^[\w][\w.-]{0,127}\Z")
+SHA256_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 IMAGE_ALLOWED = "REPOSITORY[:TAG][@sha256:<64 lower-case hex digits>], no whitespace"
 
-LABEL_VALUE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(?=.{1,63}\Z)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 """A Kubernetes label value (non-empty here)."""
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
+)
 
 
 def image_reference_problem(image: str, *, tag_allowed: bool = True) -> str | None:

@@ -15,7 +15,7 @@ from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem
 from jobs.spec import run_dir_for
 
-_RUN_STEP = re.compile(r"^(?P<run>[^/]+?)(?:/step-(?P<step>\d+))?/?$")
+_RUN_STEP = re.compile(r"^(?P<run>[^/]+?)(?:/step-(?P<step>\d+))?/?\Z")
 
 
 def resume_from_path(cfg: Any) -> str | None:

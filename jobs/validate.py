@@ -21,7 +21,15 @@ from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
 from jobs.runtimes import RUNTIME_GRACE_S
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
-from jobs.spec import CONFIG_MOUNT_DIR, elastic_of, pod_resources, procs_per_node
+from jobs.spec import (
+    CONFIG_MOUNT_DIR,
+    CPU_RUNTIME,
+    RUNTIME_PREFIX,
+    elastic_of,
+    gpu_runtime_name,
+    pod_resources,
+    procs_per_node,
+)
 from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
@@ -62,6 +70,9 @@ JOB_LIMITS = {
 }
 """The most each job key may be: a checkpoint's save window, restarts and resubmissions of a
 run that keeps failing, and how long a finished job stays on the cluster."""
+MAX_NODES = 1024
+"""The most nodes one job may ask for (compute.nodes, job.elastic.max_nodes): above any node
+group a stack runs, and what bounds the plan's work (one plan per elastic world size)."""
 
 
 def data_parallel_sizes(cfg: Any) -> list[int]:
@@ -78,6 +89,7 @@ def check_compute(cfg: Any) -> None:
             "backend.name", f"unknown backend {backend!r}; allowed: {_allowed(BACKENDS)}"
         )
     _at_least("compute.nodes", compute.nodes, 1)
+    _at_most("compute.nodes", compute.nodes, MAX_NODES)
     gpu_types = _allowed(INSTANCE_TYPES)
     if compute.name == LOCAL_CPU:
         if backend != "local":
@@ -147,6 +159,7 @@ def check_elastic(cfg: Any) -> None:
             "job.elastic", "set both min_nodes and max_nodes (or neither for a fixed-size job)"
         )
     _at_least("job.elastic.min_nodes", elastic.min_nodes, 1)
+    _at_most("job.elastic.max_nodes", elastic.max_nodes, MAX_NODES)
     if elastic.min_nodes > elastic.max_nodes:
         raise JobConfigError(
             "job.elastic.min_nodes",
@@ -256,19 +269,29 @@ def check_storage(cfg: Any) -> None:
             f"a multi-node job needs storage every node "
             f"shares; allowed: s3://bucket/prefix, got {root!r}",
         )
-    if root.startswith("s3://"):
-        bucket = root.removeprefix("s3://").split("/", 1)[0]
-        problem = bucket_name_problem(bucket)
+    # Every s3:// URL names a plain bucket: an access point or Outposts ARN would make
+    # botocore contact a host the value names, with this machine's credentials.
+    urls = [("storage.root", root)] + [(key, value) for key, value, _ in input_paths(cfg)]
+    for key, url in urls:
+        if not str(url).startswith("s3://"):
+            continue
+        bucket = url.removeprefix("s3://").split("/", 1)[0]
+        if key == "storage.root":
+            problem = bucket_name_problem(bucket)
+        else:  # an input: only what is not a plain bucket name at all (an ARN, a host)
+            plain = bool(bucket) and set(bucket) <= _BUCKET_CHARS
+            problem = None if plain else "is not a bucket name"
         if problem:
             raise JobConfigError(
-                "storage.root",
-                f"{root!r}: bucket {bucket!r} {problem}; allowed: s3://bucket[/prefix], the "
+                key,
+                f"{url!r}: bucket {bucket!r} {problem}; allowed: s3://bucket[/prefix], the "
                 "bucket 3-63 characters of a-z, 0-9, '.' and '-', starting and ending with a "
-                "letter or digit",
+                "letter or digit (no ARNs)",
             )
 
 
-S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+S3_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]\Z")
+_BUCKET_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 
 def bucket_name_problem(bucket: str) -> str | None:
@@ -465,6 +488,7 @@ def check_job_api(cfg: Any) -> None:
         if job.runtime is not None and cfg.backend.name != "local":
             raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
         return
+    check_runtime_is_trainstacks(cfg)
     if elastic_of(cfg) is not None:
         raise JobConfigError(
             "job.elastic",
@@ -496,6 +520,31 @@ def check_job_api(cfg: Any) -> None:
                 f"not settable with job.api=trainjob ({why}); allowed: "
                 f"{getattr(defaults, key)}, or job.api=pytorchjob",
             )
+
+
+def stack_runtimes(node_groups: Any) -> list[str]:
+    """The ClusterTrainingRuntimes a stack installs (jobs.runtimes.cluster_training_runtimes):
+    one per GPU node group, then the CPU runtime."""
+    return [*(gpu_runtime_name(group.name) for group in node_groups), CPU_RUNTIME]
+
+
+def check_runtime_is_trainstacks(cfg: Any) -> None:
+    """`job.runtime` names one of trainstack's runtimes, on every path (the preflight's label
+    check is off where the service runs with backend.preflight=false): another runtime (an
+    admin's, another team's) could carry any pod template (privileged, host paths). With the
+    stack's node groups known the name must be one the stack installs; without, a name
+    trainstack would install (the preflight then checks its label)."""
+    runtime = cfg.job.runtime
+    if runtime is None:
+        return  # runtime_for() picks one of the stack's
+    installed = stack_runtimes(cfg.cluster.node_groups)
+    known = runtime in installed if cfg.cluster.node_groups else runtime.startswith(RUNTIME_PREFIX)
+    if not known:
+        allowed = _allowed(installed) if cfg.cluster.node_groups else f"{RUNTIME_PREFIX}<name>"
+        raise JobConfigError(
+            "job.runtime",
+            f"{runtime!r} is not one of trainstack's ClusterTrainingRuntimes; allowed: {allowed}",
+        )
 
 
 def check_names(cfg: Any) -> None:

@@ -11,8 +11,8 @@ from jobs.errors import JobConfigError
 from jobs.runner import COMMAND, HF, RUNNER_KEYS
 from jobs.schema import RUNNERS, RunnerConfig
 
-ARG_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ARG_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED_ENV_PREFIXES = ("TRAINSTACK_", "PET_")
 """Set by trainstack and the operator: the contract and the rendezvous."""
 RESERVED_ENV = frozenset(
@@ -120,6 +120,12 @@ def check_runner(cfg: Any) -> None:
         check_env(runner)
     if runner.name == COMMAND:
         check_command(cfg)
+        if cfg.model.init_from is not None:  # its config carries no model section
+            raise JobConfigError(
+                "model.init_from",
+                "runner=command does not read it (your command loads its own model); "
+                "allowed: null, or runner=trainstack|hf",
+            )
     if runner.name == HF and cfg.model.init_from is None:
         raise JobConfigError(
             "model.init_from",

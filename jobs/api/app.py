@@ -46,6 +46,11 @@ MAX_BODY_BYTES = 64 * 1024
 TITLE = "trainstack Training API"
 BEARER = HTTPBearer(auto_error=False, description="a token whose SHA-256 is in the Secret")
 ERRORS = {code: {"model": Problem} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)}
+SERVER_OPTIONS = {"proxy_headers": False}
+"""uvicorn settings `trainstack serve` runs the app with (the tests' server too). No proxy
+headers: X-Forwarded-For is whatever the client writes (uvicorn trusts it from loopback by
+default), and the sign-in limit keys on the client's address; the stack's NLB forwards TCP,
+so the peer is the client."""
 METRICS_PAGE = 1000
 MAX_METRICS_PAGE = 10_000
 
@@ -90,9 +95,11 @@ async def _too_large(limit: int, send) -> None:
 
 
 def validation_line(exc: RequestValidationError, request: Request) -> tuple[int, str]:
-    """The first problem as `<field>: <what is wrong>`; malformed JSON is 400."""
+    """The first problem as `<field>: <what is wrong>`; malformed JSON is 400. One line: a
+    field name is the client's text (a dict key may hold a newline)."""
     error = exc.errors()[0]
     where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+    where = " ".join(where.split())[:100]
     if error.get("type") == "json_invalid":
         return 400, f"body: malformed JSON ({(error.get('ctx') or {}).get('error', 'invalid')})"
     if error.get("type") == "extra_forbidden":
@@ -259,13 +266,17 @@ def create_app(
     ) -> Metrics:
         """The run's metrics.jsonl lines that have a step, a page at a time: those with a
         step after `after_step` (`since_step`: the same), at most `limit`; `next_after_step`
-        is set when more follow. A poll reads only what the file gained since the last."""
+        is set when more follow. A poll reads only what the file gained since the last, and
+        at most a few MB of it: a large file is read over several requests."""
         run_dir = service.view(run_id).status.run_dir
         if not run_dir:
             return Metrics(run_id=run_id, records=[])
         start = after_step if after_step is not None else since_step
         records, more = metrics_files.get(run_id, run_dir).page(start, limit)
-        following = int(records[-1]["step"]) if more and records else None
+        # More to come with no record yet (a large file is indexed over several requests):
+        # ask again from the same place.
+        here = start if start is not None else -1
+        following = (int(records[-1]["step"]) if records else here) if more else None
         return Metrics(run_id=run_id, records=records, next_after_step=following)
 
     @app.get(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from jobs.references import LABEL_VALUE
 
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 MIN_TOKEN_CHARS = 32
 """`--hash-token` refuses shorter tokens (e.g. `openssl rand -hex 32` gives 64)."""
 log = logging.getLogger(__name__)

@@ -17,6 +17,13 @@ FlagName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{
 """A runner.args key: it becomes part of an override's key, so only a plain name passes."""
 
 
+MAX_MAP_ENTRIES = 64
+"""Entries of `trainer` and `args`: each is an override Hydra composes under a lock every
+request shares (6,500 args took 10 s to compose)."""
+MAX_OVERRIDES = 100
+"""Overrides one request may give (each costs composing time under the shared lock)."""
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -24,7 +31,7 @@ class Strict(BaseModel):
 class RunRequest(Strict):
     overrides: list[str] = Field(
         default_factory=list,
-        max_length=200,
+        max_length=MAX_OVERRIDES,
         description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first. "
         "Only options of model, data, trainer, compute, experiment (plain names) and keys "
         "under model., data., trainer., compute., job. (not job.image_repository), storage.root, "
@@ -47,7 +54,9 @@ class RunRequest(Strict):
         "(true, the CLI's rule); false refuses with 409 instead.",
     )
     trainer: dict[str, Scalar] = Field(
-        default_factory=dict, description="trainer.<key>=<value> overrides, e.g. max_steps"
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description="trainer.<key>=<value> overrides, e.g. max_steps",
     )
     runner: Literal["trainstack", "command", "hf"] | None = Field(
         None, description="runner=<name>: the built-in trainer, your command, or HF's Trainer"
@@ -56,7 +65,9 @@ class RunRequest(Strict):
         None, max_length=100, description="runner.command (runner=command), e.g. [python, train.py]"
     )
     args: dict[FlagName, str | int | float | bool] = Field(
-        default_factory=dict, description="runner.args: appended to the command as --key=value"
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description="runner.args: appended to the command as --key=value",
     )
 
 
@@ -64,7 +75,7 @@ class SweepRequest(Strict):
     overrides: list[str] = Field(
         ...,
         min_length=1,
-        max_length=200,
+        max_length=MAX_OVERRIDES,
         description="`launch -m` overrides, e.g. trainer.lr=1e-3,3e-3",
     )
     sweep_id: str | None = Field(None, description="re-using an id addresses the same runs")

@@ -26,9 +26,9 @@ SERVICE_ONLY_KEYS = (
 )
 """Under an allowed prefix, yet the service's: the stack's repository, who asked, and
 runner.workdir (a directory on the service's own disk: code comes in the request's image)."""
-OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+OPTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 """A plain option name (catalog instance types have dots: p5.48xlarge); `..` is refused."""
-KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*\Z")
 MAX_VALUE_CHARS = 4096
 MAX_DEPTH = 16
 """How deep lists and dicts in one override value may nest (Hydra's parser recurses per level:

@@ -3,8 +3,10 @@ read runs from the shared snapshot, cancel, stream logs. Raises `ApiError(status
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -96,6 +98,7 @@ SERVICE_SECTIONS = ("backend", "cluster")
 STACK_KEYS = ("storage.root", "job.image_repository", "job.queue")
 """Keys a request may set only while the service leaves them alone."""
 REDACTED = "<service setting>"
+_URL = re.compile(r"\bhttps?://[^\s'\"]+")
 
 
 @dataclass
@@ -109,6 +112,9 @@ class Service:
     _hydra: threading.Lock = field(default_factory=threading.Lock)
     """Hydra's compose state is process-global: one composition at a time. Held for composing
     alone: the checks after it may wait on S3 or the Hub, and must not hold up other requests."""
+    _users_lock: threading.Lock = field(default_factory=threading.Lock)
+    _user_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    """user -> the lock their requests take before `_hydra` (`_composing`)."""
 
     def __post_init__(self) -> None:
         from jobs.backends.kubernetes import KubernetesBackend
@@ -143,6 +149,16 @@ class Service:
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
         self.follows = LogHub(self._open_follow, self.max_follows_per_caller)
 
+    @contextmanager
+    def _composing(self, who: Identity) -> Iterator[None]:
+        """The shared composition lock, reached through the user's own: each user has at
+        most one request waiting for it, so another user's request waits for at most one
+        composition per user ahead of it, however many requests one user sends."""
+        with self._users_lock:
+            turn = self._user_locks.setdefault(who.name, threading.Lock())
+        with turn, self._hydra:
+            yield
+
     def _list_jobs(self) -> list[dict]:
         from jobs.backends.kubernetes import MANAGED_SELECTOR
 
@@ -152,7 +168,8 @@ class Service:
         """`line` without the service's own settings (bucket, registry, account, kubeconfig)."""
         for value in self._private:
             line = line.replace(value, REDACTED)
-        return line
+        # Endpoints (S3's, the Hub's) in a client library's error: the service's own.
+        return _URL.sub(REDACTED, line)
 
     # -- writes --------------------------------------------------------------------------------
     def _composed(self, request_overrides: list[str], who: Identity) -> list[str]:
@@ -169,7 +186,7 @@ class Service:
         _refuse_bad(lambda: check_request(fields, overrides))
         self._refuse_service_keys(overrides)
         try:
-            job = prepare(self._composed(overrides, who), compose_lock=self._hydra)
+            job = prepare(self._composed(overrides, who), compose_lock=self._composing(who))
         except BadInput as err:
             raise ApiError(422, str(err)) from err
         self._check_service_wins(job.cfg)
@@ -197,13 +214,13 @@ class Service:
         )
         jobs = []
         try:
-            with self._hydra:
+            with self._composing(who):
                 points = expand(overrides)
             for index, point in enumerate(points):
                 run_id = sweep_point_run_id(sweep_id, index)
                 named = [*point, f"run_id={override_value(run_id)}"]
                 try:
-                    jobs.append(prepare(named, now=now, compose_lock=self._hydra))
+                    jobs.append(prepare(named, now=now, compose_lock=self._composing(who)))
                 except BadInput as err:
                     shown = " ".join(p for p in point if _key(p) not in self._service_keys)
                     raise BadInput(f"sweep point {index} ({shown}): {err}") from err
@@ -290,8 +307,9 @@ class Service:
         if not self._root_allowed(cfg.storage.root):
             raise ApiError(
                 422,
-                "storage.root: a path on the API's host outside the service's storage root; "
-                "allowed: s3://bucket/prefix, or a directory under the service's storage root",
+                "storage.root: outside the service's storage root; allowed: a directory under "
+                "it, or s3://bucket/prefix inside the stack's grants (a service without them "
+                "reads no bucket a request names)",
             )
 
     def _root_allowed(self, root: str) -> bool:
@@ -304,7 +322,10 @@ class Service:
         if root == ours:
             return True
         if root.startswith("s3://"):
-            return ".." not in root.split("/")
+            # Only where the stack's grants confine it (validation checks the root against
+            # them): without grants the service would read any bucket with its credentials.
+            granted = bool(self.cfg.storage.grants.training)
+            return granted and ".." not in root.split("/")
         if "://" in root or ours.startswith("s3://"):
             return False
         return Path(root).resolve().is_relative_to(Path(ours).resolve())
@@ -315,6 +336,8 @@ class Service:
         from jobs.k8s.ownership import ensure_ours
 
         backend = self.backend
+        self._check_sweep_owner(job, who)
+        self._check_resume_from_owner(job, who)
         try:
             dry = backend.dryrun(job)
             checked = Checked(job, dry, job.plan.summary(), None)
@@ -343,6 +366,51 @@ class Service:
                 "to resume it (pick a new run_id, or resume=true)",
             )
         return Checked(job, dry, checked.plan, before)
+
+    def _check_sweep_owner(self, job, who: Identity) -> None:
+        """A sweep id is its first user's: nobody else adds runs to it, nor takes a run id
+        its points use (`<sweep_id>-<n>`), or its owner's next resubmission would be 403."""
+        if who.admin:
+            return
+        views = self.views()
+        sweep_id = job.cfg.sweep_id
+        base, _, point = job.run_id.rpartition("-")
+        for name, yours in ((sweep_id, True), (base if point.isdigit() else None, False)):
+            if not name:
+                continue
+            owners = {v.status.owner for v in views.values() if v.status.sweep_id == name}
+            others = sorted(o or "nobody recorded" for o in owners if o != who.name)
+            if others:
+                key = "sweep_id" if yours else "run_id"
+                raise ApiError(
+                    403,
+                    f"{key}: sweep {name!r} belongs to {others[0]}; only its owner adds runs "
+                    "to it (pick another sweep_id or run_id)",
+                )
+
+    def _check_resume_from_owner(self, job, who: Identity) -> None:
+        """`trainer.resume_from` naming a run under the storage root forks that run's
+        checkpoints (its weights, possibly trained on data only its owner may read): only
+        the run's owner or an admin may, and only while the cluster lists the run (an
+        unlisted run has nobody to attribute it to)."""
+        from jobs.resume_from import resume_from_path
+
+        path = resume_from_path(job.cfg)
+        root = str(job.cfg.storage.root).rstrip("/") + "/"
+        if who.admin or path is None or not path.startswith(root):
+            return
+        run_id = path[len(root) :].split("/", 1)[0]
+        if run_id == job.run_id:
+            return  # its own checkpoints (the run's owner is checked with the run id)
+        view = self.views().get(run_id)
+        owner = view.status.owner if view is not None else None
+        if owner != who.name:
+            whose = f"belongs to {owner or 'nobody recorded'}" if view else "is not listed"
+            raise ApiError(
+                403,
+                f"trainer.resume_from: run {run_id!r} {whose}; a run's checkpoints are "
+                "forked only by its owner or an admin",
+            )
 
     def _submit(self, checked: Checked) -> tuple[int, Submitted]:
         job, plan, before = checked.job, checked.plan, checked.before

@@ -20,6 +20,9 @@ SESSION_COOKIE = "trainstack_session"
 SESSION_TTL_S = 12 * 3600.0
 MAX_SESSIONS = 10_000
 """Oldest sessions go first past this (a flood of sign-ins cannot grow memory unbounded)."""
+MAX_SESSIONS_PER_TOKEN = 16
+"""A token's oldest session goes first past this: one client signing in in a loop evicts
+only its own sessions, never everyone's."""
 LOGIN_ATTEMPTS = 10
 LOGIN_WINDOW_S = 60.0
 
@@ -30,9 +33,13 @@ class Sessions:
         ttl_s: float = SESSION_TTL_S,
         max_sessions: int = MAX_SESSIONS,
         clock: Callable[[], float] = time.monotonic,
+        per_token: int = MAX_SESSIONS_PER_TOKEN,
     ):
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
+        self.per_token = per_token
+        self._of_token: dict[str, deque[str]] = {}
+        """token hash -> its session ids, oldest first (at most `per_token`)."""
         self.clock = clock
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -42,9 +49,25 @@ class Sessions:
         session_id = secrets.token_urlsafe(32)
         with self._lock:
             self._sessions[session_id] = (token_hash, self.clock() + self.ttl_s)
+            mine = self._of_token.setdefault(token_hash, deque())
+            mine.append(session_id)
+            while len(mine) > self.per_token:
+                self._sessions.pop(mine.popleft(), None)
             while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+                _, (oldest_token, _) = self._sessions.popitem(last=False)
+                self._forget(oldest_token)
         return session_id
+
+    def _forget(self, token_hash: str) -> None:
+        """Drop ids of `token_hash` that are no longer sessions (keeps the index bounded)."""
+        mine = self._of_token.get(token_hash)
+        if mine is None:
+            return
+        alive = deque(i for i in mine if i in self._sessions)
+        if alive:
+            self._of_token[token_hash] = alive
+        else:
+            del self._of_token[token_hash]
 
     def token_hash(self, session_id: str | None) -> str | None:
         """The hash of the token the session was opened with; None if unknown or expired."""

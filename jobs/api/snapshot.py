@@ -150,6 +150,7 @@ class RunsSnapshot:
         now = time.monotonic()
         due = now - self._config_tried.get(run_dir or "", -float("inf")) > CONFIG_RETRY_S
         if run_dir and run_dir not in self._max_steps and due:
+            # config.yaml is the run's own file: read_config bounds it and never raises.
             steps = max_steps(read_config(run_dir))
             if steps is None:
                 self._config_tried[run_dir] = now

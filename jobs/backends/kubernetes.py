@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from jobs import submission as submissions
 from jobs.backends import run_state
 from jobs.backends.base import (
     CANCELLED,
@@ -192,7 +193,8 @@ class KubernetesBackend:
         if self.run_preflight:
             self.preflight(job)
         store_code(job)  # the pods fetch it from the run dir: there before they start
-        manifests = stamped(pin_images(dryrun.request), datetime.now(UTC))
+        # The submission's one clock (run ids use it too), so a caller can fix it.
+        manifests = stamped(pin_images(dryrun.request), submissions.utc_now())
         submission = submit(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))

@@ -20,11 +20,31 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+MAX_STATE_BYTES = 64 * 1024
+"""state.json is a few hundred bytes; the run's own code can write the run dir, so a larger
+(or unparsable, or non-object) one reads as no state rather than failing every listing."""
+
+
 def read_state(run_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((run_dir / STATE_FILE).read_text())
-    except FileNotFoundError:
+        with open(run_dir / STATE_FILE, "rb") as fh:
+            data = fh.read(MAX_STATE_BYTES + 1)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
+    if len(data) > MAX_STATE_BYTES:
+        return None
+    try:
+        loaded = json.loads(data, parse_constant=lambda _: None)
+    except (ValueError, RecursionError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _field(state: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    """`state[key]` when it has the type a status field takes, else `default`."""
+    value = state.get(key, default)
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in kind)
+    return value if ok else default
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -62,18 +82,19 @@ def last_metrics(run_dir: str | Path | None) -> tuple[int | None, float | None]:
 def to_status(run_dir: Path, state: dict[str, Any] | None) -> RunStatus:
     step, loss = last_metrics(run_dir)
     state = state or {}
+    text = (str, type(None))
     return RunStatus(
-        run_id=state.get("run_id", run_dir.name),
-        state=state.get("state", UNKNOWN),
-        backend=state.get("backend", UNKNOWN),
-        sweep_id=state.get("sweep_id"),
-        nodes=state.get("nodes", 1),
-        started_at=state.get("started_at"),
-        finished_at=state.get("finished_at"),
-        exit_code=state.get("exit_code"),
+        run_id=_field(state, "run_id", (str,), run_dir.name),
+        state=_field(state, "state", (str,), UNKNOWN),
+        backend=_field(state, "backend", (str,), UNKNOWN),
+        sweep_id=_field(state, "sweep_id", text, None),
+        nodes=_field(state, "nodes", (int,), 1),
+        started_at=_field(state, "started_at", text, None),
+        finished_at=_field(state, "finished_at", text, None),
+        exit_code=_field(state, "exit_code", (int, type(None)), None),
         last_step=step,
         last_loss=loss,
-        message=state.get("message", ""),
+        message=_field(state, "message", (str,), ""),
         run_dir=str(run_dir),
     )
 

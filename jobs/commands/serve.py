@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--token-hashes {args.token_hashes}: no token hashes in it")
     import uvicorn
 
-    from jobs.api.app import create_app
+    from jobs.api.app import SERVER_OPTIONS, create_app
     from jobs.api.service import Service
     from jobs.submission import BadInput
 
@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         ssl_certfile=str(args.tls_cert) if tls else None,
         ssl_keyfile=str(args.tls_key) if tls else None,
         log_level="info",
+        **SERVER_OPTIONS,
         # Longer than a load balancer's idle timeout and a polling client's interval: the server
         # closing an idle keep-alive connection as a client reuses it is a reset request.
         timeout_keep_alive=KEEP_ALIVE_S,

@@ -11,9 +11,13 @@ class ServerThread:
     def __init__(self, app) -> None:
         import uvicorn
 
+        from jobs.api.app import SERVER_OPTIONS
+
         self.socket = socket.socket()
         self.socket.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", access_log=False, **SERVER_OPTIONS
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True

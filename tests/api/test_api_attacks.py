@@ -60,7 +60,6 @@ from tests.api.test_api_boundary import assert_nothing_happened, files_under, re
 def test_grammar_and_path_tricks_are_one_4xx_line(api, apiserver, tmp_path, override):
     before = files_under(tmp_path)
     request = api.run_request("atk2", overrides=[override])
-    del request["storage_root"]  # the service's own (runs under the test's directory)
     for key, field in (("job.image=", "image"), ("run_id=", "run_id")):
         if override.startswith(key):
             del request[field]  # the structured field would win over the override
@@ -71,21 +70,24 @@ def test_grammar_and_path_tricks_are_one_4xx_line(api, apiserver, tmp_path, over
     assert_nothing_happened(api, apiserver, before, tmp_path)
 
 
-def test_a_requests_storage_root_stays_under_the_services_or_on_s3(api, apiserver, tmp_path):
-    """The service pins no storage root here (the local stand-in): a request's local root must
-    still be under the service's own, never elsewhere on the API's host."""
+def test_a_requests_storage_root_stays_under_the_services_or_on_s3(local_api, apiserver, tmp_path):
+    """The service pins no storage root here (the README's local serve): a request's local
+    root must still be under the service's own, never elsewhere on the API's host."""
+    api = local_api
     outside = tmp_path.parent / "elsewhere"
     for root in (str(outside), f"{tmp_path}/runs/../../elsewhere", "/etc"):
         request = {**api.run_request("atk3"), "storage_root": root}
         detail = refused(api.client.post("/v1/runs", json=request))
-        assert detail.startswith("storage.root: a path on the API's host outside")
+        assert detail.startswith("storage.root: outside the service's storage root")
         assert root not in detail
     assert not outside.exists()
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
     inside = {**api.run_request("atk3"), "storage_root": str(tmp_path / "runs" / "team")}
     assert api.client.post("/v1/runs", json=inside, params={"dryrun": "true"}).status_code == 200
+    # Finding 12: without the stack's grants the service reads no bucket a request names.
     on_s3 = {**api.run_request("atk3"), "storage_root": "s3://runs-bucket/runs"}
-    assert api.client.post("/v1/runs", json=on_s3, params={"dryrun": "true"}).status_code == 200
+    detail = refused(api.client.post("/v1/runs", json=on_s3, params={"dryrun": "true"}))
+    assert detail.startswith("storage.root: outside the service's storage root")
 
 
 @pytest.mark.parametrize(
@@ -123,7 +125,6 @@ def test_a_command_cannot_pass_options_to_the_launcher(api, apiserver, tmp_path,
     change the rendezvous or the process count rather than name the program."""
     before = files_under(tmp_path)
     request = api.run_request("atk4", runner="command", command=command)
-    del request["storage_root"]
     for dryrun in ("true", "false"):
         response = api.client.post("/v1/runs", json=request, params={"dryrun": dryrun})
         assert refused(response).startswith("runner.command: starts with an option")
@@ -202,7 +203,7 @@ def test_the_api_host_reads_no_s3_url_outside_the_grants(granted_api, apiserver,
     """A request's s3:// input outside the pods' grants is refused before the API host reads
     it with its own credentials (which may reach more than the pods')."""
     api = granted_api
-    request = {**api.run_request("atk7", **fields), "storage_root": "s3://ours-bucket/runs"}
+    request = api.run_request("atk7", **fields)
     detail = refused(api.client.post("/v1/runs", json=request, params={"dryrun": "true"}))
     assert "outside the training pods' read grants" in detail, detail
     assert apiserver.list("pytorchjobs", NAMESPACE) == []

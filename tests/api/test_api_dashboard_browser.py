@@ -14,6 +14,7 @@ import pytest
 
 from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import TOKEN
+from tests.api.test_api_runs import wait_for
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -115,7 +116,6 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
         "overrides": [
             "compute=p4d.24xlarge",
             "job.image=registry.example.com/trainer:v1",
-            f"storage.root={api.runs_root}",
             "trainer.lr=1e-3,1e-2",
         ],
         "sweep_id": "swd",
@@ -123,6 +123,8 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
     for index, lr in enumerate((1e-3, 1e-2)):
         write_metrics(api.runs_root / f"swd-{index}", range(10, 110, 10), lr=lr)
     assert api.client.post("/v1/sweeps", json=sweep).status_code == 201
+    # The runs list is a snapshot at most about two ttls old: wait until it shows live1 up.
+    wait_for(lambda: api.client.get("/v1/runs/live1").json()["state"] == "running")
 
     # Signing in: a page asked for without a session is the sign-in form (401); it sets the
     # session cookie and returns to that page.

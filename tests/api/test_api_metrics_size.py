@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from testing_support.k8s.fake_operator import JobPlan
 from tests.api.test_api_auth_and_cluster import sign_in
@@ -40,7 +41,24 @@ def metrics_bytes_read(proxy, since: int) -> int:
     )
 
 
-def test_a_large_metrics_file_costs_bounded_bytes_per_poll(api, apiserver, fault_proxy, s3_bucket):
+@pytest.fixture
+def s3_api(
+    kubeconfig, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch, fault_proxy, s3_bucket
+):
+    """As deployed: the service's storage root is the stack's bucket (moto, behind the proxy)."""
+    from tests.api.conftest import start_api
+
+    monkeypatch.chdir(tmp_path)
+    server, handle = start_api(kubeconfig, token_dir, f"s3://{s3_bucket}/runs")
+    yield handle
+    handle.client.close()
+    server.stop()
+
+
+def test_a_large_metrics_file_costs_bounded_bytes_per_poll(
+    s3_api, apiserver, fault_proxy, s3_bucket
+):
+    api = s3_api
     body = "".join(line(s) for s in range(1, LINES + 1))
     size = len(body.encode())
     assert size > 5_000_000
@@ -51,7 +69,7 @@ def test_a_large_metrics_file_costs_bounded_bytes_per_poll(api, apiserver, fault
         Bucket=s3_bucket, Key="runs/big/config.yaml", Body=b"trainer:\n  max_steps: 90000\n"
     )
     apiserver.operator.plans["big"] = [JobPlan(hold=True)]
-    request = api.run_request("big", storage_root=f"s3://{s3_bucket}/runs")
+    request = api.run_request("big")
     # The runs list: its first look at the run reads the file's tail, not the file.
     mark = len(fault_proxy.transfers)
     assert api.client.post("/v1/runs", json=request).status_code == 201
@@ -82,6 +100,9 @@ def test_a_large_metrics_file_costs_bounded_bytes_per_poll(api, apiserver, fault
     page = first.json()
     assert len(page["records"]) == 1000 and page["next_after_step"] is not None
     assert len(first.content) < 300_000
+    # Each request indexes at most REFRESH_BYTES more of the file: a few polls index it all.
+    for _ in range(10):
+        assert api.client.get("/v1/runs/big/metrics", params={"limit": 1}).status_code == 200
     mark = len(fault_proxy.transfers)
     following = api.client.get(
         "/v1/runs/big/metrics", params={"after_step": page["next_after_step"], "limit": 500}
@@ -133,3 +154,51 @@ def test_the_last_step_follows_appends_partial_lines_and_a_replaced_file(tmp_pat
     metrics.write_text("".join(line(s) for s in range(100, 140)))
     assert last.get(str(tmp_path))[0] == 139
     assert run.refresh().count == 41  # 40 training lines and the eval line at step 100
+
+
+def test_a_page_costs_bounded_reads_whatever_the_file_holds(tmp_path):
+    """Finding 5: the first page of a large file reads at most REFRESH_BYTES to index plus
+    the page's blocks, and keeps at most KEPT_ROWS records for figures; paging on reaches
+    every record, in order, each request bounded the same way."""
+    from jobs.plot.metrics import KEPT_ROWS, PAGE_BYTES, REFRESH_BYTES, MetricsFiles
+
+    lines = 60_000
+    body = "".join(line(s) for s in range(1, lines + 1))
+    assert len(body) > 2 * REFRESH_BYTES
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.jsonl").write_text(body)
+    files = MetricsFiles()
+    seen, after, requests, metrics = [], None, 0, None
+    while True:
+        before = metrics.bytes_read if metrics is not None else 0
+        metrics = files.get("r", str(tmp_path))  # what the route does: refresh, then page
+        records, more = metrics.page(after, 10_000)
+        assert metrics.bytes_read - before <= REFRESH_BYTES + PAGE_BYTES
+        assert len(metrics.columns["step"]) <= KEPT_ROWS
+        requests += 1
+        seen += [r["step"] for r in records if "loss" in r]
+        if not more:
+            break
+        after = records[-1]["step"] if records else (after if after is not None else -1)
+    assert seen == list(range(1, lines + 1))
+    assert metrics.count == lines + lines // EVAL_EVERY
+    assert metrics.bytes_read <= 2.5 * len(body)  # indexed once, each page's blocks about once
+    assert requests >= len(body) // REFRESH_BYTES  # indexing was spread over requests
+    figure = metrics.downsampled(500)
+    assert min(r["loss"] for r in figure.records if "loss" in r) == 4.0 / (1 + lines / 1000)
+
+
+def test_out_of_order_steps_do_not_make_a_page_scan_the_file(tmp_path):
+    """Finding 10: blocks whose largest step is not after `after_step` are not read."""
+    from jobs.plot.metrics import BLOCK_RECORDS, MetricsFile
+
+    steps = list(range(100_000, 0, -1))  # written backwards
+    (tmp_path / "logs").mkdir()
+    text = "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in steps)
+    (tmp_path / "logs" / "metrics.jsonl").write_text(text)
+    metrics = MetricsFile("r", str(tmp_path)).refresh()
+    before = metrics.bytes_read
+    records, more = metrics.page(99_990, 1000)
+    assert [r["step"] for r in records] == list(range(100_000, 99_990, -1)) and not more
+    per_line = len(text) / len(steps)
+    assert metrics.bytes_read - before <= 2 * BLOCK_RECORDS * per_line

@@ -89,15 +89,18 @@ def test_post_and_cli_launch_create_identical_manifests(
         == 0
     )
     by_cli = stored(apiserver, "twin")
+    time.sleep(1)  # the API's submission is seconds later: only the fixed clock can match them
     # Clear the cluster, then submit the same inputs as a structured request.
     apiserver.remove("pytorchjobs", "twin", NAMESPACE)
     apiserver.remove("configmaps", "twin-config", NAMESPACE)
     request = api.run_request("twin", gpus_per_node=2, model="llama3_1b", trainer={"max_steps": 40})
     response = api.client.post("/v1/runs", json=request)
     assert response.status_code == 201, response.text
+    # Equal to the second: `created-at` comes from the submission's clock (fixed above), not
+    # the backend's own (the two submissions were a second apart about 1 run in 4).
     assert stored(apiserver, "twin") == by_cli
     # ... and as plain overrides, by dry run: the same text `launch --dryrun` prints.
-    overrides = ["run_id=dry", f"compute={GPU_TYPE}", f"job.image={IMAGE}", where, *extra]
+    overrides = ["run_id=dry", f"compute={GPU_TYPE}", f"job.image={IMAGE}", *extra]
     dry = api.client.post("/v1/runs?dryrun=true", json={"overrides": overrides})
     assert dry.status_code == 200 and dry.json()["outcome"] == "dryrun"
     capsys.readouterr()
@@ -210,7 +213,6 @@ def test_sweeps_list_filters_and_all_or_nothing(api, apiserver):
         "overrides": [
             f"compute={GPU_TYPE}",
             f"job.image={IMAGE}",
-            f"storage.root={api.runs_root}",
             "trainer.lr=1e-3,3e-3",
         ],
         "sweep_id": "sw1",

@@ -213,3 +213,34 @@ def test_serve_speaks_https_and_marks_its_cookie_secure(kubeconfig, tmp_path):
         server.terminate()
         server.wait(timeout=30)
         server.stdout.close()
+
+
+def test_a_forwarded_for_header_does_not_reset_the_sign_in_limit(api):
+    """Finding 13: uvicorn trusted X-Forwarded-For from loopback, so one client got a fresh
+    limit per made-up address. The service runs with SERVER_OPTIONS (no proxy headers)."""
+    for index in range(10):
+        headers = {"X-Forwarded-For": f"10.0.0.{index}"}
+        wrong = httpx.post(
+            f"{api.url}/login", data={"token": "guess", "next": "/"}, headers=headers
+        )
+        assert wrong.status_code == 401
+    again = httpx.post(
+        f"{api.url}/login",
+        data={"token": TOKEN, "next": "/"},
+        headers={"X-Forwarded-For": "10.9.9.9", "Forwarded": "for=10.9.9.9"},
+    )
+    assert again.status_code == 429
+
+
+def test_one_tokens_sign_ins_evict_only_its_own_sessions():
+    """Finding 13: 10,500 sign-ins by one client evicted everyone's sessions."""
+    from jobs.api.auth import token_hash
+    from jobs.api.sessions import MAX_SESSIONS_PER_TOKEN, Sessions
+
+    sessions = Sessions(max_sessions=100)
+    bobs = sessions.create(token_hash("bob-token"))
+    flood = [sessions.create(token_hash(TOKEN)) for _ in range(10_500)]
+    assert sessions.token_hash(bobs) == token_hash("bob-token")
+    alive = [s for s in flood if sessions.token_hash(s) is not None]
+    assert alive == flood[-MAX_SESSIONS_PER_TOKEN:]
+    assert sum(len(ids) for ids in sessions._of_token.values()) <= 2 * MAX_SESSIONS_PER_TOKEN

@@ -128,3 +128,23 @@ def test_a_queued_run_cancelled_through_the_api_stops_for_good(
     finally:
         api.client.close()
         server.stop()
+
+
+def test_the_deployed_service_checks_the_runtime_without_its_preflight(trainjob_api, apiserver):
+    """As deployed (backend.preflight=false: the Role reads no cluster-scoped runtimes), the
+    runtime is checked by validation against the stack's node groups, on every path: a run,
+    a dry run, a sweep point."""
+    api = trainjob_api
+    assert api.service.backend.run_preflight is False  # infra's arguments, not a copy
+    for runtime in ("admin-privileged", "trainstack-other-group"):
+        run = api.run_request("ta3", overrides=[f"job.runtime={runtime}"])
+        for dryrun in ("true", "false"):
+            response = api.client.post("/v1/runs", json=run, params={"dryrun": dryrun})
+            assert response.status_code == 422, response.text
+            assert "is not one of trainstack's" in response.json()["detail"]
+        sweep = {"overrides": [f"compute={GPU_TYPE}", f"job.runtime={runtime}", "seed=1,2"]}
+        response = api.client.post("/v1/sweeps", json=sweep)
+        assert response.status_code == 422 and "is not one of trainstack's" in response.text
+    assert apiserver.list("trainjobs", NAMESPACE) == []
+    ours = api.run_request("ta3", overrides=["job.runtime=trainstack-p4d-24xlarge"])
+    assert api.client.post("/v1/runs", json=ours).status_code == 201

@@ -87,6 +87,10 @@ def test_the_api_deployment_service_rbac_identity_and_secret(api_stack_run):
     assert args[0] == "serve" and "backend.preflight=false" in args
     assert "--token-hashes=/etc/trainstack/token-hashes" in args
     assert "cluster.namespace=training" in args and "storage=s3" in args
+    # The stack's own job settings: its runtimes (node groups), its queue, its operator's kind.
+    assert any(a.startswith("cluster.node_groups=[{name:") for a in args)
+    assert "job.queue='training'" in args  # the stack's LocalQueue, locked
+    assert "job.api=trainjob" in args
 
     service = named(result, "kubernetes:core/v1:Service")
     assert service.inputs["spec"]["type"] == "ClusterIP"

@@ -87,7 +87,7 @@ def test_a_trainjob_is_queued_suspended_and_names_its_runtime(p5_job):
             ],
             "trainstack-b",
         ),
-        (["job.runtime=my-runtime"], "my-runtime"),
+        (["job.runtime=trainstack-my-runtime"], "trainstack-my-runtime"),
     ],
 )
 def test_the_runtime_is_the_stacks_group_of_the_instance_type(overrides, runtime):

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import ConfigError
-from trainer.hf.hub import is_hub, read_config_bytes
+from trainer.hf.hub import MAX_CONFIG_BYTES, is_hub, read_config_bytes
 from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling, stated_args
 from trainer.model.families import BY_MODEL_TYPE, FAMILIES
-from trainer.storage import StorageError, read_uri_bytes
+from trainer.storage import StorageError, open_run_storage
 
 CONFIG_FILE = "config.json"
 SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
@@ -58,9 +58,17 @@ def read_hf_config(source: str) -> dict[str, Any]:
             "model directory (config.json + safetensors) or s3://bucket/prefix"
         )
     try:
-        raw = read_uri_bytes(uri)
+        # One ranged read, at most MAX_CONFIG_BYTES (+1 to tell a larger file): the Training
+        # API's host makes it on a request's behalf.
+        read = open_run_storage(source).read_range(CONFIG_FILE, 0, end=MAX_CONFIG_BYTES + 1)
     except StorageError as exc:
         raise ConfigError(f"model.init_from: cannot read {CONFIG_FILE}: {exc}") from None
+    raw = read.data or b""
+    if len(raw) > MAX_CONFIG_BYTES or (read.size or 0) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"model.init_from: {CONFIG_FILE} is over {MAX_CONFIG_BYTES} bytes; allowed: a "
+            "model's config (a few KB)"
+        )
     return _parse_config(raw, uri)
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 from trainer.errors import ConfigError
 
 SCHEME = "hf://"
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}\Z")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}\Z")
 HUB_TIMEOUT_S = 10.0
 """How long a launch waits for one answer from the Hub: a hung endpoint fails the launch in one
 line instead of holding it (in the Training API, a request) without end."""
@@ -136,23 +137,46 @@ def download(source: str, local_dir: str | None = None) -> str:
     return os.path.dirname(config)  # type: ignore[arg-type]
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+"""A model's config.json is a few KB: a launch (in the Training API, the API host on a
+request's behalf) reads at most this much of it, and more is refused."""
+
+
 def read_config_bytes(source: str) -> bytes:
-    """config.json alone (one download), for planning a job at launch."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    """config.json alone, for planning a job at launch: streamed into memory, at most
+    MAX_CONFIG_BYTES, within HUB_TIMEOUT_S per answer; nothing is written (the Training API's
+    pod has a read-only root and no home: no Hub cache)."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     model = parse_hub(source)
+    url = hf_hub_url(model.repo_id, "config.json", revision=model.revision, endpoint=_endpoint())
+    headers = build_hf_headers(token=_token() or False)
+    chunks, size = [], 0
+    deadline = time.monotonic() + 3 * HUB_TIMEOUT_S  # a trickle is bounded too, in all
     try:
-        path = hf_hub_download(
-            model.repo_id, "config.json", revision=model.revision, endpoint=_endpoint(),
-            token=_token() or False, cache_dir=_cache_dir(), etag_timeout=HUB_TIMEOUT_S,
-        )  # fmt: skip
+        with get_session().stream(
+            "GET", url, headers=headers, timeout=HUB_TIMEOUT_S, follow_redirects=True
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+                hf_raise_for_status(response)
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError("config.json trickled past the deadline")
+                if size > MAX_CONFIG_BYTES:
+                    raise ConfigError(
+                        f"model.init_from: {source}: config.json is over {MAX_CONFIG_BYTES} "
+                        "bytes; allowed: a model's config (a few KB)"
+                    )
+                chunks.append(chunk)
     except HfHubHTTPError as exc:
         raise ConfigError(f"model.init_from: {source}: {_first_line(exc)}") from None
-    except (*_transport_errors(), LocalEntryNotFoundError) as exc:
+    except _transport_errors() as exc:
         raise _unreachable(source, exc) from None
-    with open(path, "rb") as fh:
-        return fh.read()
+    return b"".join(chunks)
 
 
 def _transport_errors() -> tuple[type[Exception], ...]:
