@@ -174,10 +174,20 @@ def build(component: Component) -> float:
 
 
 def build_all() -> None:
+    """Every component; one that fails does not stop the others (each failure is reported,
+    then the build exits non-zero)."""
     started = time.monotonic()
+    failed = []
     for component in COMPONENTS:
-        build(component)
-    print(f"localcluster: all components built ({time.monotonic() - started:.0f}s)")
+        try:
+            build(component)
+        except SystemExit as exc:
+            print(exc, file=sys.stderr)
+            failed.append(component.key)
+    took = time.monotonic() - started
+    if failed:
+        raise SystemExit(f"localcluster: {', '.join(failed)} not built ({took:.0f}s)")
+    print(f"localcluster: all components built ({took:.0f}s)")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from infra.kueue import (
 from infra.settings import StackConfig
 from infra.stack_defaults import job_defaults, render
 from infra.training_api import RBAC_RULES, api_labels, api_name, network_policy_spec
-from jobs.manifests import INSTANCE_TYPE_LABEL
+from jobs.manifests import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL
 
 STACK = "local"
 REGION = "us-east-1"
@@ -89,7 +89,12 @@ def nodes(config: StackConfig) -> list[dict]:
             made.append(
                 _node(
                     name,
-                    {INSTANCE_TYPE_LABEL: group.instance.name, **node_labels(group)},
+                    {
+                        INSTANCE_TYPE_LABEL: group.instance.name,
+                        # What EKS puts on a managed group's nodes (`compute.capacity` selects it).
+                        CAPACITY_TYPE_LABEL: group.capacity_type,
+                        **node_labels(group),
+                    },
                     allocatable,
                     [taint],
                 )

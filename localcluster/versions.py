@@ -6,6 +6,8 @@ The cache key of a component is its name and version, so two pins never share bi
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 
 from catalog.kubernetes import KUBERNETES_VERSION
@@ -27,6 +29,20 @@ if not KUBERNETES_PATCH.startswith(f"v{KUBERNETES_VERSION}."):
 
 def _v(version: str) -> str:
     return version if version.startswith("v") else f"v{version}"
+
+
+def _pinned(name: str, version: str) -> str:
+    """The pin, unless `TRAINSTACK_KUBE_OVERRIDE_<NAME>` names another version (to try one the
+    module proxy has when it lacks the pin); said loudly, since the cluster then differs from
+    the stack's."""
+    override = os.environ.get(f"TRAINSTACK_KUBE_OVERRIDE_{name.upper().replace('-', '_')}")
+    if override and _v(override) != _v(version):
+        print(
+            f"localcluster: WARNING {name} {_v(override)} instead of the pinned {_v(version)}",
+            file=sys.stderr,
+        )
+        return _v(override)
+    return _v(version)
 
 
 @dataclass(frozen=True)
@@ -60,18 +76,22 @@ KUBERNETES = Component(
 )
 ETCD = Component("etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION, {"etcd": "."}, own_go_mod=True)
 KWOK = Component("kwok", "sigs.k8s.io/kwok", KWOK_VERSION, {"kwok": "cmd/kwok"})
-JOBSET = Component("jobset", "sigs.k8s.io/jobset", _v(stack.JOBSET_VERSION), {"jobset": "."})
+JOBSET = Component(
+    "jobset", "sigs.k8s.io/jobset", _pinned("jobset", stack.JOBSET_VERSION), {"jobset": "."}
+)
 TRAINER = Component(
     "trainer",
     "github.com/kubeflow/trainer/v2",
-    _v(stack.KUBEFLOW_TRAINER["version"]),
+    _pinned("trainer", stack.KUBEFLOW_TRAINER["version"]),
     {"trainer-controller-manager": "cmd/trainer-controller-manager"},
 )
-KUEUE = Component("kueue", "sigs.k8s.io/kueue", _v(stack.KUEUE["version"]), {"kueue": "cmd/kueue"})
+KUEUE = Component(
+    "kueue", "sigs.k8s.io/kueue", _pinned("kueue", stack.KUEUE["version"]), {"kueue": "cmd/kueue"}
+)
 TRAINING_OPERATOR = Component(
     "training-operator",
     "github.com/kubeflow/training-operator",
-    _v(stack.TRAINING_OPERATOR_VERSION),
+    _pinned("training-operator", stack.TRAINING_OPERATOR_VERSION),
     {"training-operator": "cmd/training-operator.v1"},
 )
 

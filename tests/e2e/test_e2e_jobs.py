@@ -1,0 +1,127 @@
+"""A TrainJob and a PyTorchJob launched with `stack=local` go through the real Kueue, JobSet,
+Trainer, Training Operator, scheduler and kwok: each step checks what the API server holds.
+
+Steps marked I32 need issue 32's product fixes (branch i32); until that merge they record what
+the real components said (see each assertion's message)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
+from jobs.spec import LABEL_PREFIX
+from tests.e2e.conftest import I32, eventually
+
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+JOBS = {
+    "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob", "e2e-tj"),
+    "pytorchjob": ("kubeflow.org/v1", "PyTorchJob", "e2e-ptj"),
+}
+
+
+def conditions(obj: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def workload_of(cluster, kind: str, name: str) -> dict | None:
+    for workload in cluster.items(KUEUE_API, "Workload"):
+        owners = workload["metadata"].get("owner_references") or workload["metadata"].get(
+            "ownerReferences", []
+        )
+        if any(o["kind"] == kind and o["name"] == name for o in owners):
+            return workload
+    return None
+
+
+def admitted(cluster, kind: str, name: str):
+    workload = workload_of(cluster, kind, name)
+    if workload and conditions(workload).get("Admitted", {}).get("status") == "True":
+        return workload
+    return False
+
+
+def pods_of(cluster, run_id: str, phase: str | None = None) -> list[dict]:
+    pods = cluster.items("v1", "Pod", f"{RUN_ID_LABEL}={run_id}")
+    return [p for p in pods if phase is None or p["status"].get("phase") == phase]
+
+
+@dataclass(frozen=True)
+class Launched:
+    api: str
+    api_version: str
+    kind: str
+    run_id: str
+    printed: str
+
+
+@pytest.fixture(scope="module", params=sorted(JOBS))
+def launched(request, local_cluster):
+    """One job of each API, two nodes of p5 (the whole quota), left running for the tests of
+    this module, then cancelled."""
+    api = request.param
+    api_version, kind, run_id = JOBS[api]
+    printed = local_cluster.launch(
+        "compute=p5.48xlarge", "compute.nodes=2", f"job.api={api}", f"run_id={run_id}"
+    )
+    yield Launched(api, api_version, kind, run_id, printed)
+    local_cluster.trainstack("cancel", run_id, "stack=local", "backend=kubernetes", check=False)
+
+
+def test_created_suspended_and_admitted_by_kueue(local_cluster, launched):
+    api_version, kind, run_id = launched.api_version, launched.kind, launched.run_id
+    job = local_cluster.get(api_version, kind, run_id)
+    labels = job["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "training"
+    assert labels[RUN_ID_LABEL] == run_id
+    workload = eventually(
+        lambda: (
+            admitted(local_cluster, kind, run_id)
+            or conditions(workload_of(local_cluster, kind, run_id) or {})
+        ),
+        f"Kueue admitting {kind} {run_id}",
+    )
+    assert conditions(workload)["Admitted"]["status"] == "True", workload
+    flavors = workload["status"]["admission"]["podSetAssignments"][0]["flavors"]
+    assert set(flavors.values()) == {"p5"}
+
+
+@I32
+def test_pods_run_with_what_trainstack_set(local_cluster, launched):
+    """After Kueue's admission the pods still have the config mount, the run-id label, the
+    service account and the capacity selector (Kueue adds its flavor's label next to them)."""
+    api_version, kind, run_id = launched.api_version, launched.kind, launched.run_id
+
+    def running():
+        pods = pods_of(local_cluster, run_id, "Running")
+        if len(pods) == 2:
+            return pods
+        job = local_cluster.get(api_version, kind, run_id)
+        return {
+            "pods": [p["status"].get("phase") for p in pods_of(local_cluster, run_id)],
+            "job": conditions(job),
+        }
+
+    pods = eventually(running, f"2 running pods of {run_id}")
+    assert isinstance(pods, list), pods
+    for pod in pods:
+        spec = pod["spec"]
+        assert pod["metadata"]["labels"][RUN_ID_LABEL] == run_id
+        assert spec["serviceAccountName"] == "trainer"
+        selector = spec.get("nodeSelector") or {}
+        assert selector.get(CAPACITY_TYPE_LABEL) == "ON_DEMAND", selector
+        assert selector.get(INSTANCE_TYPE_LABEL) == "p5.48xlarge", selector
+        assert selector.get("trainstack.io/node-group") == "p5", selector
+        mounts = [m for c in spec["containers"] for m in c.get("volumeMounts", [])]
+        assert any(m["mountPath"] == CONFIG_MOUNT["mountPath"] for m in mounts), mounts
+        assert spec["nodeName"] in ("p5-0", "p5-1")
+
+
+def test_status_reads_the_real_objects(local_cluster, launched):
+    run_id = launched.run_id
+    printed = local_cluster.trainstack("status", run_id, "stack=local", "backend=kubernetes")
+    assert run_id in printed
+    listed = local_cluster.trainstack("runs", "stack=local", "backend=kubernetes")
+    assert run_id in listed
