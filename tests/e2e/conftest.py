@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.spec import LABEL_PREFIX
 from localcluster import cluster
 from localcluster.objects import STACK
 
@@ -90,6 +91,66 @@ class Cluster:
 
     def finish(self, run_id: str, exit_code: int) -> list[str]:
         return cluster.finish(self.state.directory, run_id, exit_code)
+
+
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+JOBS = {
+    "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    "pytorchjob": ("kubeflow.org/v1", "PyTorchJob"),
+}
+"""job.api -> the job object's apiVersion and kind."""
+
+
+def conditions(obj: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def workload_of(cluster, kind: str, name: str) -> dict | None:
+    for workload in cluster.items(KUEUE_API, "Workload"):
+        owners = workload["metadata"].get("owner_references") or workload["metadata"].get(
+            "ownerReferences", []
+        )
+        if any(o["kind"] == kind and o["name"] == name for o in owners):
+            return workload
+    return None
+
+
+def admitted(cluster, kind: str, name: str):
+    workload = workload_of(cluster, kind, name)
+    if workload and conditions(workload).get("Admitted", {}).get("status") == "True":
+        return workload
+    return False
+
+
+def pods_of(cluster, run_id: str, phase: str | None = None) -> list[dict]:
+    pods = cluster.items("v1", "Pod", f"{RUN_ID_LABEL}={run_id}")
+    return [p for p in pods if phase is None or p["status"].get("phase") == phase]
+
+
+def remove_run(cluster: Cluster, run_id: str) -> None:
+    """Delete a run's job (either kind) and ConfigMap straight through the API, and wait until
+    its pods and Workload are gone: the next test starts with the whole quota free, whatever
+    trainstack's cancel did."""
+    selector = f"{RUN_ID_LABEL}={run_id}"
+    for api_version, kind in JOBS.values():
+        for job in cluster.items(api_version, kind, selector):
+            cluster.resource(api_version, kind).delete(
+                name=job["metadata"]["name"],
+                namespace=NAMESPACE,
+                body={"propagationPolicy": "Background"},
+            )
+    for config_map in cluster.items("v1", "ConfigMap", selector):
+        cluster.resource("v1", "ConfigMap").delete(
+            name=config_map["metadata"]["name"], namespace=NAMESPACE
+        )
+    eventually(
+        lambda: (
+            not pods_of(cluster, run_id)
+            and not any(workload_of(cluster, kind, run_id) for _, kind in JOBS.values())
+        ),
+        f"{run_id}'s pods and Workload gone",
+    )
 
 
 def eventually(check: Callable[[], object], what: str, timeout: float = 60.0):

@@ -11,41 +11,17 @@ from dataclasses import dataclass
 import pytest
 
 from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
-from jobs.spec import LABEL_PREFIX
-from tests.e2e.conftest import I32, eventually
-
-RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
-JOBS = {
-    "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob", "e2e-tj"),
-    "pytorchjob": ("kubeflow.org/v1", "PyTorchJob", "e2e-ptj"),
-}
-
-
-def conditions(obj: dict) -> dict[str, dict]:
-    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-
-
-def workload_of(cluster, kind: str, name: str) -> dict | None:
-    for workload in cluster.items(KUEUE_API, "Workload"):
-        owners = workload["metadata"].get("owner_references") or workload["metadata"].get(
-            "ownerReferences", []
-        )
-        if any(o["kind"] == kind and o["name"] == name for o in owners):
-            return workload
-    return None
-
-
-def admitted(cluster, kind: str, name: str):
-    workload = workload_of(cluster, kind, name)
-    if workload and conditions(workload).get("Admitted", {}).get("status") == "True":
-        return workload
-    return False
-
-
-def pods_of(cluster, run_id: str, phase: str | None = None) -> list[dict]:
-    pods = cluster.items("v1", "Pod", f"{RUN_ID_LABEL}={run_id}")
-    return [p for p in pods if phase is None or p["status"].get("phase") == phase]
+from tests.e2e.conftest import (
+    I32,
+    JOBS,
+    RUN_ID_LABEL,
+    admitted,
+    conditions,
+    eventually,
+    pods_of,
+    remove_run,
+    workload_of,
+)
 
 
 @dataclass(frozen=True)
@@ -62,12 +38,13 @@ def launched(request, local_cluster):
     """One job of each API, two nodes of p5 (the whole quota), left running for the tests of
     this module, then cancelled."""
     api = request.param
-    api_version, kind, run_id = JOBS[api]
+    api_version, kind = JOBS[api]
+    run_id = f"e2e-{api}"
     printed = local_cluster.launch(
         "compute=p5.48xlarge", "compute.nodes=2", f"job.api={api}", f"run_id={run_id}"
     )
     yield Launched(api, api_version, kind, run_id, printed)
-    local_cluster.trainstack("cancel", run_id, "stack=local", "backend=kubernetes", check=False)
+    remove_run(local_cluster, run_id)
 
 
 def test_created_suspended_and_admitted_by_kueue(local_cluster, launched):
