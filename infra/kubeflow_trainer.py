@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 from infra.cluster_addons import helm_release
 from infra.settings import GpuNodeGroupConfig
 from infra.versions import KUBEFLOW_TRAINER
+from jobs.manifest_checks import check_jobset_webhook
 from jobs.runtimes import cluster_training_runtimes
 
 TRAINER_NAMESPACE = "kubeflow-system"
@@ -28,9 +29,21 @@ def trainer_values() -> dict:
 
 
 def runtime_objects(groups: tuple[GpuNodeGroupConfig, ...], service_account: str) -> list[dict]:
-    """Pure: every ClusterTrainingRuntime the stack installs."""
+    """Pure: every ClusterTrainingRuntime the stack installs, each passing JobSet's webhook
+    rules (a runtime it refuses starts no TrainJob, and the refusal is only an event)."""
     pairs = [(group.name, group.instance) for group in groups]
-    return cluster_training_runtimes(pairs, service_account=service_account)
+    runtimes = cluster_training_runtimes(pairs, service_account=service_account)
+    for runtime in runtimes:
+        check_jobset_webhook(runtime)
+    return runtimes
+
+
+RUNTIME_REPLACE = pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True)
+"""A changed runtime is deleted, then created again, never updated in place: Trainer's CRD
+makes the JobSet template's `failurePolicy` (and more of the spec) immutable (a CEL rule,
+kubeflow/trainer v2.3.0 manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml),
+so an update is refused. Same name both times (TrainJobs name it), hence delete first; running
+TrainJobs keep their JobSets, new ones wait for the new runtime."""
 
 
 class KubeflowTrainer(pulumi.ComponentResource):
@@ -58,6 +71,7 @@ class KubeflowTrainer(pulumi.ComponentResource):
         after_crds = pulumi.ResourceOptions.merge(
             in_cluster, pulumi.ResourceOptions(depends_on=[self.release])
         )
+        runtime_opts = pulumi.ResourceOptions.merge(after_crds, RUNTIME_REPLACE)
         runtimes = [
             k8s.apiextensions.CustomResource(
                 f"{name}-runtime-{runtime['metadata']['name']}",
@@ -65,7 +79,7 @@ class KubeflowTrainer(pulumi.ComponentResource):
                 kind=runtime["kind"],
                 metadata=runtime["metadata"],
                 spec=runtime["spec"],
-                opts=after_crds,
+                opts=runtime_opts,
             )
             for runtime in runtime_objects(groups, service_account)
         ]

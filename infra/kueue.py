@@ -77,7 +77,9 @@ def manager_config(training_operator: str) -> dict:
     chart's defaults, with the integrations trainstack submits (batch Jobs for data prepare,
     and the installed operator's training jobs) stated rather than inherited."""
     return {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        # The pinned chart's own default is v1beta2 (kubernetes-sigs/kueue v0.19.2,
+        # charts/kueue/values.yaml); the keys below are the same in both.
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"},
         "metrics": {"bindAddress": ":8443"},

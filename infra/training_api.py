@@ -46,6 +46,9 @@ RBAC_RULES = (
     },
     # A TrainJob's JobSet: its restarts, in a run's status.
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    # A queued run's Workload: Kueue's reason in its status; `cancel` deactivates it (a suspend
+    # alone Kueue undoes: jobs/k8s/kueue.py).
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
     {
         "apiGroups": [""],
         "resources": ["configmaps"],

@@ -45,8 +45,14 @@ CLUSTER_AUTOSCALER = helm_chart(
 DCGM_EXPORTER = helm_chart(
     "dcgm-exporter", "4.8.3", "https://nvidia.github.io/dcgm-exporter/helm-charts"
 )
-KUEUE = helm_chart("kueue", "0.14.3", "oci://registry.k8s.io/kueue/charts")
-"""Kueue (infra/kueue.py): queues, all-or-nothing admission and priorities for training jobs."""
+KUEUE = helm_chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts")
+"""Kueue (infra/kueue.py): queues, all-or-nothing admission and priorities for training jobs.
+Kueue rewrites a queued TrainJob with the Trainer types it vendors, dropping what they lack: 0.14
+vendors Trainer 2.0.1 (no `runtimePatches`, no `activeDeadlineSeconds`: every queued TrainJob
+lost its patch); 0.17 is the first with `runtimePatches`; 0.19.2 (the newest release) vendors
+Trainer 2.2.1, which lacks only the patch's `terminationGracePeriodSeconds` of what trainstack
+writes (jobs/trainjob.py leaves it to the runtime). No released Kueue vendors Trainer 2.3.
+tests/k8s/data/kueue_trainer_fields.json holds the fields of the pinned one's types."""
 KUBEFLOW_TRAINER = helm_chart("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts")
 """Kubeflow Trainer v2 (infra/kubeflow_trainer.py): the TrainJob API (trainer.kubeflow.org/
 v1alpha1) and its controller; the chart installs JobSet as its dependency."""

@@ -26,6 +26,10 @@ TORCH_RESERVED_ENV = (
     "PET_MASTER_PORT",
 )
 """Set by Trainer's torch plugin on the `node` container; a TrainJob may not set them."""
+# kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go (`ruleNameFmt`,
+# `maxRuleNameLength`, validateFailurePolicy): a failure-policy rule's name, unique in its JobSet.
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+JOBSET_RULE_NAME_MAX = 128
 _PATCH_MANAGER = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*)?$")
 
 
@@ -36,7 +40,11 @@ class ManifestError(ValueError):
 def _checked_name(job: dict, kind: str) -> str:
     """`<kind> <name>`, what every message starts with, once the name is known to be valid."""
     where = f"{kind} {job['metadata']['name']}"
-    problem = run_id_problem(job["metadata"]["name"])
+    if kind == "TrainJob":
+        nodes = int((job["spec"].get("trainer") or {}).get("numNodes") or 1)
+        problem = run_id_problem(job["metadata"]["name"], "trainjob", nodes)
+    else:
+        problem = run_id_problem(job["metadata"]["name"])
     if problem:
         raise ManifestError(f"{where}: metadata.name: {problem}")
     return where
@@ -110,6 +118,25 @@ def check_trainjob_webhook(job: dict, runtime_jobs: tuple[str, ...] = ("node",))
                         f"{where}: {key}: no env patches on the {container['name']!r} "
                         "container; use spec.trainer.env"
                     )
+
+
+def check_jobset_webhook(runtime: dict) -> None:
+    """JobSet's admission rules on a runtime's JobSet template that a schema can't express:
+    Trainer applies that JobSet for every TrainJob, and JobSet's webhook refuses it (only an
+    event says so; the TrainJob stays Created, and under Kueue no Workload is ever made)."""
+    where = f"{runtime['kind']} {runtime['metadata']['name']}"
+    policy = runtime["spec"]["template"]["spec"].get("failurePolicy") or {}
+    names = [rule.get("name", "") for rule in policy.get("rules") or []]
+    for index, name in enumerate(names):
+        key = f"spec.template.spec.failurePolicy.rules[{index}].name"
+        if len(name) > JOBSET_RULE_NAME_MAX or not JOBSET_RULE_NAME.match(name):
+            raise ManifestError(
+                f"{where}: {key}: {name!r} is not allowed; allowed: letters, digits, '_', ',' "
+                f"and ':', starting with a letter, at most {JOBSET_RULE_NAME_MAX} characters "
+                "(JobSet's webhook)"
+            )
+        if names.count(name) > 1:
+            raise ManifestError(f"{where}: {key}: {name!r} names two rules; names are unique")
 
 
 def trainjob_pod_template(job: dict) -> dict:
@@ -251,6 +278,7 @@ def check_manifests(manifests: list[dict], kubernetes_version: str) -> None:
             where = f"TrainJob {name} pod template"
             _check_pod_template(trainjob_pod_template(manifest), name, where, kubernetes_version)
         elif kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+            check_jobset_webhook(manifest)
             for rjob, template in runtime_pod_templates(manifest).items():
                 where = f"{kind} {name} {rjob} template"
                 _check_pod_template(template, f"{name}-{rjob}", where, kubernetes_version)

@@ -1,7 +1,12 @@
-"""Names of runs and sweeps: DNS-1035 labels short enough for the operator's pod names.
+"""Names of runs and sweeps: DNS-1035 labels short enough for the operators' pod names.
 
-The training operator names pods `<job>-<replica type>-<index>` ("-master-0", "-worker-12")
-and services after them; Kubernetes caps each at 63 characters.
+The training operator names a PyTorchJob's pods `<job>-<replica type>-<index>` ("-master-0",
+"-worker-12") and services after them; Kubernetes caps each at 63 characters. A TrainJob's
+JobSet (same name) names its pods `<jobset>-node-0-<index>-<5 random chars>`, and JobSet's
+webhook refuses a JobSet whose longest pod name would pass 63 (kubernetes-sigs/jobset v0.12.0,
+pkg/webhooks/jobset_webhook.go: `placement.GenPodName(js.Name, rJob.Name, maxJobIndex,
+maxPodIndex) + "-abcde"` must be a DNS-1035 label), so its limit depends on the node count:
+48 characters up to 10 nodes, 47 up to 100.
 """
 
 from __future__ import annotations
@@ -11,8 +16,23 @@ import secrets
 from datetime import datetime
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-MAX_RUN_ID_LEN = 63 - len("-worker-") - 4
-"""Leaves room for the longest pod suffix with up to 9,999 workers."""
+DNS_LABEL_MAX = 63
+MAX_RUN_ID_LEN = DNS_LABEL_MAX - len("-worker-") - 4
+"""Leaves room for the longest pod suffix with up to 9,999 workers (a PyTorchJob's)."""
+TRAINJOB_POD_INFIX = "-node-0-"
+"""`-<replicated job>-<job index>-` of a TrainJob's pods: Trainer's one replicated job `node`
+(jobs.trainjob.NODE), one replica (index 0)."""
+POD_SUFFIX = "-abcde"
+"""The random suffix Kubernetes adds to an indexed Job's pod name, as JobSet's webhook counts it."""
+
+
+def max_run_id_len(api: str | None = None, nodes: int = 1) -> int:
+    """The longest run id a job of `nodes` nodes on `api` may have: a TrainJob's limit from its
+    longest pod name (node index `nodes - 1`), anything else the PyTorchJob's."""
+    if api != "trainjob":
+        return MAX_RUN_ID_LEN
+    index = str(max(nodes, 1) - 1)
+    return DNS_LABEL_MAX - len(TRAINJOB_POD_INFIX) - len(index) - len(POD_SUFFIX)
 
 
 def slug(text: str) -> str:
@@ -50,12 +70,25 @@ def _name_problem(name: str, max_len: int, why: str) -> str | None:
     return None
 
 
-def run_id_problem(run_id: str) -> str | None:
-    """Why `run_id` can't name a job, or None when it can."""
-    return _name_problem(run_id, MAX_RUN_ID_LEN, "pod names add '-worker-<i>'")
+def _why(api: str | None, nodes: int) -> str:
+    if api != "trainjob":
+        return "pod names add '-worker-<i>'"
+    return (
+        f"for a TrainJob of {max(nodes, 1)} node(s): JobSet's pod names add "
+        f"'{TRAINJOB_POD_INFIX}{max(nodes, 1) - 1}{POD_SUFFIX}' and must fit in {DNS_LABEL_MAX}"
+    )
 
 
-def sweep_id_problem(sweep_id: str) -> str | None:
+def run_id_problem(run_id: str, api: str | None = None, nodes: int = 1) -> str | None:
+    """Why `run_id` can't name a job of `nodes` nodes on `api`, or None when it can."""
+    return _name_problem(run_id, max_run_id_len(api, nodes), _why(api, nodes))
+
+
+def sweep_id_problem(sweep_id: str, api: str | None = None, nodes: int = 1) -> str | None:
     """Why `sweep_id` can't name a sweep, or None when it can: its points' run ids are
     `<sweep_id>-<point>`, so it is checked as itself, never through a run id it made."""
-    return _name_problem(sweep_id, MAX_SWEEP_ID_LEN, "point run ids add '-<point>'")
+    limit = max_run_id_len(api, nodes) - len("-9999")
+    why = "point run ids add '-<point>'"
+    if api == "trainjob":
+        why += f" and {_why(api, nodes).removeprefix('for ')}"
+    return _name_problem(sweep_id, limit, why)

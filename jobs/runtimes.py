@@ -28,23 +28,34 @@ from jobs.manifests import (
     security_contexts,
     shm_volume,
 )
-from jobs.spec import CPU_RUNTIME, gpu_runtime_name, platform_env, pod_resources
+from jobs.spec import (
+    CPU_RUNTIME,
+    default_group_name,
+    gpu_runtime_name,
+    platform_env,
+    pod_resources,
+)
 from jobs.trainjob import API_VERSION, NODE, RUNTIME_KIND
 
 NODE_GROUP_LABEL = "trainstack.io/node-group"
 """The label every node of a trainstack GPU node group carries (infra/gpu_nodes.py)."""
 DEFAULT_MAX_RESTARTS = 3
 """JobSet recreations after a node failed with a retryable code (job.max_restarts' default)."""
-DEFAULT_TTL_S = 7 * 24 * 3600
-"""Seconds a finished JobSet (pods and logs) is kept (job.ttl_seconds_after_finished')."""
-DEFAULT_GRACE_S = 300
-"""SIGTERM to SIGKILL; a TrainJob patches its own (job.termination_grace_period_seconds)."""
+RUNTIME_GRACE_S = 600
+"""SIGTERM to SIGKILL of a queued TrainJob's pods, and the most such a job may ask for
+(job.termination_grace_period_seconds, jobs/validate.py): Kueue rewrites a queued TrainJob
+with Trainer types whose pod patch has no grace period (jobs/trainjob.py), so the runtime's
+applies. It is a bound: the trainer exits as soon as its SIGTERM checkpoint is written. A
+TrainJob outside Kueue patches its own."""
 PERMANENT_EXIT_CODES = list(range(1, 128))
 """Exit codes no restart fixes: the trainer's 2 (bad input), 1 (a bug), anything below 128."""
 RUNTIME_LABELS = {
     "app.kubernetes.io/part-of": "trainstack",
     "trainer.kubeflow.org/framework": "torch",
 }
+FAILURE_RULE_NAME = "PermanentExitCode"
+"""The JobSet failure-policy rule that fails the JobSet on a permanent exit code. JobSet's
+webhook allows letters, digits, '_', ',' and ':' only (jobs/manifest_checks.py)."""
 CPU_RESOURCES = {"cpu": "2", "memory": "8Gi"}
 """The CPU runtime's default per node; a TrainJob sets its own in `resourcesPerNode`."""
 
@@ -60,7 +71,6 @@ def _runtime(
     container: dict,
     *,
     max_restarts: int,
-    ttl_seconds_after_finished: int,
 ) -> dict:
     pod_security, container_security = security_contexts()
     scratch, scratch_mount, scratch_env = scratch_volume()
@@ -103,7 +113,7 @@ def _runtime(
             "rules": [
                 {
                     "action": "FailJobSet",
-                    "name": "permanent-exit-code",
+                    "name": FAILURE_RULE_NAME,
                     "onJobFailureReasons": ["PodFailurePolicy"],
                 }
             ],
@@ -121,7 +131,12 @@ def _runtime(
                 },
             }
         ],
-        "ttlSecondsAfterFinished": ttl_seconds_after_finished,
+        # No `ttlSecondsAfterFinished`: Trainer clears a TrainJob's Failed condition (unless
+        # its deadline passed) on every reconcile and applies its JobSet again, recreating a
+        # missing one (kubeflow/trainer v2.3.0, pkg/controller/trainjob_controller.go:
+        # `removeFailedCondition`, then `reconcileObjects` while not finished). A failed
+        # JobSet deleted by a TTL would so start the training again. The JobSet stays while
+        # its TrainJob does; trainstack deletes finished TrainJobs (jobs.k8s.state.expired).
     }
     return {
         "apiVersion": API_VERSION,
@@ -140,26 +155,26 @@ def gpu_runtime(
     *,
     service_account: str = "trainer",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
-    ttl_seconds_after_finished: int = DEFAULT_TTL_S,
+    name: str | None = None,
 ) -> dict:
     """The runtime of GPU node group `group` of `instance` nodes: one pod per node, all of it
-    (GPUs, EFA interfaces, huge pages, CPU and memory less the node's daemons) by default."""
+    (GPUs, EFA interfaces, huge pages, CPU and memory less the node's daemons) by default.
+    Named `trainstack-<group>` unless `name` is given."""
     whole = pod_resources(instance, instance.gpus)
     pod = {
         "nodeSelector": {INSTANCE_TYPE_LABEL: instance.name, NODE_GROUP_LABEL: group},
         "serviceAccountName": service_account,
-        "terminationGracePeriodSeconds": DEFAULT_GRACE_S,
+        "terminationGracePeriodSeconds": RUNTIME_GRACE_S,
         "tolerations": [dict(GPU_TOLERATION)],
         "volumes": [shm_volume(whole.shm_size)],
     }
     container = {"env": _env(platform_env(instance)), "resources": container_resources(whole)}
     return _runtime(
-        gpu_runtime_name(group),
+        name or gpu_runtime_name(group),
         {NODE_GROUP_LABEL: group},
         pod,
         container,
         max_restarts=max_restarts,
-        ttl_seconds_after_finished=ttl_seconds_after_finished,
     )
 
 
@@ -167,12 +182,11 @@ def cpu_runtime(
     *,
     service_account: str = "trainer",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
-    ttl_seconds_after_finished: int = DEFAULT_TTL_S,
 ) -> dict:
     """The CPU runtime (gloo; the system nodes): no GPU, EFA or taint to tolerate."""
     pod = {
         "serviceAccountName": service_account,
-        "terminationGracePeriodSeconds": DEFAULT_GRACE_S,
+        "terminationGracePeriodSeconds": RUNTIME_GRACE_S,
         "volumes": [shm_volume("1Gi")],
     }
     resources = {"limits": dict(CPU_RESOURCES), "requests": dict(CPU_RESOURCES)}
@@ -182,13 +196,24 @@ def cpu_runtime(
         pod,
         {"resources": resources},
         max_restarts=max_restarts,
-        ttl_seconds_after_finished=ttl_seconds_after_finished,
     )
 
 
 def cluster_training_runtimes(
     groups: list[tuple[str, InstanceType]], *, service_account: str = "trainer"
 ) -> list[dict]:
-    """Every runtime a stack installs: one per GPU node group (name, instance), then CPU."""
+    """Every runtime a stack installs: one per GPU node group (name, instance); then, for each
+    instance type, the runtime a job rendered without a stack names (`trainstack-<instance
+    type>`, jobs.spec.runtime_for), on the type's first group, unless a group has that name
+    already; then CPU. So a render's runtime is installed by every stack with its instance
+    type (the shipped prod stack's group `p5` also gets `trainstack-p5-48xlarge`)."""
     runtimes = [gpu_runtime(g, i, service_account=service_account) for g, i in groups]
+    names = {runtime["metadata"]["name"] for runtime in runtimes}
+    for group, instance in groups:
+        stackless = gpu_runtime_name(default_group_name(instance.name))
+        if stackless not in names:
+            names.add(stackless)
+            runtimes.append(
+                gpu_runtime(group, instance, service_account=service_account, name=stackless)
+            )
     return [*runtimes, cpu_runtime(service_account=service_account)]

@@ -11,6 +11,13 @@ ConfigMap's volume and mount, the runner's scratch and the FSx claim, `compute.c
 selector, the service account, the grace period, the pods' labels — the run-id label the run's
 NetworkPolicy selects them by).
 
+A queued TrainJob (job.queue) carries only what the pinned Kueue's vendored Trainer types hold:
+Kueue updates the whole job with them on admission and preemption, dropping any other field
+(kubernetes-sigs/kueue v0.19.2, pkg/controller/jobs/trainjob/trainjob_controller.go; its
+go.mod pins Trainer v2.2.1, whose `PodSpecPatch` has no `terminationGracePeriodSeconds`).
+So a queued job leaves the grace period to its runtime (jobs.runtimes.RUNTIME_GRACE_S);
+tests/k8s/test_k8s_kueue_trainer_fields.py checks every rendered field against those types.
+
 Pure, like the PyTorchJob: the same spec always gives the same dict.
 """
 
@@ -26,7 +33,7 @@ from jobs.manifests import (
     job_volumes,
     pod_metadata,
 )
-from jobs.spec import JobSpec
+from jobs.spec import QUEUE_LABEL, JobSpec
 
 API_VERSION = TRAINJOB.api_version
 RUNTIME_KIND = "ClusterTrainingRuntime"
@@ -42,11 +49,13 @@ def job_patch(spec: JobSpec) -> dict:
     """The `runtimePatches` entry: what the pods need from this job that `spec.trainer` can't
     say. Env is not here: the webhook refuses env patches on the `node` container."""
     volumes, mounts = job_volumes(spec)
+    queued = QUEUE_LABEL in spec.labels  # Kueue drops the grace period: the runtime's applies
+    grace = None if queued else spec.termination_grace_period_seconds
     pod = {
         "containers": [{"name": NODE, "volumeMounts": [dict(CONFIG_MOUNT), *mounts]}],
         "nodeSelector": capacity_selector(spec) or None,
         "serviceAccountName": spec.service_account,
-        "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+        "terminationGracePeriodSeconds": grace,
         "volumes": [config_volume(spec.name), *volumes],
     }
     job_template = {"spec": {"template": {"metadata": pod_metadata(spec), "spec": pod}}}

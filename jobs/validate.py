@@ -18,6 +18,7 @@ from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runner import COMMAND, TRAINSTACK
+from jobs.runtimes import RUNTIME_GRACE_S
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
 from jobs.spec import CONFIG_MOUNT_DIR, JOB_APIS, elastic_of, pod_resources, procs_per_node
 from jobs.validate_runner import check_runner
@@ -443,7 +444,7 @@ def check_job_policy(cfg: Any) -> None:
 
 _TRAINJOB_FIXED = {
     "clean_pod_policy": "the JobSet's pods are kept until its TTL",
-    "ttl_seconds_after_finished": "the runtime's JobSet TTL applies",
+    "ttl_seconds_after_finished": "trainstack deletes a finished TrainJob after 7 days",
 }
 """job keys a TrainJob cannot set (the runtime decides): allowed only at their default."""
 
@@ -476,6 +477,16 @@ def check_job_api(cfg: Any) -> None:
             f"{source!r}: an hf:// model needs job.api=pytorchjob on a cluster (a TrainJob has "
             "no model-initializer step yet); allowed with trainjob: a path or s3:// URL",
         )
+    grace = job.termination_grace_period_seconds
+    if job.queue and isinstance(grace, int) and grace > RUNTIME_GRACE_S:
+        # Kueue rewrites a queued TrainJob with Trainer types that have no grace-period patch
+        # (jobs/trainjob.py): its pods get the runtime's.
+        raise JobConfigError(
+            "job.termination_grace_period_seconds",
+            f"{grace} is above what a queued TrainJob gets (its runtime's {RUNTIME_GRACE_S}: "
+            f"Kueue keeps no per-job grace period); allowed with job.queue: up to "
+            f"{RUNTIME_GRACE_S}, or job.api=pytorchjob",
+        )
     defaults = JobConfig()
     for key, why in _TRAINJOB_FIXED.items():
         if job[key] != getattr(defaults, key):
@@ -487,10 +498,14 @@ def check_job_api(cfg: Any) -> None:
 
 
 def check_names(cfg: Any) -> None:
+    """The run and sweep ids fit the pod names of the job they will name (on a cluster, a
+    TrainJob's limit depends on its node count: jobs.naming), before anything is written."""
+    api = cfg.job.api if cfg.backend.name != "local" else None
+    nodes = cfg.compute.nodes if isinstance(cfg.compute.nodes, int) else 1
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
     for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
         value = cfg[key]
-        problem = problem_of(value) if value is not None else None
+        problem = problem_of(value, api, nodes) if value is not None else None
         if problem:
             raise JobConfigError(key, f"{value!r} is not allowed; allowed: {problem}")
 

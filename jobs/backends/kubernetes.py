@@ -45,6 +45,9 @@ from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 RUN_DIR_ANNOTATION = f"{LABEL_PREFIX}/run-dir"
 SWEEP_LABEL = f"{LABEL_PREFIX}/sweep-id"
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=trainstack"
+WORKLOAD_WAIT_S = 10
+"""How long `cancel` waits for Kueue to make a just-created job's Workload (it takes well under
+a second) before deleting the job instead."""
 _STATES = {
     "Pending": PENDING,
     "Created": PENDING,
@@ -283,15 +286,16 @@ class KubernetesBackend:
         return status
 
     def list_runs(self, sweep_id: str | None = None, state: str | None = None) -> list[RunStatus]:
-        """The runs; cancelled ones past their ttlSecondsAfterFinished are deleted on the way
-        (the operator's TTL never counts a suspended job as finished)."""
+        """The runs; those past their time to live are deleted on the way (`k8s_state.expired`:
+        cancelled ones, which the operator's TTL never counts as finished, and finished
+        TrainJobs, which nothing else deletes)."""
         from jobs.k8s.submit import delete_job
 
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
         runs = []
         for job in self.job_objects(selector):
-            if k8s_state.cancelled_and_expired(job, now):
+            if k8s_state.expired(job, now):
                 delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind_of(job))
                 continue
             runs.append(self._status(job))
@@ -451,7 +455,14 @@ class KubernetesBackend:
     def cancel(self, run_id: str) -> None:
         """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
         marked, so that whoever follows it does not restart it. Unknown, succeeded and
-        already cancelled runs are left as they are."""
+        already cancelled runs are left as they are.
+
+        Under Kueue (job.queue) a suspend alone is undone (Kueue un-suspends a job whose
+        Workload is admitted, or admits a waiting one later), so its Workload is deactivated:
+        Kueue stops the pods, releases the quota and never admits it again (jobs.k8s.kueue).
+        Where no Workload can be deactivated (none yet after a short wait, or no right to),
+        the job is deleted instead: it can't start, and its run dir stays."""
+        from jobs.k8s.kueue import is_queued
         from jobs.k8s.ownership import ensure_ours, ensure_owned_by
 
         job = self.find(run_id)
@@ -464,9 +475,27 @@ class KubernetesBackend:
         kind = kind_of(job)
         now = run_state.utc_now()
         patch: dict[str, Any] = {"metadata": {"annotations": {k8s_state.CANCELLED_ANNOTATION: now}}}
-        if not k8s_state.is_final(k8s_state.job_state(job)):
+        active = not k8s_state.is_final(k8s_state.job_state(job))
+        if active:
             patch |= kind.suspend_patch()
         self.cluster.patch_job(run_id, patch, kind)
+        if active and is_queued(job) and not self._deactivate_workload(job):
+            from jobs.k8s.submit import delete_job
+
+            delete_job(self.cluster, run_id, wait=False, kind=kind)
+
+    def _deactivate_workload(self, job: dict) -> bool:
+        """Deactivate the job's Kueue Workload, waiting up to WORKLOAD_WAIT_S for Kueue to
+        make one (a job just created); False when there is none or it may not be changed."""
+        from jobs.k8s.kueue import deactivate, workload_of
+
+        for attempt in range(WORKLOAD_WAIT_S + 1):
+            workload = workload_of(self.cluster, job)
+            if workload is not None:
+                return deactivate(self.cluster, workload)
+            if attempt < WORKLOAD_WAIT_S:
+                self.cluster.sleep(1.0)
+        return False
 
     # -- following and restarting --------------------------------------------------------------
     def wait(self, run_id: str, on_line=print) -> RunStatus:

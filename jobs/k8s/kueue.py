@@ -1,15 +1,49 @@
 """What Kueue says about a job: its Workload's reason for holding it, and the queue checks of
-the preflight (the LocalQueue exists; the job fits its ClusterQueue's nominal quota at all).
+the preflight (the LocalQueue exists; the job fits its ClusterQueue's nominal quota at all);
+and the one write trainstack makes to a Workload: `cancel` deactivates it.
 
-Kueue's objects are read only: trainstack never admits, un-suspends or edits a Workload.
+trainstack never admits or un-suspends a job. Suspending a queued job is no cancel: Kueue
+un-suspends any job whose Workload is admitted (kubernetes-sigs/kueue v0.19.2,
+pkg/controller/jobframework/reconciler.go, "handle job is suspended"). A Workload with
+`spec.active: false` is evicted with reason Deactivated (its quota released, its job
+suspended: pkg/controller/core/workload_controller.go) and never admitted again.
 """
 
 from __future__ import annotations
 
 from jobs.k8s.api import Cluster, ClusterError, status_of
+from jobs.spec import QUEUE_LABEL
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+def is_queued(job: dict) -> bool:
+    """Kueue starts and stops the job (it has the queue label jobs.spec sets from job.queue)."""
+    return bool(((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+
+
+def deactivate(cluster: Cluster, workload: dict) -> bool:
+    """Set the Workload inactive (see the module docstring); False when it is gone or may not
+    be changed (RBAC)."""
+    name = workload["metadata"]["name"]
+    try:
+        cluster.call(
+            f"deactivate Workload {cluster.namespace}/{name}",
+            cluster.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            cluster.namespace,
+            "workloads",
+            name,
+            {"spec": {"active": False}},
+            expect=(403, 404),
+        )
+    except Exception as exc:
+        if status_of(exc) in (403, 404):
+            return False
+        raise
+    return True
 
 
 def workload_of(cluster: Cluster, job: dict) -> dict | None:

@@ -29,7 +29,8 @@ suspended job Cancelled."""
 # The operator's condition types, most decisive first.
 _PRECEDENCE = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
 TRAINJOB_TTL_S = 7 * 24 * 3600
-"""A cancelled TrainJob is deleted this long after (its runtime's JobSet TTL: jobs.runtimes)."""
+"""A finished or cancelled TrainJob is deleted this long after, by trainstack (`expired`): its
+runtime's JobSet has no TTL, since Trainer would recreate a deleted one (jobs.runtimes)."""
 
 
 @dataclass(frozen=True)
@@ -115,23 +116,34 @@ def nodes(job: dict) -> int:
 
 
 def cancelled_at(job: dict) -> datetime | None:
-    stamp = annotations(job).get(CANCELLED_ANNOTATION)
+    return _parse(annotations(job).get(CANCELLED_ANNOTATION))
+
+
+def _parse(stamp: str | None) -> datetime | None:
     try:
         return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except (TypeError, ValueError):
         return None
 
 
-def cancelled_and_expired(job: dict, now: datetime) -> bool:
-    """A cancelled job older than its `ttlSecondsAfterFinished`. The operator's TTL only counts
-    Succeeded and Failed jobs; a cancelled (suspended) job is never finished to it, so
-    trainstack deletes it (see the kubernetes backend's `list_runs`)."""
-    when = cancelled_at(job)
+def expired(job: dict, now: datetime) -> bool:
+    """A job trainstack deletes now (the kubernetes backend's `list_runs`): a cancelled one
+    older than its `ttlSecondsAfterFinished` (the operator's TTL only counts Succeeded and
+    Failed jobs; a cancelled, suspended one is never finished to it), and a TrainJob that
+    finished or was cancelled more than TRAINJOB_TTL_S ago (no TTL deletes it or its JobSet:
+    jobs.runtimes says why)."""
+    state = job_state(job)
     if kind_of(job).api == "trainjob":
         ttl = TRAINJOB_TTL_S
+        when = cancelled_at(job) if state == "Cancelled" else _parse(finished_at(job))
+        if state not in FINAL_STATES:
+            return False
     else:
         ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
-    if when is None or ttl is None or job_state(job) != "Cancelled":
+        when = cancelled_at(job)
+        if state != "Cancelled":
+            return False
+    if when is None or ttl is None:
         return False
     return (now - when).total_seconds() > int(ttl)
 

@@ -68,3 +68,19 @@ def test_a_request_runs_only_on_trainstacks_runtimes(trainjob_api, apiserver):
     assert answers[0] == answers[1] and "is not one of trainstack's" in answers[0]
     assert apiserver.list("trainjobs", NAMESPACE) == []
     assert apiserver.list("configmaps", NAMESPACE) == []
+
+
+def test_a_run_id_too_long_for_jobsets_pod_names_is_refused_before_anything_is_written(
+    trainjob_api, apiserver
+):
+    """A TrainJob's JobSet refuses names whose pods pass 63 characters (jobs/naming.py):
+    49 characters on one node is one too many. Refused 4xx in one line; nothing created."""
+    api = trainjob_api
+    run_id = "a" * 49
+    refused = api.client.post("/v1/runs", json=api.run_request(run_id))
+    assert refused.status_code in (400, 422), refused.text
+    detail = refused.json()["detail"]
+    assert "run_id" in detail and "at most 48 characters" in detail and "\n" not in detail
+    assert apiserver.get("trainjobs", run_id, NAMESPACE) is None
+    assert apiserver.get("configmaps", f"{run_id}-config", NAMESPACE) is None
+    assert not (api.runs_root / run_id).exists()

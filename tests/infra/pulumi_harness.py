@@ -28,6 +28,8 @@ class Options:
     protect: bool = False
     retain_on_delete: bool = False
     ignore_changes: tuple[str, ...] = ()
+    replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
     dependencies: tuple[str, ...] = ()
     """URNs of the resources this one waits for (`depends_on` and inputs' sources)."""
 
@@ -55,6 +57,8 @@ class OptionsRecordingMonitor(MockMonitor):
             protect=bool(request.protect),
             retain_on_delete=bool(request.retainOnDelete),
             ignore_changes=tuple(request.ignoreChanges),
+            replace_on_changes=tuple(request.replaceOnChanges),
+            delete_before_replace=bool(request.deleteBeforeReplace),
             dependencies=tuple(request.dependencies),
         )
         return response

@@ -56,14 +56,19 @@ def test_one_runtime_per_gpu_group_from_the_catalog_and_a_cpu_one(stack_runs, st
     run = stack_runs[stack]
     groups = stack_file_config(stack)["trainstack:gpuNodeGroups"]
     runtimes = {r.inputs["metadata"]["name"]: r for r in run.of_type(RUNTIME)}
+    stackless = {f"trainstack-{g['instanceType'].replace('.', '-')}" for g in groups}
     assert sorted(runtimes) == sorted(
-        [f"trainstack-{g['name']}" for g in groups] + ["trainstack-cpu"]
+        {f"trainstack-{g['name']}" for g in groups} | stackless | {"trainstack-cpu"}
     )
     assert sorted(run.outputs["training_runtimes"]) == sorted(runtimes)
     trainer_urn = releases(run)["kubeflow-trainer"].urn
     for declared in runtimes.values():
         crd_schema.check(runtime_object(declared))
         assert trainer_urn in declared.opts.dependencies  # after the CRDs exist
+        # failurePolicy is immutable (Trainer's CRD, a CEL rule): a changed runtime is
+        # replaced, and deleted first since the new one has the same name.
+        assert "spec" in declared.opts.replace_on_changes
+        assert declared.opts.delete_before_replace
     for group in groups:
         instance = INSTANCE_TYPES[group["instanceType"]]
         spec = runtimes[f"trainstack-{group['name']}"].inputs["spec"]
@@ -122,3 +127,24 @@ def test_an_unknown_operator_fails_in_one_line():
     message = str(raised.value)
     assert message.startswith("trainstack:trainingOperator: ") and "trainjob, pytorchjob" in message
     assert "\n" not in message and mocks.declared == []
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_a_render_without_a_stack_names_a_runtime_the_stack_installs(stack_runs, stack):
+    """README's render (no stack) names the runtime of its instance type; `kubectl apply` of it
+    on the README's own cluster must find that runtime (Trainer refuses a TrainJob whose
+    runtimeRef does not exist)."""
+    from tests.jobs.conftest import CLUSTER, build
+
+    installed = {r.inputs["metadata"]["name"] for r in stack_runs[stack].of_type(RUNTIME)}
+    for group in stack_file_config(stack)["trainstack:gpuNodeGroups"]:
+        rendered = build([*CLUSTER, f"compute={group['instanceType']}"]).manifests
+        (job,) = [m for m in rendered if m["kind"] == "TrainJob"]
+        runtime = job["spec"]["runtimeRef"]["name"]
+        assert runtime in installed, (runtime, sorted(installed))
+        declared = next(
+            r for r in stack_runs[stack].of_type(RUNTIME) if r.inputs["metadata"]["name"] == runtime
+        )
+        selector = declared.inputs["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+        pod = selector["spec"]["template"]["spec"]
+        assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == group["instanceType"]

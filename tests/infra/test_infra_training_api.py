@@ -104,6 +104,7 @@ def test_the_api_deployment_service_rbac_identity_and_secret(api_stack_run):
         ("kubeflow.org", "pytorchjobs"),
         ("trainer.kubeflow.org", "trainjobs"),
         ("jobset.x-k8s.io", "jobsets"),
+        ("kueue.x-k8s.io", "workloads"),  # cancel deactivates a queued run's Workload
         ("", "configmaps"),
         ("", "pods"),
         ("", "pods/log"),

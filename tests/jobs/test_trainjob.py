@@ -211,8 +211,13 @@ def test_a_stack_gets_one_runtime_per_gpu_group_and_a_cpu_one():
     assert [r["metadata"]["name"] for r in runtimes] == [
         "trainstack-p5",
         "trainstack-g6e",
+        # what a render without a stack names, on the instance type's first group
+        "trainstack-p5-48xlarge",
+        "trainstack-g6e-48xlarge",
         "trainstack-cpu",
     ]
+    by_name = {r["metadata"]["name"]: r for r in runtimes}
+    assert by_name["trainstack-p5-48xlarge"]["spec"] == by_name["trainstack-p5"]["spec"]
     for runtime in runtimes:
         crd_schema.check(runtime)
     check_manifests(runtimes, VERSION)

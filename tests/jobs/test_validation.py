@@ -62,6 +62,27 @@ BAD_INPUTS = {
     "unknown model option": (["model=gpt5"], "model", "llama3_8b"),
     "bad run id": (["run_id=My_Run"], "run_id", "DNS-1035"),
     "run id too long": (["run_id=" + "a" * 60], "run_id", "at most"),
+    # JobSet's pod-name rule (jobs/naming.py): 48 up to 10 nodes, 47 up to 100.
+    "TrainJob run id too long for 2 nodes": (
+        [*P5, "compute.nodes=2", "run_id=" + "a" * 49],
+        "run_id",
+        "at most 48 characters (for a TrainJob of 2 node(s)",
+    ),
+    "TrainJob run id too long for 11 nodes": (
+        [*P5, "compute.nodes=11", "run_id=" + "a" * 48],
+        "run_id",
+        "at most 47 characters (for a TrainJob of 11 node(s)",
+    ),
+    "queued TrainJob grace above the runtime's": (
+        [*P5, "job.queue=training", "job.termination_grace_period_seconds=900"],
+        "job.termination_grace_period_seconds",
+        "up to 600",
+    ),
+    "TrainJob sweep id too long": (
+        ["-m", *P5, "sweep_id=" + "s" * 44, "seed=1,2"],
+        "sweep_id",
+        "at most 43 characters",
+    ),
     "unknown key": (["trainer.maxsteps=3"], "trainer.maxsteps", "unknown key"),
     "wrong type": (["trainer.max_steps=many"], "trainer.max_steps", "Integer"),
     "bad clean pod policy": (
@@ -201,3 +222,24 @@ def test_dryrun_writes_nothing(cli, workdir):
     assert result.code == 0
     assert "kind: TrainJob" in result.out and "name: dry" in result.out
     assert files_under(workdir) == []
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 10, 11, 12, 100, 101, 1000])
+def test_the_trainjob_run_id_limit_is_jobsets_pod_name_rule(nodes):
+    """kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go: the longest pod name,
+    `<jobset>-<replicated job>-<max job index>-<max pod index>` + "-abcde", is a DNS-1035
+    label (at most 63). A TrainJob's JobSet has one replicated job `node` of one Job
+    (pkg/runtime/framework/plugins/jobset in kubeflow/trainer v2.3.0) and `nodes` pods."""
+    from jobs.naming import max_run_id_len, run_id_problem
+
+    limit = max_run_id_len("trainjob", nodes)
+    longest_pod = f"{'a' * limit}-node-0-{nodes - 1}-abcde"
+    assert len(longest_pod) == 63
+    assert run_id_problem("a" * limit, "trainjob", nodes) is None
+    assert "at most" in run_id_problem("a" * (limit + 1), "trainjob", nodes)
+    assert limit == (48 if nodes <= 10 else 47 if nodes <= 100 else 46)
+
+
+def test_a_trainjob_run_id_at_the_limit_renders(cli, workdir):
+    result = cli("launch", *P5, "compute.nodes=2", "run_id=" + "a" * 48)
+    assert result.code == 0, result.err

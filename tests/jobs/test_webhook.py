@@ -84,3 +84,21 @@ def test_configmap_is_checked_too(manifests):
 def test_unsupported_kubernetes_version(manifests, version):
     with pytest.raises(ManifestError, match=r"cluster\.kubernetes_version"):
         check_manifests(manifests, version)
+
+
+def test_every_runtime_passes_jobsets_webhook_and_a_hyphenated_rule_name_is_refused():
+    """JobSet's webhook (kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go,
+    `ruleNameFmt`) refuses failure-policy rule names with '-': Trainer's apply of the JobSet
+    then fails for every TrainJob on the runtime."""
+    from catalog import INSTANCE_TYPES
+    from jobs.manifest_checks import check_jobset_webhook
+    from jobs.runtimes import cluster_training_runtimes
+
+    runtimes = cluster_training_runtimes([("p5", INSTANCE_TYPES["p5.48xlarge"])])
+    for runtime in runtimes:
+        check_jobset_webhook(runtime)
+        check_manifests([runtime], VERSION)
+    bad = copy.deepcopy(runtimes[0])
+    bad["spec"]["template"]["spec"]["failurePolicy"]["rules"][0]["name"] = "permanent-exit-code"
+    with pytest.raises(ManifestError, match=r"rules\[0\]\.name: 'permanent-exit-code'"):
+        check_manifests([bad], VERSION)

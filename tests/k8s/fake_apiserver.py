@@ -321,6 +321,11 @@ def _handler_for(server: FakeKubeApiServer):
                 server.operator.job_patched(updated)
             if plural == "trainjobs" and server.trainer is not None:
                 server.trainer.job_patched(updated)
+            if plural in ("pytorchjobs", "trainjobs") and server.kueue is not None:
+                server.kueue.job_patched(updated)
+                updated = server.get(plural, name, namespace) or updated
+            if plural == "workloads" and server.kueue is not None:
+                server.kueue.workload_patched(updated)
             return self._send(200, updated)
 
         def do_PUT(self) -> None:

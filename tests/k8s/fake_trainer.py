@@ -9,9 +9,11 @@ attempt). What then happens is scripted per name with `TrainPlan`s (one per subm
 steps with log lines; a node's pod failing with an exit code, which the runtime's failure policy
 decides (1-127: the pod failure policy fails the Job and the JobSet at once; else the JobSet
 recreates every pod, up to the runtime's `maxRestarts`, counting `status.restarts`);
-completion (Complete) or failure (Failed), as Trainer reports its JobSet's. Suspending the
-TrainJob (Kueue preempts, trainstack cancels) deletes the pods; un-suspending (Kueue admits)
-starts them again. Deleting the TrainJob deletes the JobSet and the pods by owner references.
+completion (Complete) or failure (Failed), with the reasons and messages Trainer copies from
+its JobSet's conditions (FailJobSetFailurePolicyAction, ReachedMaxRestarts, AllJobsCompleted).
+Suspending the TrainJob (Kueue preempts, trainstack cancels) deletes the pods; un-suspending
+(Kueue admits) starts them again. Deleting the TrainJob deletes the JobSet and the pods by
+owner references.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER
 }
 PERMANENT = range(1, 128)
 """trainstack's runtimes fail the Job on these exit codes (its pod failure policy)."""
+# A TrainJob's Complete/Failed condition is its JobSet's, type renamed, reason and message kept
+# (kubeflow/trainer v2.3.0, pkg/runtime/framework/plugins/jobset/jobset.go, `Status`). JobSet's
+# reasons and messages: kubernetes-sigs/jobset v0.12.0, pkg/constants/constants.go, set in
+# pkg/controllers/failure_policy.go (a matching FailJobSet rule; maxRestarts reached, with
+# `messageWithFirstFailedJob`) and pkg/controllers/jobset_controller.go (all jobs completed).
+FAIL_JOBSET = ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action")
+MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+COMPLETED = ("AllJobsCompleted", "jobset completed successfully")
 
 
 @dataclass
@@ -113,6 +123,44 @@ class FakeTrainer(FakeController):
             self._condition(name, namespace, "Suspended", False, "Resumed", "resumed")
             self._start(job)
 
+    # -- what happens once a TrainJob has ended -------------------------------------------------
+    def jobset_ttl_passed(self, name: str, namespace: str = "training") -> None:
+        """JobSet's TTL controller, once the runtime's `ttlSecondsAfterFinished` has passed
+        after the JobSet finished: the JobSet and its pods are deleted. Nothing when the
+        runtime sets no TTL."""
+        job = self.server.get("trainjobs", name, namespace)
+        runtime = self.server.get("clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])
+        template = ((runtime or {}).get("spec") or {}).get("template", {}).get("spec", {})
+        if template.get("ttlSecondsAfterFinished") is None:
+            return
+        self._delete_pods(name, namespace)
+        self.server.remove("jobsets", name, namespace)
+
+    def reconcile(self, name: str, namespace: str = "training") -> None:
+        """One pass of Trainer's TrainJob reconciler (kubeflow/trainer v2.3.0,
+        pkg/controller/trainjob_controller.go): a Failed condition is cleared unless its reason
+        is DeadlineExceeded; a job not then finished (Complete or Failed) has its JobSet applied,
+        a missing one created anew (its pods start); then the status is read back from the
+        JobSet (plugins/jobset/jobset.go `Status`: a Failed JobSet fails the TrainJob again)."""
+        job = self.server.get("trainjobs", name, namespace)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        deadline = any(
+            c["type"] == "Failed" and c.get("reason") == "DeadlineExceeded" for c in conditions
+        )
+        if deadline or any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
+            return
+        if self.server.get("jobsets", name, namespace) is not None:
+            return  # applied again unchanged: still Failed, as its JobSet says
+        self.server.update(
+            "trainjobs",
+            name,
+            namespace,
+            lambda j: j["status"].update(
+                conditions=[c for c in j["status"]["conditions"] if c["type"] != "Failed"]
+            ),
+        )
+        self.job_created(self.server.get("trainjobs", name, namespace))
+
     # -- the simulation ------------------------------------------------------------------------
     def _max_restarts(self, job: dict) -> int:
         runtime = self.server.get("clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])
@@ -153,21 +201,23 @@ class FakeTrainer(FakeController):
             self._set_phase(failed, namespace, "Failed", failed_code)
             self._closed.add(self._uid(failed, namespace))
             if failed_code in PERMANENT:
-                return self._end(
-                    job, pods, "Failed", "PodFailurePolicy", f"exit code {failed_code}"
-                )
+                return self._end(job, pods, "Failed", FAIL_JOBSET)
             if restarts >= self._max_restarts(job):
-                return self._end(job, pods, "Failed", "FailedJobs", "reached max restarts")
+                return self._end(job, pods, "Failed", MAX_RESTARTS)
             restarts += 1  # the JobSet recreates every node's pod
             self._delete_pods(name, namespace)
             count = restarts
             self.server.update(
                 "jobsets", name, namespace, lambda js, n=count: js["status"].update(restarts=n)
             )
-        self._end(job, pods, "Complete" if plan.outcome == "Succeeded" else "Failed")
+        # A plan's plain failure is the trainer's exit 1: the runtime's FailJobSet rule.
+        if plan.outcome == "Succeeded":
+            self._end(job, pods, "Complete", COMPLETED)
+        else:
+            self._end(job, pods)
 
     def _end(
-        self, job: dict, pods: list[str], kind: str, reason: str = "", message: str = ""
+        self, job: dict, pods: list[str], kind: str = "Failed", why: tuple = FAIL_JOBSET
     ) -> None:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
         phase = "Succeeded" if kind == "Complete" else "Failed"
@@ -177,11 +227,10 @@ class FakeTrainer(FakeController):
             ) != "Failed":
                 self._set_phase(pod, namespace, phase)
             self._closed.add(self._uid(pod, namespace))
-        if kind == "Complete":
-            self._condition(name, namespace, "Complete", True, "JobSetCompleted", "completed")
-        else:
-            detail = f"jobset failed: {reason}: {message}" if reason else "node-0 exited with 1"
-            self._condition(name, namespace, "Failed", True, reason or "JobSetFailed", detail)
+        reason, message = why
+        if kind == "Failed":  # JobSet names the first failed Job: `<jobset>-<rjob>-<index>`
+            message = f"{message} (first failed job: {name}-node-0)"
+        self._condition(name, namespace, kind, True, reason, message)
         self._active(name, namespace, 0)
 
     def _put_pod(self, job: dict, rank: int, attempt: int) -> str:

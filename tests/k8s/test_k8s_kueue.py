@@ -139,3 +139,97 @@ def test_a_job_suspended_by_an_admin_is_not_finished():
     job["metadata"]["annotations"] = {CANCELLED_ANNOTATION: "2026-11-23T00:00:00Z"}
     assert job_state(job) == "Cancelled"
     assert is_final(job_state(job))
+
+
+def _workload(apiserver, kueue, name: str) -> dict:
+    return apiserver.get("workloads", kueue.workload_name(name), NAMESPACE)
+
+
+def test_cancel_of_an_admitted_job_stops_it_for_good_and_releases_its_quota(
+    apiserver, kubeconfig, kueue, fast_retry, fast_restarts
+):
+    """Kueue un-suspends a job whose Workload is admitted (kubernetes-sigs/kueue v0.19.2,
+    pkg/controller/jobframework/reconciler.go), so suspending it is no cancel: the Workload
+    is deactivated (`spec.active: false`), Kueue evicts it (quota released) and suspends the
+    job, and never admits it again. The job object (and the run dir) stays: `cancelled`."""
+    apiserver.operator.default = JobPlan(steps=200, step_seconds=0.05)
+    backend = backend_for(kubeconfig)
+    manifests = queued_job("kq5")
+    manifests[1]["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "trainstack"
+    submit(backend.cluster, manifests)
+    kueue.admit("kq5")
+    deadline = time.monotonic() + 5
+    while not apiserver.list("pods", NAMESPACE):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    backend.cancel("kq5")
+    time.sleep(0.3)
+    job = apiserver.get("pytorchjobs", "kq5", NAMESPACE)
+    assert job["spec"]["runPolicy"]["suspend"] is True
+    assert apiserver.list("pods", NAMESPACE) == []
+    workload = _workload(apiserver, kueue, "kq5")
+    assert workload["spec"]["active"] is False
+    conditions = {c["type"]: c for c in workload["status"]["conditions"]}
+    assert conditions["QuotaReserved"]["status"] == "False"  # its quota is released
+    assert conditions["Evicted"]["reason"] == "Deactivated"
+    kueue.admit("kq5")  # Kueue never admits an inactive Workload
+    assert apiserver.get("pytorchjobs", "kq5", NAMESPACE)["spec"]["runPolicy"]["suspend"]
+    assert backend.status("kq5").state == CANCELLED
+    assert [(r.run_id, r.state) for r in backend.list_runs()] == [("kq5", CANCELLED)]
+
+
+def test_cancel_of_a_waiting_job_keeps_it_from_starting_once_admitted(
+    apiserver, kubeconfig, kueue, fast_retry, fast_restarts
+):
+    backend = backend_for(kubeconfig)
+    submit(backend.cluster, queued_job("kq6"))
+    backend.cancel("kq6")
+    kueue.admit("kq6")  # the quota frees up: it must not start
+    time.sleep(0.2)
+    assert apiserver.get("pytorchjobs", "kq6", NAMESPACE)["spec"]["runPolicy"]["suspend"]
+    assert apiserver.list("pods", NAMESPACE) == []
+    assert backend.status("kq6").state == CANCELLED
+
+
+def test_cancel_of_an_admitted_trainjob_stops_it_for_good(
+    apiserver, kubeconfig, kueue, fast_retry, fast_restarts, tmp_path
+):
+    from jobs.backends.kubernetes import ClusterSettings
+    from tests.k8s.fake_trainer import TrainPlan
+    from tests.k8s.test_k8s_trainjob import two_node_job
+
+    apiserver.trainer.plans["kq7"] = [TrainPlan(hold=True)]
+    backend = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
+    manifests = two_node_job("kq7", tmp_path)
+    job = next(m for m in manifests if m["kind"] == "TrainJob")
+    job["metadata"]["labels"][QUEUE_LABEL] = "team-a"
+    job["spec"]["suspend"] = True
+    submit(backend.cluster, manifests)
+    kueue.admit("kq7")
+    deadline = time.monotonic() + 5
+    while not apiserver.list("pods", NAMESPACE):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    backend.cancel("kq7")
+    time.sleep(0.3)
+    assert apiserver.get("trainjobs", "kq7", NAMESPACE)["spec"]["suspend"] is True
+    assert apiserver.list("pods", NAMESPACE) == []
+    assert _workload(apiserver, kueue, "kq7")["spec"]["active"] is False
+    assert backend.status("kq7").state == CANCELLED
+
+
+def test_cancel_deletes_a_queued_job_whose_workload_cannot_be_deactivated(
+    apiserver, kubeconfig, fast_retry, fast_restarts, monkeypatch
+):
+    """No Workload to deactivate (Kueue has not made one, or may not be asked): the job is
+    deleted rather than left for Kueue to admit later."""
+    from jobs.backends import kubernetes
+
+    monkeypatch.setattr(kubernetes, "WORKLOAD_WAIT_S", 1)
+    backend = backend_for(kubeconfig)
+    submit(backend.cluster, queued_job("kq8"))  # no FakeKueue here: no Workload ever
+    backend.cancel("kq8")
+    deadline = time.monotonic() + 5
+    while apiserver.get("pytorchjobs", "kq8", NAMESPACE) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

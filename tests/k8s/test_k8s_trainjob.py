@@ -96,6 +96,10 @@ def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trains
     from jobs.backends.kubernetes import to_status
 
     assert to_status(job).finished_at  # from the Complete condition (a TrainJob has no time)
+    # Trainer copies its JobSet's condition (kubeflow/trainer v2.3.0, plugins/jobset/jobset.go;
+    # the reason: kubernetes-sigs/jobset v0.12.0, pkg/constants/constants.go).
+    (complete,) = [c for c in job["status"]["conditions"] if c["type"] == "Complete"]
+    assert complete["reason"] == "AllJobsCompleted"
 
 
 def test_submitting_an_active_run_again_changes_nothing(apiserver, cluster, tmp_path):
@@ -133,7 +137,7 @@ def test_retryable_failures_beyond_the_runtimes_max_restarts_fail_the_run(
     apiserver.trainer.plans["tj3b"] = [plan]
     submit(cluster, two_node_job("tj3b", tmp_path))
     final = backend_for(kubeconfig).wait("tj3b", on_line=lambda line: None)
-    assert final.state == "failed" and "reached max restarts" in final.message
+    assert final.state == "failed" and final.message.startswith("ReachedMaxRestarts: ")
     assert apiserver.get("jobsets", "tj3b", NAMESPACE)["status"]["restarts"] == 3
 
 
@@ -150,7 +154,7 @@ def test_bad_input_fails_at_once_and_the_second_line_resubmits_bounded(
     assert "restart 1/1" in out
     assert trainstack("status", "tj4") == 0
     status = capsys.readouterr().out
-    assert "state      failed" in status and "PodFailurePolicy" in status
+    assert "state      failed" in status and "FailJobSetFailurePolicyAction" in status
 
 
 def test_logs_of_a_rank_are_its_pods(apiserver, cluster, kubeconfig, tmp_path):
@@ -306,3 +310,49 @@ def test_a_sweep_of_trainjobs_through_the_launcher(apiserver, trainstack, capsys
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
     assert trainstack("runs", "--backend", "kubernetes", "--sweep", "tsw") == 0
     assert "sweep tsw: 2/2 finished" in capsys.readouterr().out
+
+
+def test_a_failed_trainjob_never_runs_again_by_itself(apiserver, cluster, kubeconfig, tmp_path):
+    """Trainer clears a Failed condition and recreates a missing JobSet on every reconcile
+    (kubeflow/trainer v2.3.0, pkg/controller/trainjob_controller.go), so a JobSet TTL on the
+    runtime would start a failed training again once it deleted the JobSet. trainstack's
+    runtimes set none; the finished TrainJob is deleted by trainstack after TRAINJOB_TTL_S."""
+    from jobs.runtimes import cluster_training_runtimes
+
+    for runtime in cluster_training_runtimes([]):
+        assert "ttlSecondsAfterFinished" not in runtime["spec"]["template"]["spec"]
+    apiserver.trainer.plans["tj9"] = [TrainPlan(fail_at=1, exit_code=2)]
+    submit(cluster, two_node_job("tj9", tmp_path))
+    backend = backend_for(kubeconfig)
+    assert backend.wait("tj9", on_line=lambda line: None).state == "failed"
+    apiserver.trainer.jobset_ttl_passed("tj9", NAMESPACE)
+    apiserver.trainer.reconcile("tj9", NAMESPACE)
+    time.sleep(0.2)
+    assert apiserver.trainer.created["tj9"] == 1  # no second JobSet, no new pods
+    assert backend.status("tj9").state == "failed"
+    running = [
+        p
+        for p in apiserver.list("pods", NAMESPACE, {"labels": {JOBSET_LABEL: ("=", "tj9")}})
+        if p["status"]["phase"] in ("Pending", "Running")
+    ]
+    assert running == []
+
+
+def test_a_finished_trainjob_is_deleted_by_trainstack_after_its_time(
+    apiserver, cluster, kubeconfig, tmp_path
+):
+    submit(cluster, two_node_job("tj10", tmp_path))
+    backend = backend_for(kubeconfig)
+    assert backend.wait("tj10", on_line=lambda line: None).state == SUCCEEDED
+    assert "tj10" in [r.run_id for r in backend.list_runs()]  # within its time: kept
+
+    def long_ago(job: dict) -> None:
+        for condition in job["status"]["conditions"]:
+            condition["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+
+    apiserver.update("trainjobs", "tj10", NAMESPACE, long_ago)
+    assert "tj10" not in [r.run_id for r in backend.list_runs()]
+    deadline = time.monotonic() + 5
+    while apiserver.get("trainjobs", "tj10", NAMESPACE) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
