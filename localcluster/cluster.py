@@ -200,6 +200,24 @@ def _stages(state: State) -> Path:
     )
     texts = [(module / path).read_text().strip() for path in files]
     texts.append(POD_EXIT_STAGE.strip())
+    # What `kubectl logs` / `trainstack logs` read from a training pod: kwok serves this file
+    # (CRI log format) as every container's log, through its kubelet port.
+    logs = state.directory / "pod.log"
+    logs.write_text(
+        "2026-01-01T00:00:00.000000000Z stdout F localcluster: a pod simulated by kwok; "
+        "no container runs here, so nothing trains\n"
+    )
+    texts.append(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterLogs",
+                "metadata": {"name": "localcluster"},
+                "spec": {"selector": {}, "logs": [{"logsFile": str(logs), "follow": False}]},
+            },
+            sort_keys=False,
+        ).strip()
+    )
     path = state.directory / "kwok-stages.yaml"
     path.write_text("\n---\n".join(texts) + "\n")
     return path
@@ -411,6 +429,8 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
             f"--cert-dir={directory / 'apiserver'}",
             f"--kubelet-client-certificate={admin.cert}",
             f"--kubelet-client-key={admin.key}",
+            f"--kubelet-certificate-authority={authority.pair.cert}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
         ],
     )
@@ -451,7 +471,11 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
             "--node-ip=127.0.0.1",
             "--cidr=10.244.0.0/16",
             "--node-lease-duration-seconds=40",
+            # Its kubelet API (pod logs) on the port the nodes advertise, over TLS.
+            f"--node-port={state.ports['kwok']}",
             f"--server-address=127.0.0.1:{state.ports['kwok']}",
+            f"--tls-cert-file={webhook.cert}",
+            f"--tls-private-key-file={webhook.key}",
         ],
     )
     client = _client(state)

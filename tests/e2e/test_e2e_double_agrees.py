@@ -1,0 +1,129 @@
+"""The double (tests/k8s: fake apiserver, operator and Kueue) against the real components: one
+scenario — a low-priority PyTorchJob admitted, a second one held for quota, a high-priority one
+preempting the first — runs on both, and what each reports is compared: the Workload's
+conditions (type, status, reason), Kueue's messages (their shape), and what trainstack's
+backend makes of them (state, finished, message).
+
+The double does not compute quota: the test drives it (admit, preempt) at the moments the real
+Kueue acted, with the very manifests trainstack submitted to the real cluster."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
+from jobs.k8s.submit import submit
+from tests.e2e.conftest import (
+    NAMESPACE,
+    admitted,
+    conditions,
+    eventually,
+    pods_of,
+    remove_run,
+    workload_of,
+)
+from tests.k8s.conftest import seed_cluster
+from tests.k8s.fake_apiserver import FakeKubeApiServer
+from tests.k8s.fake_kueue import PENDING_MESSAGE, FakeKueue
+from tests.k8s.fake_operator import FakeOperator, JobPlan
+
+KIND = "PyTorchJob"
+PENDING = re.compile(
+    r"couldn't assign flavors to pod set [\w-]+: insufficient unused quota for "
+    r"nvidia\.com/gpu in flavor [\w-]+, \d+ more needed"
+)
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
+
+
+def shape(workload: dict) -> dict[str, tuple[str, str]]:
+    return {t: (c["status"], c.get("reason", "")) for t, c in conditions(workload).items()}
+
+
+def seen(backend: KubernetesBackend, run_id: str) -> tuple[str, bool]:
+    status = backend.status(run_id)
+    return status.state, status.finished
+
+
+def submitted(cluster, run_id: str) -> list[dict]:
+    """What trainstack sent for `run_id`, read back without the server's fields."""
+    objs = [
+        *cluster.items("v1", "ConfigMap", f"trainstack.io/run-id={run_id}"),
+        cluster.get("kubeflow.org/v1", KIND, run_id),
+    ]
+    for obj in objs:
+        obj.pop("status", None)
+        meta = obj["metadata"]
+        for key in (*SERVER_FIELDS, "managed_fields", "creation_timestamp", "resource_version"):
+            meta.pop(key, None)
+    return objs
+
+
+@pytest.fixture
+def double(tmp_path: Path):
+    server = FakeKubeApiServer().start()
+    FakeOperator(server, JobPlan())
+    kueue = FakeKueue(server)
+    seed_cluster(server)
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    backend = KubernetesBackend(
+        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
+    )
+    yield server, kueue, backend
+    server.operator.shutdown()
+    server.stop()
+
+
+def test_queue_and_preemption_read_the_same_on_both(local_cluster, double):
+    server, kueue, fake = double
+    real = KubernetesBackend(
+        ClusterSettings(str(local_cluster.state.kubeconfig), None, NAMESPACE, "pytorchjob")
+    )
+    low, held, high = "e2e-d-low", "e2e-d-held", "e2e-d-high"
+    two = ("compute=p5.48xlarge", "compute.nodes=2", "job.api=pytorchjob")
+    diffs: list[str] = []
+
+    def compare(what: str, run_id: str) -> None:
+        real_workload = workload_of(local_cluster, KIND, run_id)
+        fake_workload = server.get("workloads", kueue.workload_name(run_id), NAMESPACE)
+        real_shape, fake_shape = shape(real_workload), shape(fake_workload)
+        if real_shape != fake_shape:
+            diffs.append(f"{what}: Workload conditions real {real_shape} double {fake_shape}")
+        if seen(real, run_id) != seen(fake, run_id):
+            diffs.append(f"{what}: status real {seen(real, run_id)} double {seen(fake, run_id)}")
+
+    try:
+        local_cluster.launch(*two, "job.priority=low", f"run_id={low}")
+        eventually(lambda: admitted(local_cluster, KIND, low), f"{low} admitted")
+        eventually(lambda: len(pods_of(local_cluster, low, "Running")) == 2, f"{low} running")
+        submit(fake.cluster, submitted(local_cluster, low))
+        kueue.admit(low)
+        compare("admitted and running", low)
+
+        local_cluster.launch(*two, "job.priority=low", f"run_id={held}")
+        message = eventually(
+            lambda: (
+                conditions(workload_of(local_cluster, KIND, held) or {})
+                .get("QuotaReserved", {})
+                .get("message")
+            ),
+            "Kueue's reason for the held job",
+        )
+        submit(fake.cluster, submitted(local_cluster, held))
+        assert PENDING.fullmatch(message), f"the real message changed shape: {message}"
+        assert PENDING.fullmatch(PENDING_MESSAGE)
+        compare("held for quota", held)
+
+        local_cluster.launch(*two, "job.priority=high", f"run_id={high}")
+        eventually(lambda: admitted(local_cluster, KIND, high), f"{high} admitted")
+        submit(fake.cluster, submitted(local_cluster, high))
+        kueue.preempt(low)
+        kueue.admit(high)
+        compare("preempted", low)
+        compare("preempting", high)
+    finally:
+        for run_id in (low, held, high):
+            remove_run(local_cluster, run_id)
+    assert not diffs, "the double and the real components differ:\n" + "\n".join(diffs)
