@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from infra.bucket_layout import published_grants
 from infra.cluster_addons import DEFAULT_DENY_POLICY, DEFAULT_DENY_SPEC, POD_SECURITY_LABELS
 from infra.config import parse_stack_config
 from infra.gpu_nodes import GPU_TAINT, node_labels
@@ -58,6 +59,8 @@ LOCAL_SETTINGS: dict[str, Any] = {
     ],
 }
 """The local stack's `trainstack:*` settings; everything else keeps infra's defaults."""
+BUCKET = "localcluster-runs"
+"""The bucket name the local stack's S3 URLs use: never reached (pods are simulated)."""
 REPOSITORY = "registry.localcluster.invalid/trainstack/trainer"
 IMAGE = f"{REPOSITORY}@sha256:{'0' * 64}"
 """No container runs (kwok simulates pods), so the image is never pulled: a digest-pinned
@@ -212,7 +215,9 @@ def stack_outputs(config: StackConfig, kubeconfig: str) -> dict[str, Any]:
         "repository_url": REPOSITORY,
         "image": IMAGE,
         # job_defaults wants the S3 root a stack has; the local one swaps in a folder below.
-        "storage_root": "s3://localcluster-runs/runs",
+        # The grants stay: what launch and data prepare check URLs against (no pod reads S3).
+        "storage_root": f"s3://{BUCKET}/runs",
+        "s3_grants": published_grants(BUCKET, config.data_access),
         "namespace": config.namespace,
         "service_account": config.service_account,
         "data_prepare_service_account": config.data_prepare_service_account,
@@ -239,7 +244,7 @@ def stack_file(config: StackConfig, kubeconfig_path: Path, runs: Path) -> str:
     folder (there is no S3 here)."""
     outputs = stack_outputs(config, kubeconfig_path.read_text())
     defaults = job_defaults(outputs, kubeconfig_path)
-    defaults["storage"] = {"root": str(runs), "fsx_claim": None}
+    defaults["storage"]["root"] = str(runs)
     return render(defaults, STACK).replace(
         "# re-run it after `pulumi up` instead of editing.",
         "# written by `make cluster-up` (localcluster); `make cluster-down` removes it.",
