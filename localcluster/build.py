@@ -75,12 +75,24 @@ def module_dir(component: Component) -> Path:
 
 
 def _download(component: Component) -> dict:
-    out = _go(["mod", "download", "-json", f"{component.module}@{component.version}"])
-    info = json.loads(out)
-    if info.get("Error"):
+    """`go mod download -json`: on failure it exits non-zero and says why in the JSON."""
+    wanted = f"{component.module}@{component.version}"
+    done = subprocess.run(
+        [GO, "mod", "download", "-json", wanted],
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        info = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        info = {"Error": done.stderr.strip() or "no answer"}
+    if done.returncode or info.get("Error"):
         raise SystemExit(
-            f"localcluster: {component.module}@{component.version} could not be downloaded: "
-            f"{info['Error']}"
+            f"localcluster: {wanted} could not be downloaded: {info.get('Error')}\n"
+            f"(the pin is infra/versions.py's; TRAINSTACK_KUBE_OVERRIDE_"
+            f"{component.name.upper().replace('-', '_')}=<version> tries another)"
         )
     return info
 

@@ -479,7 +479,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
         ],
     )
     client = _client(state)
-    _apply_all(client, _upstream_crds())
+    _apply_all(client, _upstream_crds(state, authority))
     _wait_established(client, state)
     _apply_all(
         client,
@@ -515,11 +515,16 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     return state
 
 
-def _upstream_crds() -> list[dict]:
+def _upstream_crds(state: State, authority: Authority) -> list[dict]:
     return [
         crd
         for component in CONTROLLERS
-        for crd in manifests.crds(component, build.module_dir(component))
+        for crd in manifests.crds(
+            component,
+            build.module_dir(component),
+            state.ports[component.name],
+            authority.pair.cert.read_bytes(),
+        )
     ]
 
 

@@ -45,7 +45,10 @@ def _documents(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)]
 
 
-def crds(component: Component, module: Path) -> list[dict]:
+def crds(component: Component, module: Path, port: int, ca_bundle: bytes) -> list[dict]:
+    """The component's CRDs. A CRD serving several versions gets the conversion webhook its
+    kustomization patches in (Kueue 0.19 stores v1beta2 and converts v1beta1 at /convert),
+    called at https://127.0.0.1:<port>; single-version CRDs need none."""
     folder = module / LAYOUTS[component.name].crds
     found = [
         doc
@@ -55,6 +58,30 @@ def crds(component: Component, module: Path) -> list[dict]:
     ]
     if not found:
         raise SystemExit(f"localcluster: no CRDs in {folder}")
+    kustomization_dir = folder.parent if folder.name == "bases" else folder
+    converted = set()
+    kustomization = kustomization_dir / "kustomization.yaml"
+    if kustomization.exists():
+        for entry in yaml.safe_load(kustomization.read_text()).get("patches") or []:
+            if "path" not in entry:
+                continue
+            for patch in _documents(kustomization_dir / entry["path"]):
+                conversion = (patch.get("spec") or {}).get("conversion") or {}
+                if conversion.get("strategy") == "Webhook":
+                    converted.add(patch["metadata"]["name"])
+    bundle = base64.b64encode(ca_bundle).decode()
+    for crd in found:
+        if crd["metadata"]["name"] in converted and len(crd["spec"]["versions"]) > 1:
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{port}/convert",
+                        "caBundle": bundle,
+                    },
+                    "conversionReviewVersions": ["v1"],
+                },
+            }
     return found
 
 

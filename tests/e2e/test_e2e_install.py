@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from infra.kubeflow_trainer import runtime_objects
+from localcluster.objects import local_stack
 from tests.e2e.conftest import NAMESPACE, eventually
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -22,7 +24,9 @@ def test_runtimes_are_served(local_cluster):
         r["metadata"]["name"]
         for r in local_cluster.items(TRAINER_API, "ClusterTrainingRuntime", namespace=None)
     }
-    assert names == {"trainstack-p5", "trainstack-cpu"}
+    config = local_stack()
+    wanted = runtime_objects(config.gpu_node_groups, config.service_account)
+    assert names == {r["metadata"]["name"] for r in wanted}
 
 
 def test_kueue_takes_the_queues_into_use(local_cluster):
