@@ -3,7 +3,7 @@ certificate, the admin client certificate (group system:masters), the controller
 certificate (127.0.0.1: their webhooks are called by URL, since Endpoints cannot hold loopback
 addresses) and kwok's; plus the service-account token signing key.
 
-Short keys and long lifetimes are fine: everything listens on 127.0.0.1 only and is thrown away
+Long lifetimes are fine: everything listens on 127.0.0.1 only and is thrown away
 by `cluster-down`.
 """
 
@@ -16,12 +16,15 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALID_FOR = datetime.timedelta(days=3650)
 """Long enough that cert-controller (the Training Operator's rotation, which renews a
 certificate within 90 days of its end) keeps ours."""
+
+
+CA_NAME = "training-operator-ca"
 
 
 @dataclass(frozen=True)
@@ -30,11 +33,18 @@ class Pair:
     key: Path
 
 
+def _new_key() -> rsa.RSAPrivateKey:
+    """RSA, written PKCS#1: the Training Operator's cert-controller parses its Secret's keys
+    with x509.ParsePKCS1PrivateKey (open-policy-agent/cert-controller v0.16.0,
+    pkg/rotator/rotator.go) and replaces a certificate it cannot read."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
 def _write_key(key, path: Path) -> None:
     path.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
+            serialization.PrivateFormat.TraditionalOpenSSL,
             serialization.NoEncryption(),
         )
     )
@@ -69,11 +79,15 @@ class Authority:
         self.pair = Pair(directory / "ca.crt", directory / "ca.key")
         if not self.pair.cert.exists():
             directory.mkdir(parents=True, exist_ok=True)
-            key = ec.generate_private_key(ec.SECP256R1())
+            key = _new_key()
             name = _name("trainstack-localcluster-ca")
             cert = (
                 _builder(name, name, key.public_key())
                 .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                # cert-controller keeps a CA only if it verifies for its CA name (ValidCert with
+                # CAName, open-policy-agent/cert-controller v0.16.0 pkg/rotator/rotator.go);
+                # the Training Operator v1.9.4 names its CA so (pkg/cert/cert.go caName).
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName(CA_NAME)]), critical=False)
                 .add_extension(
                     x509.KeyUsage(
                         digital_signature=True,
@@ -109,7 +123,7 @@ class Authority:
         pair = Pair(self.directory / f"{name}.crt", self.directory / f"{name}.key")
         if pair.cert.exists() and pair.key.exists():
             return pair
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = _new_key()
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
         builder = _builder(_name(common_name, organization), self._cert.subject, key.public_key())
         builder = builder.add_extension(
@@ -133,7 +147,7 @@ def signing_key(directory: Path) -> Pair:
     """The service-account token signing key (RSA: what the API server's issuer expects)."""
     pair = Pair(directory / "sa.pub", directory / "sa.key")
     if not pair.key.exists():
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        key = _new_key()
         _write_key(key, pair.key)
         pair.cert.write_bytes(
             key.public_key().public_bytes(

@@ -51,6 +51,9 @@ TRAINING_OPERATOR_WEBHOOK_HOST = f"training-operator.{TRAINING_OPERATOR_NAMESPAC
 name; it keeps a valid one it finds in its Secret, so the Secret gets ours, which also names
 127.0.0.1 (its fixed certificate folder is /tmp/k8s-webhook-server/serving-certs)."""
 TRAINING_OPERATOR_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+"""Kueue 0.19 without its certificate rotation loads its metrics certificate from this fixed
+folder (cmd/kueue/main.go), even with metrics off: it gets the webhook certificate."""
 CONTROLLERS = (JOBSET, TRAINER, KUEUE, TRAINING_OPERATOR)
 START_TIMEOUT_S = 120.0
 
@@ -69,6 +72,8 @@ class State:
     ports: dict[str, int] = field(default_factory=dict)
     stack_file: str | None = None
     made_cert_dir: bool = False
+    made_dirs: list[str] = field(default_factory=list)
+    """Fixed folders outside the state folder that `up` created (removed by `down`)."""
 
     @property
     def path(self) -> Path:
@@ -89,6 +94,7 @@ class State:
             "ports": self.ports,
             "stack_file": self.stack_file,
             "made_cert_dir": self.made_cert_dir,
+            "made_dirs": self.made_dirs,
         }
         self.path.write_text(json.dumps(data, indent=1))
 
@@ -490,15 +496,22 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     )
     _training_operator_secret(client, authority, webhook)
     state.made_cert_dir = not TRAINING_OPERATOR_CERT_DIR.exists()
+    # In a pod the kubelet mounts that Secret here; cert-controller waits for the files.
+    TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy(authority.pair.cert, TRAINING_OPERATOR_CERT_DIR / "ca.crt")
+    shutil.copy(webhook.cert, TRAINING_OPERATOR_CERT_DIR / "tls.crt")
+    shutil.copy(webhook.key, TRAINING_OPERATOR_CERT_DIR / "tls.key")
+    if not KUEUE_METRICS_CERT_DIR.exists():
+        top = KUEUE_METRICS_CERT_DIR.parents[1]
+        if not top.exists():
+            state.made_dirs.append(str(top))
+        KUEUE_METRICS_CERT_DIR.mkdir(parents=True)
+        shutil.copy(webhook.cert, KUEUE_METRICS_CERT_DIR / "tls.crt")
+        shutil.copy(webhook.key, KUEUE_METRICS_CERT_DIR / "tls.key")
     state.save()
     _start_controllers(state, authority, webhook)
-    for component in CONTROLLERS:
-        _wait(
-            lambda c=component: _tls_accepts(state.ports[c.name], authority.pair.cert),
-            f"the {component.name} webhook server",
-            state,
-            component.name,
-        )
+    # Before their servers answer: the Training Operator's certificate rotation opens its
+    # webhook server only once it has found (and patched) its webhook configuration.
     configs = [
         config
         for component in CONTROLLERS
@@ -510,6 +523,13 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
         )
     ]
     _apply_all(client, configs)
+    for component in CONTROLLERS:
+        _wait(
+            lambda c=component: _tls_accepts(state.ports[c.name], authority.pair.cert),
+            f"the {component.name} webhook server",
+            state,
+            component.name,
+        )
     _install(state, config_dir or user_config_dir() / "stack")
     _print_summary(state)
     return state
@@ -670,6 +690,8 @@ def down(state_dir: Path | None = None) -> None:
         Path(state.stack_file).unlink(missing_ok=True)
     if state.made_cert_dir:
         shutil.rmtree(TRAINING_OPERATOR_CERT_DIR.parent, ignore_errors=True)
+    for made in state.made_dirs:
+        shutil.rmtree(made, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
 
 

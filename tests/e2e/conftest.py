@@ -170,6 +170,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     root = tmp_path_factory.mktemp("localcluster")
     state_dir, config_dir = root / "state", root / "config"
     started = time.monotonic()
+    state = None
     try:
         state = cluster.up(state_dir, config_dir / "stack")
         print(f"\nlocalcluster up in {time.monotonic() - started:.0f}s")
@@ -177,4 +178,9 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         workdir.mkdir()
         yield Cluster(state, config_dir, workdir, cluster._client(state))
     finally:
+        started = cluster.State.load(state_dir) or state
         cluster.down(state_dir)
+        if started:
+            left = [n for n, pid in started.pids.items() if cluster._runs(pid, started.binaries[n])]
+            assert not left, f"localcluster left {left} running"
+        assert not state_dir.exists()
