@@ -19,21 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from jobs.spec import LABEL_PREFIX
 from localcluster import cluster
-from localcluster.objects import STACK
+from localcluster.objects import BUCKET, STACK
+from tests.s3_server import s3_env
 
 ENABLED = os.environ.get("TRAINSTACK_E2E") == "1"
 TRAINSTACK = Path(sys.executable).with_name("trainstack")
 NAMESPACE = "training"
-I32 = pytest.mark.xfail(
-    reason="issue 32 (TrainJobs that start on a real cluster) is fixed on branch i32; "
-    "these steps pass once it is merged",
-    strict=False,
-)
-"""Steps that need issue 32's product fixes (JobSet rule names, runtimePatches kept by Kueue,
-cancel not undone by Kueue, run-id length)."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -53,10 +48,13 @@ class Cluster:
     config_dir: Path
     workdir: Path
     client: object
+    env: dict[str, str]
+    """boto3's environment for moto, given to every trainstack command."""
 
     def trainstack(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         env = {
             **os.environ,
+            **self.env,
             "TRAINSTACK_CONFIG_PATH": str(self.config_dir),
             "KUBECONFIG": str(self.state.kubeconfig),
         }
@@ -166,7 +164,9 @@ def eventually(check: Callable[[], object], what: str, timeout: float = 60.0):
 
 
 @pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def local_cluster(tmp_path_factory: pytest.TempPathFactory, moto_s3) -> Iterator[Cluster]:
+    """The cluster, and its stack file with the run dirs on the session's moto S3 (a job on
+    more than one node needs a shared storage.root, as on EKS); trainstack gets moto's env."""
     root = tmp_path_factory.mktemp("localcluster")
     state_dir, config_dir = root / "state", root / "config"
     started = time.monotonic()
@@ -176,7 +176,12 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         print(f"\nlocalcluster up in {time.monotonic() - started:.0f}s")
         workdir = root / "work"
         workdir.mkdir()
-        yield Cluster(state, config_dir, workdir, cluster._client(state))
+        moto_s3.client().create_bucket(Bucket=BUCKET)
+        stack_file = Path(state.stack_file)
+        stack = yaml.safe_load(stack_file.read_text())
+        stack["storage"]["root"] = f"s3://{BUCKET}/runs"
+        stack_file.write_text("# @package _global_\n" + yaml.safe_dump(stack, sort_keys=False))
+        yield Cluster(state, config_dir, workdir, cluster._client(state), s3_env(moto_s3.url))
     finally:
         started = cluster.State.load(state_dir) or state
         cluster.down(state_dir)

@@ -1,8 +1,6 @@
 """A TrainJob and a PyTorchJob launched with `stack=local` go through the real Kueue, JobSet,
 Trainer, Training Operator, scheduler and kwok: each step checks what the API server holds.
-
-Steps marked I32 need issue 32's product fixes (branch i32); until that merge they record what
-the real components said (see each assertion's message)."""
+"""
 
 from __future__ import annotations
 
@@ -12,7 +10,6 @@ import pytest
 
 from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
 from tests.e2e.conftest import (
-    I32,
     JOBS,
     RUN_ID_LABEL,
     admitted,
@@ -65,7 +62,6 @@ def test_created_suspended_and_admitted_by_kueue(local_cluster, launched):
     assert set(flavors.values()) == {"p5"}
 
 
-@I32
 def test_pods_run_with_what_trainstack_set(local_cluster, launched):
     """After Kueue's admission the pods still have the config mount, the run-id label, the
     service account and the capacity selector (Kueue adds its flavor's label next to them)."""

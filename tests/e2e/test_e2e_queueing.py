@@ -1,15 +1,12 @@
 """Kueue's queueing, preemption and trainstack's cancel, and how failures end, against the real
 components. Each job takes both p5 nodes (the whole quota) unless it says otherwise.
-
-TrainJob cases are marked I32 until issue 32's fixes are merged (their JobSet is refused
-without them); the PyTorchJob cases run through the Training Operator today."""
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.e2e.conftest import (
-    I32,
     JOBS,
     admitted,
     conditions,
@@ -19,7 +16,7 @@ from tests.e2e.conftest import (
     workload_of,
 )
 
-APIS = [pytest.param("trainjob", marks=I32), "pytorchjob"]
+APIS = ["trainjob", "pytorchjob"]
 TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
 
 

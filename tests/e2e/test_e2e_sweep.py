@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import I32, JOBS, admitted, eventually, pods_of, remove_run
+from tests.e2e.conftest import JOBS, admitted, eventually, pods_of, remove_run
 
 SWEEP_LABEL = "trainstack.io/sweep-id"
 
 
-@pytest.mark.parametrize("api", [pytest.param("trainjob", marks=I32), "pytorchjob"])
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 def test_three_points_two_nodes(local_cluster, api):
     api_version, kind = JOBS[api]
     sweep = f"e2e-sw-{api[:3]}"
