@@ -343,7 +343,12 @@ def _start_controllers(state: State, authority: Authority, webhook) -> None:
             f"--webhook-server-port={state.ports[TRAINING_OPERATOR.name]}",
             "--leader-elect=false",
         ],
-        {**env, "MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE},
+        # Its rotation's folder is fixed under /tmp; its webhook server reads $TMPDIR's.
+        {
+            **env,
+            "MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE,
+            "TMPDIR": str(TRAINING_OPERATOR_CERT_DIR.parents[1]),
+        },
     )
 
 

@@ -151,7 +151,12 @@ def remove_run(cluster: Cluster, run_id: str) -> None:
     )
 
 
-def eventually(check: Callable[[], object], what: str, timeout: float = 60.0):
+def eventually(
+    check: Callable[[], object],
+    what: str,
+    timeout: float = 60.0,
+    describe: Callable[[], object] | None = None,
+):
     """Poll `check` until it returns something truthy; fail naming `what` and its last value."""
     deadline = time.monotonic() + timeout
     last: object = None
@@ -160,7 +165,8 @@ def eventually(check: Callable[[], object], what: str, timeout: float = 60.0):
         if last:
             return last
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+    seen = describe() if describe else last
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; saw: {seen!r}")
 
 
 @pytest.fixture(scope="session")

@@ -67,18 +67,19 @@ def test_pods_run_with_what_trainstack_set(local_cluster, launched):
     service account and the capacity selector (Kueue adds its flavor's label next to them)."""
     api_version, kind, run_id = launched.api_version, launched.kind, launched.run_id
 
-    def running():
-        pods = pods_of(local_cluster, run_id, "Running")
-        if len(pods) == 2:
-            return pods
+    def state():
         job = local_cluster.get(api_version, kind, run_id)
-        return {
-            "pods": [p["status"].get("phase") for p in pods_of(local_cluster, run_id)],
-            "job": conditions(job),
-        }
+        phases = [p["status"].get("phase") for p in pods_of(local_cluster, run_id)]
+        return {"pods": phases, "job": conditions(job)}
 
-    pods = eventually(running, f"2 running pods of {run_id}")
-    assert isinstance(pods, list), pods
+    pods = eventually(
+        lambda: (
+            len(pods_of(local_cluster, run_id, "Running")) == 2
+            and pods_of(local_cluster, run_id, "Running")
+        ),
+        f"2 running pods of {run_id}",
+        describe=state,
+    )
     for pod in pods:
         spec = pod["spec"]
         assert pod["metadata"]["labels"][RUN_ID_LABEL] == run_id
