@@ -10,6 +10,7 @@ Each test checks what the API server holds, not only what trainstack prints.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from jobs.spec import LABEL_PREFIX
 from localcluster import cluster
@@ -29,6 +31,17 @@ from tests.s3_server import s3_env
 ENABLED = os.environ.get("TRAINSTACK_E2E") == "1"
 TRAINSTACK = Path(sys.executable).with_name("trainstack")
 NAMESPACE = "training"
+
+
+PYTORCHJOB_WORKERS_REFUSED = pytest.mark.xfail(
+    strict=True,
+    reason="the real API server refuses every PyTorchJob worker pod: the Training Operator "
+    "v1.9.4 adds an init container `init-pytorch` with no securityContext, which the training "
+    "namespace's PodSecurity `restricted` forbids (allowPrivilegeEscalation, capabilities, "
+    "runAsNonRoot, seccompProfile); seen as the operator's FailedCreatePod event",
+)
+"""Multi-node PyTorchJobs cannot start in the training namespace (found by this suite; strict:
+the mark must go when the product is fixed)."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -139,9 +152,11 @@ def remove_run(cluster: Cluster, run_id: str) -> None:
                 body={"propagationPolicy": "Background"},
             )
     for config_map in cluster.items("v1", "ConfigMap", selector):
-        cluster.resource("v1", "ConfigMap").delete(
-            name=config_map["metadata"]["name"], namespace=NAMESPACE
-        )
+        # The job's deletion may have collected it already (owner reference).
+        with contextlib.suppress(NotFoundError):
+            cluster.resource("v1", "ConfigMap").delete(
+                name=config_map["metadata"]["name"], namespace=NAMESPACE
+            )
     eventually(
         lambda: (
             not pods_of(cluster, run_id)

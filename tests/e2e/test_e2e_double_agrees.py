@@ -1,5 +1,5 @@
 """The double (tests/k8s: fake apiserver, operator and Kueue) against the real components: one
-scenario — a low-priority PyTorchJob admitted, a second one held for quota, a high-priority one
+scenario — a low-priority TrainJob admitted, a second one held for quota, a high-priority one
 preempting the first — runs on both, and what each reports is compared: the Workload's
 conditions (type, status, reason), Kueue's messages (their shape), and what trainstack's
 backend makes of them (state, finished, message).
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.kubeflow_trainer import runtime_objects
 from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
 from jobs.k8s.submit import submit
+from localcluster.objects import local_stack
 from tests.e2e.conftest import (
     NAMESPACE,
     admitted,
@@ -25,12 +27,14 @@ from tests.e2e.conftest import (
     remove_run,
     workload_of,
 )
-from tests.k8s.conftest import seed_cluster
+from tests.k8s.conftest import seed_cluster, seed_trainer
 from tests.k8s.fake_apiserver import FakeKubeApiServer
 from tests.k8s.fake_kueue import PENDING_MESSAGE, FakeKueue
 from tests.k8s.fake_operator import FakeOperator, JobPlan
+from tests.k8s.fake_trainer import FakeTrainer
 
-KIND = "PyTorchJob"
+KIND = "TrainJob"
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
 PENDING = re.compile(
     r"couldn't assign flavors to pod set [\w-]+: insufficient unused quota for "
     r"nvidia\.com/gpu in flavor [\w-]+, \d+ more needed"
@@ -51,7 +55,7 @@ def submitted(cluster, run_id: str) -> list[dict]:
     """What trainstack sent for `run_id`, read back without the server's fields."""
     objs = [
         *cluster.items("v1", "ConfigMap", f"trainstack.io/run-id={run_id}"),
-        cluster.get("kubeflow.org/v1", KIND, run_id),
+        cluster.get(API_VERSION, KIND, run_id),
     ]
     for obj in objs:
         obj.pop("status", None)
@@ -65,24 +69,30 @@ def submitted(cluster, run_id: str) -> list[dict]:
 def double(tmp_path: Path):
     server = FakeKubeApiServer().start()
     FakeOperator(server, JobPlan())
+    FakeTrainer(server)
     kueue = FakeKueue(server)
     seed_cluster(server)
+    seed_trainer(server, "p5.48xlarge")
+    config = local_stack()  # the runtimes the real cluster has, by the same names
+    for runtime in runtime_objects(config.gpu_node_groups, config.service_account):
+        server.put("clustertrainingruntimes", runtime)
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
     backend = KubernetesBackend(
-        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
+        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="trainjob")
     )
     yield server, kueue, backend
     server.operator.shutdown()
+    server.trainer.shutdown()
     server.stop()
 
 
 def test_queue_and_preemption_read_the_same_on_both(local_cluster, double):
     server, kueue, fake = double
     real = KubernetesBackend(
-        ClusterSettings(str(local_cluster.state.kubeconfig), None, NAMESPACE, "pytorchjob")
+        ClusterSettings(str(local_cluster.state.kubeconfig), None, NAMESPACE, "trainjob")
     )
     low, held, high = "e2e-d-low", "e2e-d-held", "e2e-d-high"
-    two = ("compute=p5.48xlarge", "compute.nodes=2", "job.api=pytorchjob")
+    two = ("compute=p5.48xlarge", "compute.nodes=2", "job.api=trainjob")
     diffs: list[str] = []
 
     def compare(what: str, run_id: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
 from tests.e2e.conftest import (
     JOBS,
+    PYTORCHJOB_WORKERS_REFUSED,
     RUN_ID_LABEL,
     admitted,
     conditions,
@@ -30,7 +31,10 @@ class Launched:
     printed: str
 
 
-@pytest.fixture(scope="module", params=sorted(JOBS))
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param("pytorchjob", marks=PYTORCHJOB_WORKERS_REFUSED), "trainjob"],
+)
 def launched(request, local_cluster):
     """One job of each API, two nodes of p5 (the whole quota), left running for the tests of
     this module, then cancelled."""
@@ -38,7 +42,11 @@ def launched(request, local_cluster):
     api_version, kind = JOBS[api]
     run_id = f"e2e-{api}"
     printed = local_cluster.launch(
-        "compute=p5.48xlarge", "compute.nodes=2", f"job.api={api}", f"run_id={run_id}"
+        "compute=p5.48xlarge",
+        "compute.nodes=2",
+        "compute.capacity=on-demand",
+        f"job.api={api}",
+        f"run_id={run_id}",
     )
     yield Launched(api, api_version, kind, run_id, printed)
     remove_run(local_cluster, run_id)

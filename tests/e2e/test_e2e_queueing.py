@@ -8,6 +8,7 @@ import pytest
 
 from tests.e2e.conftest import (
     JOBS,
+    PYTORCHJOB_WORKERS_REFUSED,
     admitted,
     conditions,
     eventually,
@@ -16,7 +17,8 @@ from tests.e2e.conftest import (
     workload_of,
 )
 
-APIS = ["trainjob", "pytorchjob"]
+APIS = ["trainjob", pytest.param("pytorchjob", marks=PYTORCHJOB_WORKERS_REFUSED)]
+ONE_NODE_APIS = ["trainjob", "pytorchjob"]
 TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
 
 
@@ -98,7 +100,7 @@ def _job(cluster, api: str, run_id: str) -> dict:
     return cluster.get(api_version, kind, run_id)
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", ONE_NODE_APIS)
 def test_exit_code_2_is_not_retried(local_cluster, api):
     run_id = f"e2e-x2-{api[:3]}"
     try:
@@ -123,7 +125,7 @@ def test_exit_code_2_is_not_retried(local_cluster, api):
         remove_run(local_cluster, run_id)
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", ONE_NODE_APIS)
 def test_killed_pod_137_is_restarted(local_cluster, api):
     run_id = f"e2e-x137-{api[:3]}"
     try:
