@@ -35,10 +35,10 @@ from tests.k8s.fake_trainer import FakeTrainer
 
 KIND = "TrainJob"
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
-PENDING = re.compile(
-    r"couldn't assign flavors to pod set [\w-]+: insufficient unused quota for "
-    r"nvidia\.com/gpu in flavor [\w-]+, \d+ more needed"
-)
+SHORT = r"insufficient unused quota for [\w./-]+ in flavor [\w-]+, \w+ more needed"
+PENDING = re.compile(rf"couldn't assign flavors to pod set [\w-]+: {SHORT}(, {SHORT})*")
+"""Kueue's message names every covered resource that is short (the real one: cpu, hugepages,
+memory, GPUs and EFA), one clause each."""
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 
 
