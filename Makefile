@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-local-stamp
 RUN_DEPS := $(if $(wildcard $(STAMP)),$(STAMP),$(RUN_STAMP))
 PIP_INSTALL := $(BIN)/python -m pip install --progress-bar on -c constraints.txt
 
-.PHONY: install browser bytecode run test bench lint format clean
+.PHONY: install browser bytecode run test bench lint format clean cluster-up cluster-down
 
 install: $(STAMP) browser
 
@@ -57,6 +57,16 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
+
+# A real control plane on this machine (localcluster/): etcd, the Kubernetes control plane, kwok
+# and the JobSet, Kubeflow Trainer, Kueue and Training Operator controllers, built from their Go
+# modules at the pinned versions (needs Go; the first build takes minutes, cached after) and run
+# as local processes on 127.0.0.1. Writes .cluster/kubeconfig and the `stack=local` stack file.
+cluster-up: $(STAMP)
+	$(BIN)/python -m localcluster up
+
+cluster-down:
+	$(BIN)/python -m localcluster down
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

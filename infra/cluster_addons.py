@@ -27,6 +27,8 @@ GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSc
 
 
 DEFAULT_DENY_POLICY = "default-deny-ingress"
+DEFAULT_DENY_SPEC = {"podSelector": {}, "policyTypes": ["Ingress"]}
+"""The training namespace's default: no pod accepts a connection unless a policy says so."""
 
 
 def only_on(label: str) -> dict:
@@ -110,7 +112,7 @@ class ClusterAddons(pulumi.ComponentResource):
         k8s.networking.v1.NetworkPolicy(
             f"{name}-training-default-deny",
             metadata={"name": DEFAULT_DENY_POLICY, "namespace": training_ns.metadata.name},
-            spec={"podSelector": {}, "policyTypes": ["Ingress"]},
+            spec=DEFAULT_DENY_SPEC,
             opts=in_cluster,
         )
         helm_release(name, NVIDIA_DEVICE_PLUGIN, "kube-system", nvidia_plugin_values(), in_cluster)

@@ -107,6 +107,15 @@ def kueue_values(training_operator: str) -> dict:
     return {"managerConfig": {"controllerManagerConfigYaml": config}}
 
 
+def resource_flavor_spec(group_name: str) -> dict:
+    """Pure: a node group's ResourceFlavor: Kueue puts its label and toleration on the pods it
+    admits there."""
+    return {
+        "nodeLabels": {GROUP_LABEL: group_name},
+        "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
 def priority_class(name: str, value: int) -> dict:
     return {
         "apiVersion": API_VERSION,
@@ -154,12 +163,7 @@ class Kueue(pulumi.ComponentResource):
                 api_version=API_VERSION,
                 kind="ResourceFlavor",
                 metadata={"name": group.name},
-                spec={
-                    "nodeLabels": {GROUP_LABEL: group.name},
-                    "tolerations": [
-                        {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                },
+                spec=resource_flavor_spec(group.name),
                 opts=after_crds,
             )
             for group in groups

@@ -59,6 +59,25 @@ RBAC_RULES = (
 )
 
 
+def api_name(stack_name: str) -> str:
+    """The Deployment's, ServiceAccount's, Role's and Service's name."""
+    return f"{stack_name}-api"
+
+
+def api_labels(app: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "trainstack-api", "app.kubernetes.io/instance": app}
+
+
+def network_policy_spec(labels: dict[str, str]) -> dict:
+    """Pure: the API's port open to its own pods only (the namespace denies ingress by default;
+    nothing reaches the jobs)."""
+    return {
+        "podSelector": {"matchLabels": labels},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"ports": [{"port": PORT, "protocol": "TCP"}]}],
+    }
+
+
 def token_hashes(
     secret_string: str | None, secret_arn: str, admins: tuple[str, ...] = ()
 ) -> dict[str, str]:
@@ -175,8 +194,8 @@ class TrainingApi(pulumi.ComponentResource):
     ):
         super().__init__("trainstack:infra:TrainingApi", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
-        app = f"{name}-api"
-        labels = {"app.kubernetes.io/name": "trainstack-api", "app.kubernetes.io/instance": app}
+        app = api_name(name)
+        labels = api_labels(app)
 
         account = k8s.core.v1.ServiceAccount(
             app, metadata={"name": app, "namespace": namespace, "labels": labels}, opts=child
@@ -322,11 +341,7 @@ class TrainingApi(pulumi.ComponentResource):
         k8s.networking.v1.NetworkPolicy(
             app,
             metadata={"name": app, "namespace": namespace, "labels": labels},
-            spec={
-                "podSelector": {"matchLabels": labels},
-                "policyTypes": ["Ingress"],
-                "ingress": [{"ports": [{"port": PORT, "protocol": "TCP"}]}],
-            },
+            spec=network_policy_spec(labels),
             opts=child,
         )
         annotations = {}

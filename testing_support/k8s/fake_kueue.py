@@ -24,9 +24,12 @@ from testing_support.k8s.fake_apiserver import FakeKubeApiServer
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 PENDING_MESSAGE = (
-    "couldn't assign flavors to pod set master: insufficient unused quota for nvidia.com/gpu "
-    "in flavor p4d, 8 more needed"
+    "couldn't assign flavors to pod set master: insufficient unused quota for cpu in flavor "
+    "p4d, 96 more needed, insufficient unused quota for nvidia.com/gpu in flavor p4d, 8 more "
+    "needed"
 )
+"""As the real Kueue says it (tests/e2e/test_e2e_double_agrees.py): one clause per covered
+resource that is short, not only the GPUs."""
 
 
 TRAINER_FIELDS = json.loads(

@@ -1,0 +1,723 @@
+"""Start and stop the local cluster: each component a process on 127.0.0.1, started from the
+build cache, its id and log kept in the state folder (`.cluster/` by default).
+
+`up` is safe to run twice: a cluster whose processes all still run is left running and only
+its objects are applied again (server-side apply). `down` stops exactly the processes `up`
+started (by id, after checking each id still runs the binary it started) and removes the state
+folder and the stack file it wrote.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from infra.kueue import manager_config
+from jobs.config_path import user_config_dir
+from localcluster import build, manifests, objects
+from localcluster.certs import Authority, signing_key
+from localcluster.versions import (
+    ETCD,
+    JOBSET,
+    KUBERNETES,
+    KUEUE,
+    KWOK,
+    TRAINER,
+    TRAINING_OPERATOR,
+    Component,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+EXIT_CODE_ANNOTATION = "localcluster.trainstack.io/exit-code"
+"""Set it on a running pod (`python -m localcluster finish`) and kwok ends it with that exit
+code: 0 succeeds, anything else fails (137: as if killed)."""
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+TRAINING_OPERATOR_SECRET = "training-operator-webhook-cert"
+TRAINING_OPERATOR_WEBHOOK_HOST = f"training-operator.{TRAINING_OPERATOR_NAMESPACE}.svc"
+"""The Training Operator always rotates its webhook certificate (cert-controller) for this
+name; it keeps a valid one it finds in its Secret, so the Secret gets ours, which also names
+127.0.0.1 (its fixed certificate folder is /tmp/k8s-webhook-server/serving-certs)."""
+TRAINING_OPERATOR_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+"""Kueue 0.19 without its certificate rotation loads its metrics certificate from this fixed
+folder (cmd/kueue/main.go), even with metrics off: it gets the webhook certificate."""
+CONTROLLERS = (JOBSET, TRAINER, KUEUE, TRAINING_OPERATOR)
+START_TIMEOUT_S = 120.0
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("TRAINSTACK_CLUSTER_DIR") or REPO / ".cluster")
+
+
+@dataclass
+class State:
+    """What `up` started: process ids (with the binary each runs) and ports."""
+
+    directory: Path
+    pids: dict[str, int] = field(default_factory=dict)
+    binaries: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    stack_file: str | None = None
+    made_cert_dir: bool = False
+    made_dirs: list[str] = field(default_factory=list)
+    """Fixed folders outside the state folder that `up` created (removed by `down`)."""
+
+    @property
+    def path(self) -> Path:
+        return self.directory / "state.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.directory / "logs"
+
+    def save(self) -> None:
+        data = {
+            "pids": self.pids,
+            "binaries": self.binaries,
+            "ports": self.ports,
+            "stack_file": self.stack_file,
+            "made_cert_dir": self.made_cert_dir,
+            "made_dirs": self.made_dirs,
+        }
+        self.path.write_text(json.dumps(data, indent=1))
+
+    @classmethod
+    def load(cls, directory: Path) -> State | None:
+        path = directory / "state.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(directory, **data)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _runs(pid: int, binary: str) -> bool:
+    """The process `pid` is alive and runs `binary` (a reused id is someone else's)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == binary
+    except OSError:
+        return False
+
+
+def _wait(check: Callable[[], bool], what: str, state: State, log: str | None = None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if log and not _runs(state.pids[log], state.binaries[log]):
+            break
+        try:
+            if check():
+                return
+        except (OSError, ssl.SSLError, subprocess.SubprocessError):
+            pass
+        time.sleep(0.5)
+    tail = ""
+    if log:
+        lines = (state.logs / f"{log}.log").read_text(errors="replace").splitlines()
+        tail = "\n".join(lines[-25:])
+    raise SystemExit(f"localcluster: {what} did not come up; {log or ''} log ends:\n{tail}")
+
+
+def _start(
+    state: State, name: str, component: Component, argv: list[str], env: dict | None = None
+) -> None:
+    binary = str(build.binary(component, argv[0]).resolve())
+    log = (state.logs / f"{name}.log").open("ab")
+    process = subprocess.Popen(
+        [binary, *argv[1:]],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=state.directory,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,  # outlives `make`; stopped by `down`, by its id
+    )
+    log.close()
+    state.pids[name] = process.pid
+    state.binaries[name] = binary
+    state.save()
+
+
+def _tls_accepts(port: int, ca: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        return True
+
+
+def _kubeconfig(state: State, ca: Path, cert: Path, key: Path) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{state.ports['apiserver']}",
+                        "certificate-authority": str(ca),
+                    },
+                }
+            ],
+            "users": [
+                {"name": "admin", "user": {"client-certificate": str(cert), "client-key": str(key)}}
+            ],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+            "current-context": "local",
+        },
+        sort_keys=False,
+    )
+
+
+def _stages(state: State) -> Path:
+    """kwok's Stages: its own node and pod ones, read from its module (nodes become Ready and
+    keep a lease; scheduled pods run; deleted pods go), and one written here that ends a
+    running pod with the exit code its annotation names. Pods otherwise run until stopped:
+    the tests decide when and how each ends."""
+    module = build.module_dir(KWOK) / "kustomize" / "stage"
+    files = (
+        "node/fast/node-initialize.yaml",
+        "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+        "pod/fast/pod-ready.yaml",
+        "pod/fast/pod-delete.yaml",
+    )
+    texts = [(module / path).read_text().strip() for path in files]
+    texts.append(POD_EXIT_STAGE.strip())
+    # What `kubectl logs` / `trainstack logs` read from a training pod: kwok serves this file
+    # (CRI log format) as every container's log, through its kubelet port.
+    logs = state.directory / "pod.log"
+    logs.write_text(
+        "2026-01-01T00:00:00.000000000Z stdout F localcluster: a pod simulated by kwok; "
+        "no container runs here, so nothing trains\n"
+    )
+    texts.append(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ClusterLogs",
+                "metadata": {"name": "localcluster"},
+                "spec": {"selector": {}, "logs": [{"logsFile": str(logs), "follow": False}]},
+            },
+            sort_keys=False,
+        ).strip()
+    )
+    path = state.directory / "kwok-stages.yaml"
+    path.write_text("\n---\n".join(texts) + "\n")
+    return path
+
+
+POD_EXIT_STAGE = f"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: localcluster-pod-exit
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.metadata.annotations["{EXIT_CODE_ANNOTATION}"]'
+      operator: 'Exists'
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $code := index .metadata.annotations "{EXIT_CODE_ANNOTATION}" }}}}
+      conditions:
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: Ready
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: ContainersReady
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{{{ $code }}}}
+            finishedAt: {{{{ $now | Quote }}}}
+            reason: {{{{ if eq $code "0" }}}}Completed{{{{ else }}}}Error{{{{ end }}}}
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      phase: {{{{ if eq $code "0" }}}}Succeeded{{{{ else }}}}Failed{{{{ end }}}}
+"""
+
+
+def _controller_config(component: Component, state: State, cert_dir: Path) -> Path:
+    """The controller's Configuration: webhooks on its own port of 127.0.0.1 with our
+    certificate, no metrics or probe ports, no leader election, no certificate rotation."""
+    port = state.ports[component.name]
+    common = {
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": "0"},
+        "leaderElection": {"leaderElect": False},
+    }
+    if component is JOBSET:
+        config = {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            **common,
+            "internalCertManagement": {"enable": False},
+        }
+    elif component is TRAINER:
+        # The Trainer's Configuration has no certDir: its webhook server reads controller-
+        # runtime's default folder under $TMPDIR, which _start_controllers sets per process.
+        config = {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+            "kind": "Configuration",
+            **common,
+            "webhook": {"port": port, "host": "127.0.0.1"},
+            "certManagement": {"enable": False},
+            "statusServer": {"port": state.ports["trainer-status"]},
+        }
+    else:  # Kueue: the Configuration infra installs, with the integrations of both operators
+        config = manager_config("trainjob")
+        frameworks = {
+            *config["integrations"]["frameworks"],
+            *manager_config("pytorchjob")["integrations"]["frameworks"],
+        }
+        config.update(common)
+        config["integrations"] = {"frameworks": sorted(frameworks)}
+        config["internalCertManagement"] = {"enable": False}
+    path = state.directory / f"{component.name}-config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _start_controllers(state: State, authority: Authority, webhook) -> None:
+    env = {"KUBECONFIG": str(state.kubeconfig)}
+    for component in (JOBSET, TRAINER, KUEUE):
+        home = state.directory / component.name
+        cert_dir = home / "k8s-webhook-server" / "serving-certs"
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(webhook.cert, cert_dir / "tls.crt")
+        shutil.copy(webhook.key, cert_dir / "tls.key")
+        config = _controller_config(component, state, cert_dir)
+        argv = [next(iter(component.commands)), f"--config={config}"]
+        if component is KUEUE:
+            # Kueue's on-demand visibility API is an aggregated API server on a fixed port.
+            argv.append("--feature-gates=VisibilityOnDemand=false")
+        _start(state, component.name, component, argv, {**env, "TMPDIR": str(home)})
+    _start(
+        state,
+        TRAINING_OPERATOR.name,
+        TRAINING_OPERATOR,
+        [
+            "training-operator",
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            f"--webhook-server-port={state.ports[TRAINING_OPERATOR.name]}",
+            "--leader-elect=false",
+        ],
+        # Its rotation's folder is fixed under /tmp; its webhook server reads $TMPDIR's.
+        {
+            **env,
+            "MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE,
+            "TMPDIR": str(TRAINING_OPERATOR_CERT_DIR.parents[1]),
+        },
+    )
+
+
+def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
+    """Build what is missing, start what is not running, apply every object; returns the
+    state. `config_dir`: where the stack file goes (default: the user's config dir)."""
+    directory = (state_dir or default_state_dir()).resolve()
+    existing = State.load(directory)
+    if existing and all(_runs(pid, existing.binaries[n]) for n, pid in existing.pids.items()):
+        print(f"localcluster: already running ({directory}); applying its objects again")
+        _install(existing, config_dir or user_config_dir() / "stack")
+        return existing
+    if existing:
+        print("localcluster: a previous cluster is partly stopped; stopping the rest first")
+        down(directory)
+    for component in (KUBERNETES, ETCD, KWOK, *CONTROLLERS):
+        build.build(component)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = State(directory)
+    state.logs.mkdir(exist_ok=True)
+    names = ("etcd", "etcd-peer", "apiserver", "trainer-status", "kwok")
+    state.ports = {name: _free_port() for name in names}
+    state.ports.update({c.name: _free_port() for c in CONTROLLERS})
+    state.save()
+    pki = directory / "pki"
+    authority = Authority(pki)
+    serving = authority.issue(
+        "apiserver",
+        common_name="kube-apiserver",
+        hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc"),
+    )
+    admin = authority.issue(
+        "admin", common_name="localcluster-admin", organization="system:masters", client=True
+    )
+    webhook = authority.issue(
+        "webhook",
+        common_name="localcluster-webhooks",
+        hosts=("127.0.0.1", TRAINING_OPERATOR_WEBHOOK_HOST),
+    )
+    sa = signing_key(pki)
+    state.kubeconfig.write_text(_kubeconfig(state, authority.pair.cert, admin.cert, admin.key))
+    state.kubeconfig.chmod(0o600)
+
+    etcd_url = f"http://127.0.0.1:{state.ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{state.ports['etcd-peer']}"
+    _start(
+        state,
+        "etcd",
+        ETCD,
+        [
+            "etcd",
+            "--name=local",
+            f"--data-dir={directory / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=local={peer_url}",
+            "--unsafe-no-fsync",  # a throwaway cluster: speed over durability
+            "--log-level=warn",
+        ],
+    )
+    _wait(
+        lambda: b"true" in urllib.request.urlopen(f"{etcd_url}/health", timeout=2).read(),
+        "etcd",
+        state,
+        "etcd",
+    )
+    _start(
+        state,
+        "kube-apiserver",
+        KUBERNETES,
+        [
+            "kube-apiserver",
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={state.ports['apiserver']}",
+            f"--tls-cert-file={serving.cert}",
+            f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={authority.pair.cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa.cert}",
+            f"--service-account-signing-key-file={sa.key}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=RBAC",
+            # The `kubernetes` Service's Endpoints cannot hold 127.0.0.1.
+            "--endpoint-reconciler-type=none",
+            f"--cert-dir={directory / 'apiserver'}",
+            f"--kubelet-client-certificate={admin.cert}",
+            f"--kubelet-client-key={admin.key}",
+            f"--kubelet-certificate-authority={authority.pair.cert}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--profiling=false",
+        ],
+    )
+    context = ssl.create_default_context(cafile=str(authority.pair.cert))
+    context.load_cert_chain(str(admin.cert), str(admin.key))
+    api = f"https://127.0.0.1:{state.ports['apiserver']}"
+    _wait(
+        lambda: urllib.request.urlopen(f"{api}/readyz", context=context, timeout=3).status == 200,
+        "kube-apiserver",
+        state,
+        "kube-apiserver",
+    )
+    kube = ["--kubeconfig=" + str(state.kubeconfig), "--leader-elect=false"]
+    _start(
+        state,
+        "kube-controller-manager",
+        KUBERNETES,
+        [
+            "kube-controller-manager",
+            *kube,
+            "--secure-port=0",
+            f"--service-account-private-key-file={sa.key}",
+            f"--root-ca-file={authority.pair.cert}",
+            "--use-service-account-credentials=false",
+        ],
+    )
+    _start(state, "kube-scheduler", KUBERNETES, ["kube-scheduler", *kube, "--secure-port=0"])
+    _start(
+        state,
+        "kwok",
+        KWOK,
+        [
+            "kwok",
+            f"--kubeconfig={state.kubeconfig}",
+            f"--config={_stages(state)}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=127.0.0.1",
+            "--cidr=10.244.0.0/16",
+            "--node-lease-duration-seconds=40",
+            # Its kubelet API (pod logs) on the port the nodes advertise, over TLS.
+            f"--node-port={state.ports['kwok']}",
+            f"--server-address=127.0.0.1:{state.ports['kwok']}",
+            f"--tls-cert-file={webhook.cert}",
+            f"--tls-private-key-file={webhook.key}",
+        ],
+    )
+    client = _client(state)
+    _apply_all(client, _upstream_crds(state, authority))
+    _wait_established(client, state)
+    _apply_all(
+        client,
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            for ns in (TRAINING_OPERATOR_NAMESPACE, "kueue-system", "kubeflow-system")
+        ],
+    )
+    _training_operator_secret(client, authority, webhook)
+    state.made_cert_dir = not TRAINING_OPERATOR_CERT_DIR.exists()
+    # In a pod the kubelet mounts that Secret here; cert-controller waits for the files.
+    TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy(authority.pair.cert, TRAINING_OPERATOR_CERT_DIR / "ca.crt")
+    shutil.copy(webhook.cert, TRAINING_OPERATOR_CERT_DIR / "tls.crt")
+    shutil.copy(webhook.key, TRAINING_OPERATOR_CERT_DIR / "tls.key")
+    if not KUEUE_METRICS_CERT_DIR.exists():
+        top = KUEUE_METRICS_CERT_DIR.parents[1]
+        if not top.exists():
+            state.made_dirs.append(str(top))
+        KUEUE_METRICS_CERT_DIR.mkdir(parents=True)
+        shutil.copy(webhook.cert, KUEUE_METRICS_CERT_DIR / "tls.crt")
+        shutil.copy(webhook.key, KUEUE_METRICS_CERT_DIR / "tls.key")
+    state.save()
+    _start_controllers(state, authority, webhook)
+    # Before their servers answer: the Training Operator's certificate rotation opens its
+    # webhook server only once it has found (and patched) its webhook configuration.
+    configs = [
+        config
+        for component in CONTROLLERS
+        for config in manifests.webhook_configurations(
+            component,
+            build.module_dir(component),
+            state.ports[component.name],
+            authority.pair.cert.read_bytes(),
+        )
+    ]
+    _apply_all(client, configs)
+    for component in CONTROLLERS:
+        _wait(
+            lambda c=component: _tls_accepts(state.ports[c.name], authority.pair.cert),
+            f"the {component.name} webhook server",
+            state,
+            component.name,
+        )
+    _install(state, config_dir or user_config_dir() / "stack")
+    _print_summary(state)
+    return state
+
+
+def _upstream_crds(state: State, authority: Authority) -> list[dict]:
+    return [
+        crd
+        for component in CONTROLLERS
+        for crd in manifests.crds(
+            component,
+            build.module_dir(component),
+            state.ports[component.name],
+            authority.pair.cert.read_bytes(),
+        )
+    ]
+
+
+def _client(state: State):
+    from kubernetes import config as kube_config
+    from kubernetes.dynamic import DynamicClient
+
+    return DynamicClient(kube_config.new_client_from_config(str(state.kubeconfig)))
+
+
+def apply(client, obj: dict) -> dict:
+    """Server-side apply, as `pulumi up`'s provider does; the field manager is ours."""
+    resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    meta = obj["metadata"]
+    return resource.server_side_apply(
+        body=obj,
+        name=meta["name"],
+        namespace=meta.get("namespace"),
+        field_manager="localcluster",
+        force_conflicts=True,
+    ).to_dict()
+
+
+def _apply_all(client, objs: list[dict]) -> None:
+    for obj in objs:
+        apply(client, obj)
+
+
+def _wait_established(client, state: State) -> None:
+    crds = client.resources.get(
+        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
+    )
+
+    def established() -> bool:
+        for crd in crds.get().items:
+            conditions = {c.type: c.status for c in (crd.status.conditions or [])}
+            if conditions.get("Established") != "True":
+                return False
+        return True
+
+    _wait(established, "the CRDs", state)
+    client.resources.invalidate_cache()
+
+
+def _training_operator_secret(client, authority: Authority, webhook) -> None:
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    apply(
+        client,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": TRAINING_OPERATOR_SECRET,
+                "namespace": TRAINING_OPERATOR_NAMESPACE,
+            },
+            "data": {
+                "ca.crt": b64(authority.pair.cert),
+                "ca.key": b64(authority.pair.key),
+                "tls.crt": b64(webhook.cert),
+                "tls.key": b64(webhook.key),
+            },
+        },
+    )
+
+
+def _install(state: State, stack_dir: Path) -> None:
+    """Nodes, what `pulumi up` installs, and the stack file."""
+    client = _client(state)
+    config = objects.local_stack()
+    nodes = objects.nodes(config)
+    _apply_all(client, nodes)
+    node_api = client.resources.get(api_version="v1", kind="Node")
+
+    def ready() -> bool:
+        for node in nodes:
+            got = node_api.get(name=node["metadata"]["name"])
+            conditions = {c.type: c.status for c in (got.status.conditions or [])}
+            if conditions.get("Ready") != "True":
+                return False
+        return True
+
+    _wait(ready, "the kwok nodes", state, "kwok")
+    client.resources.invalidate_cache()
+    for obj in objects.stack_objects(config):
+        _apply_retrying(client, obj, state)
+    runs = state.directory / "runs"
+    runs.mkdir(exist_ok=True)
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    stack_file = stack_dir / f"{objects.STACK}.yaml"
+    stack_file.write_text(objects.stack_file(config, state.kubeconfig, runs))
+    state.stack_file = str(stack_file)
+    state.save()
+
+
+def _apply_retrying(client, obj: dict, state: State) -> None:
+    """A webhook that has just started may refuse the first call; a real refusal repeats."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            apply(client, obj)
+            return
+        except ApiException as exc:
+            if time.monotonic() > deadline or exc.status not in (500, 503):
+                name = f"{obj['kind']} {obj['metadata']['name']}"
+                raise SystemExit(f"localcluster: {name} refused: {exc.body}") from None
+            time.sleep(1)
+
+
+def _print_summary(state: State) -> None:
+    print(f"localcluster: up, state in {state.directory}")
+    for name, pid in state.pids.items():
+        print(f"  {name:<24} pid {pid:<8} log {state.logs / (name + '.log')}")
+    print(f"  kubeconfig: {state.kubeconfig}")
+    print(f"  stack file: {state.stack_file}  (trainstack launch stack={objects.STACK} ...)")
+
+
+def down(state_dir: Path | None = None) -> None:
+    """Stop the processes `up` started (by id, checked), remove the state and stack file."""
+    directory = (state_dir or default_state_dir()).resolve()
+    state = State.load(directory)
+    if state is None:
+        print(f"localcluster: nothing running ({directory} has no state)")
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    mine = {n: pid for n, pid in state.pids.items() if _runs(pid, state.binaries[n])}
+    for pid in reversed(list(mine.values())):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(
+        _runs(pid, state.binaries[n]) for n, pid in mine.items()
+    ):
+        time.sleep(0.2)
+    for name, pid in mine.items():
+        if _runs(pid, state.binaries[name]):
+            os.kill(pid, signal.SIGKILL)
+    for name, pid in mine.items():
+        print(f"localcluster: stopped {name} (pid {pid})")
+    if state.stack_file:
+        Path(state.stack_file).unlink(missing_ok=True)
+    if state.made_cert_dir:
+        shutil.rmtree(TRAINING_OPERATOR_CERT_DIR.parent, ignore_errors=True)
+    for made in state.made_dirs:
+        shutil.rmtree(made, ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def finish(state_dir: Path | None, run_id: str, exit_code: int) -> list[str]:
+    """End the running pods of a run (label `trainstack.io/run-id`) with `exit_code`."""
+    from jobs.spec import LABEL_PREFIX
+
+    state = State.load((state_dir or default_state_dir()).resolve())
+    if state is None:
+        raise SystemExit("localcluster: no cluster is running (make cluster-up)")
+    client = _client(state)
+    pods = client.resources.get(api_version="v1", kind="Pod")
+    ended = []
+    for pod in pods.get(label_selector=f"{LABEL_PREFIX}/run-id={run_id}").items:
+        if pod.status.phase != "Running":
+            continue
+        pods.patch(
+            name=pod.metadata.name,
+            namespace=pod.metadata.namespace,
+            body={"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}},
+            content_type="application/merge-patch+json",
+        )
+        ended.append(pod.metadata.name)
+    return ended

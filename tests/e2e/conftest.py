@@ -1,0 +1,212 @@
+"""The end-to-end suite: trainstack against the real components (`localcluster`), started
+once for the session in a temporary state folder and stopped after it, every process by its id.
+
+Opt in with TRAINSTACK_E2E=1 (the first run builds the components: needs Go and minutes):
+
+    TRAINSTACK_E2E=1 python -m pytest tests/e2e -p no:cacheprovider
+
+Each test checks what the API server holds, not only what trainstack prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from jobs.spec import LABEL_PREFIX
+from localcluster import cluster
+from localcluster.objects import BUCKET, STACK
+from testing_support.s3_server import s3_env
+
+ENABLED = os.environ.get("TRAINSTACK_E2E") == "1"
+TRAINSTACK = Path(sys.executable).with_name("trainstack")
+NAMESPACE = "training"
+
+
+PYTORCHJOB_WORKERS_REFUSED = pytest.mark.xfail(
+    strict=True,
+    reason="the real API server refuses every PyTorchJob worker pod: the Training Operator "
+    "v1.9.4 adds an init container `init-pytorch` with no securityContext, which the training "
+    "namespace's PodSecurity `restricted` forbids (allowPrivilegeEscalation, capabilities, "
+    "runAsNonRoot, seccompProfile); seen as the operator's FailedCreatePod event",
+)
+"""Multi-node PyTorchJobs cannot start in the training namespace (found by this suite; strict:
+the mark must go when the product is fixed)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    if ENABLED:
+        return
+    skip = pytest.mark.skip(reason="e2e: set TRAINSTACK_E2E=1 (builds and starts localcluster)")
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(skip)
+
+
+@dataclass
+class Cluster:
+    """The running local cluster, and trainstack pointed at it."""
+
+    state: cluster.State
+    config_dir: Path
+    workdir: Path
+    client: object
+    env: dict[str, str]
+    """boto3's environment for moto, given to every trainstack command."""
+
+    def trainstack(self, *args: str, check: bool = True, timeout: float = 120) -> str:
+        env = {
+            **os.environ,
+            **self.env,
+            "TRAINSTACK_CONFIG_PATH": str(self.config_dir),
+            "KUBECONFIG": str(self.state.kubeconfig),
+        }
+        done = subprocess.run(
+            [str(TRAINSTACK), *args],
+            cwd=self.workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"trainstack {' '.join(args)} exited {done.returncode}:\n"
+                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
+        return done.stdout + done.stderr
+
+    def launch(self, *args: str, check: bool = True) -> str:
+        return self.trainstack("launch", f"stack={STACK}", "backend=kubernetes", *args, check=check)
+
+    def resource(self, api_version: str, kind: str):
+        return self.client.resources.get(api_version=api_version, kind=kind)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = NAMESPACE):
+        return self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+
+    def items(self, api_version: str, kind: str, selector: str = "", namespace=NAMESPACE):
+        listed = self.resource(api_version, kind).get(namespace=namespace, label_selector=selector)
+        return [item.to_dict() for item in listed.items]
+
+    def finish(self, run_id: str, exit_code: int) -> list[str]:
+        return cluster.finish(self.state.directory, run_id, exit_code)
+
+
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+JOBS = {
+    "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    "pytorchjob": ("kubeflow.org/v1", "PyTorchJob"),
+}
+"""job.api -> the job object's apiVersion and kind."""
+
+
+def conditions(obj: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def workload_of(cluster, kind: str, name: str) -> dict | None:
+    for workload in cluster.items(KUEUE_API, "Workload"):
+        owners = workload["metadata"].get("owner_references") or workload["metadata"].get(
+            "ownerReferences", []
+        )
+        if any(o["kind"] == kind and o["name"] == name for o in owners):
+            return workload
+    return None
+
+
+def admitted(cluster, kind: str, name: str):
+    workload = workload_of(cluster, kind, name)
+    if workload and conditions(workload).get("Admitted", {}).get("status") == "True":
+        return workload
+    return False
+
+
+def pods_of(cluster, run_id: str, phase: str | None = None) -> list[dict]:
+    pods = cluster.items("v1", "Pod", f"{RUN_ID_LABEL}={run_id}")
+    return [p for p in pods if phase is None or p["status"].get("phase") == phase]
+
+
+def remove_run(cluster: Cluster, run_id: str) -> None:
+    """Delete a run's job (either kind) and ConfigMap straight through the API, and wait until
+    its pods and Workload are gone: the next test starts with the whole quota free, whatever
+    trainstack's cancel did."""
+    selector = f"{RUN_ID_LABEL}={run_id}"
+    for api_version, kind in JOBS.values():
+        for job in cluster.items(api_version, kind, selector):
+            cluster.resource(api_version, kind).delete(
+                name=job["metadata"]["name"],
+                namespace=NAMESPACE,
+                body={"propagationPolicy": "Background"},
+            )
+    for config_map in cluster.items("v1", "ConfigMap", selector):
+        # The job's deletion may have collected it already (owner reference).
+        with contextlib.suppress(NotFoundError):
+            cluster.resource("v1", "ConfigMap").delete(
+                name=config_map["metadata"]["name"], namespace=NAMESPACE
+            )
+    eventually(
+        lambda: (
+            not pods_of(cluster, run_id)
+            and not any(workload_of(cluster, kind, run_id) for _, kind in JOBS.values())
+        ),
+        f"{run_id}'s pods and Workload gone",
+    )
+
+
+def eventually(
+    check: Callable[[], object],
+    what: str,
+    timeout: float = 60.0,
+    describe: Callable[[], object] | None = None,
+):
+    """Poll `check` until it returns something truthy; fail naming `what` and its last value."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    seen = describe() if describe else last
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; saw: {seen!r}")
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory, moto_s3) -> Iterator[Cluster]:
+    """The cluster, and its stack file with the run dirs on the session's moto S3 (a job on
+    more than one node needs a shared storage.root, as on EKS); trainstack gets moto's env."""
+    root = tmp_path_factory.mktemp("localcluster")
+    state_dir, config_dir = root / "state", root / "config"
+    started = time.monotonic()
+    state = None
+    try:
+        state = cluster.up(state_dir, config_dir / "stack")
+        print(f"\nlocalcluster up in {time.monotonic() - started:.0f}s")
+        workdir = root / "work"
+        workdir.mkdir()
+        moto_s3.client().create_bucket(Bucket=BUCKET)
+        stack_file = Path(state.stack_file)
+        stack = yaml.safe_load(stack_file.read_text())
+        stack["storage"]["root"] = f"s3://{BUCKET}/runs"
+        stack_file.write_text("# @package _global_\n" + yaml.safe_dump(stack, sort_keys=False))
+        yield Cluster(state, config_dir, workdir, cluster._client(state), s3_env(moto_s3.url))
+    finally:
+        started = cluster.State.load(state_dir) or state
+        cluster.down(state_dir)
+        if started:
+            left = [n for n, pid in started.pids.items() if cluster._runs(pid, started.binaries[n])]
+            assert not left, f"localcluster left {left} running"
+        assert not state_dir.exists()

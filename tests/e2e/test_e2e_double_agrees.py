@@ -1,0 +1,146 @@
+"""The double (tests/k8s: fake apiserver, operator and Kueue) against the real components: one
+scenario — a low-priority TrainJob admitted, a second one held for quota, a high-priority one
+preempting the first — runs on both, and what each reports is compared: the Workload's
+conditions (type, status, reason), Kueue's messages (their shape), and what trainstack's
+backend makes of them (state, finished, message).
+
+The double does not compute quota: the test drives it (admit, preempt) at the moments the real
+Kueue acted, with the very manifests trainstack submitted to the real cluster."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.kubeflow_trainer import runtime_objects
+from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
+from jobs.k8s.submit import submit
+from localcluster.objects import local_stack
+from testing_support.k8s.cluster import seed_cluster, seed_trainer
+from testing_support.k8s.fake_apiserver import FakeKubeApiServer
+from testing_support.k8s.fake_kueue import PENDING_MESSAGE, FakeKueue
+from testing_support.k8s.fake_operator import FakeOperator, JobPlan
+from testing_support.k8s.fake_trainer import FakeTrainer
+from tests.e2e.conftest import (
+    NAMESPACE,
+    admitted,
+    conditions,
+    eventually,
+    pods_of,
+    remove_run,
+    workload_of,
+)
+
+KIND = "TrainJob"
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+SHORT = r"insufficient unused quota for [\w./-]+ in flavor [\w-]+, \w+ more needed"
+PENDING = re.compile(rf"couldn't assign flavors to pod set [\w-]+: {SHORT}(, {SHORT})*")
+"""Kueue's message names every covered resource that is short (the real one: cpu, hugepages,
+memory, GPUs and EFA), one clause each."""
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
+
+
+def shape(workload: dict) -> dict[str, tuple[str, str]]:
+    return {t: (c["status"], c.get("reason", "")) for t, c in conditions(workload).items()}
+
+
+def seen(backend: KubernetesBackend, run_id: str) -> tuple[str, bool]:
+    status = backend.status(run_id)
+    return status.state, status.finished
+
+
+def submitted(cluster, run_id: str) -> list[dict]:
+    """What trainstack sent for `run_id`, read back without the server's fields."""
+    objs = [
+        *cluster.items("v1", "ConfigMap", f"trainstack.io/run-id={run_id}"),
+        cluster.get(API_VERSION, KIND, run_id),
+    ]
+    for obj in objs:
+        obj.pop("status", None)
+        meta = obj["metadata"]
+        for key in (*SERVER_FIELDS, "managed_fields", "creation_timestamp", "resource_version"):
+            meta.pop(key, None)
+    return objs
+
+
+@pytest.fixture
+def double(tmp_path: Path):
+    server = FakeKubeApiServer().start()
+    FakeOperator(server, JobPlan())
+    FakeTrainer(server)
+    kueue = FakeKueue(server)
+    seed_cluster(server)
+    seed_trainer(server, "p5.48xlarge")
+    config = local_stack()  # the runtimes the real cluster has, by the same names
+    for runtime in runtime_objects(config.gpu_node_groups, config.service_account):
+        server.put("clustertrainingruntimes", runtime)
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    backend = KubernetesBackend(
+        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="trainjob")
+    )
+    yield server, kueue, backend
+    server.operator.shutdown()
+    server.trainer.shutdown()
+    server.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="differences found, the double not yet fixed: the real Workloads also carry "
+    "PodsReady (False, WaitForStart), and a preempted one Preempted (True, InClusterQueue) and "
+    "Requeued (True, Preempted); the double's Trainer runs an admitted job to Succeeded where the "
+    "real one stays running/queued (the double needs a plan that keeps it running)",
+)
+def test_queue_and_preemption_read_the_same_on_both(local_cluster, double):
+    server, kueue, fake = double
+    real = KubernetesBackend(
+        ClusterSettings(str(local_cluster.state.kubeconfig), None, NAMESPACE, "trainjob")
+    )
+    low, held, high = "e2e-d-low", "e2e-d-held", "e2e-d-high"
+    two = ("compute=p5.48xlarge", "compute.nodes=2", "job.api=trainjob")
+    diffs: list[str] = []
+
+    def compare(what: str, run_id: str) -> None:
+        real_workload = workload_of(local_cluster, KIND, run_id)
+        fake_workload = server.get("workloads", kueue.workload_name(run_id), NAMESPACE)
+        real_shape, fake_shape = shape(real_workload), shape(fake_workload)
+        if real_shape != fake_shape:
+            diffs.append(f"{what}: Workload conditions real {real_shape} double {fake_shape}")
+        if seen(real, run_id) != seen(fake, run_id):
+            diffs.append(f"{what}: status real {seen(real, run_id)} double {seen(fake, run_id)}")
+
+    try:
+        local_cluster.launch(*two, "job.priority=low", f"run_id={low}")
+        eventually(lambda: admitted(local_cluster, KIND, low), f"{low} admitted")
+        eventually(lambda: len(pods_of(local_cluster, low, "Running")) == 2, f"{low} running")
+        submit(fake.cluster, submitted(local_cluster, low))
+        kueue.admit(low)
+        compare("admitted and running", low)
+
+        local_cluster.launch(*two, "job.priority=low", f"run_id={held}")
+        message = eventually(
+            lambda: (
+                conditions(workload_of(local_cluster, KIND, held) or {})
+                .get("QuotaReserved", {})
+                .get("message")
+            ),
+            "Kueue's reason for the held job",
+        )
+        submit(fake.cluster, submitted(local_cluster, held))
+        assert PENDING.fullmatch(message), f"the real message changed shape: {message}"
+        assert PENDING.fullmatch(PENDING_MESSAGE)
+        compare("held for quota", held)
+
+        local_cluster.launch(*two, "job.priority=high", f"run_id={high}")
+        eventually(lambda: admitted(local_cluster, KIND, high), f"{high} admitted")
+        submit(fake.cluster, submitted(local_cluster, high))
+        kueue.preempt(low)
+        kueue.admit(high)
+        compare("preempted", low)
+        compare("preempting", high)
+    finally:
+        for run_id in (low, held, high):
+            remove_run(local_cluster, run_id)
+    assert not diffs, "the double and the real components differ:\n" + "\n".join(diffs)

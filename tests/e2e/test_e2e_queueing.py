@@ -1,0 +1,149 @@
+"""Kueue's queueing, preemption and trainstack's cancel, and how failures end, against the real
+components. Each job takes both p5 nodes (the whole quota) unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import (
+    JOBS,
+    PYTORCHJOB_WORKERS_REFUSED,
+    admitted,
+    conditions,
+    eventually,
+    pods_of,
+    remove_run,
+    workload_of,
+)
+
+APIS = ["trainjob", pytest.param("pytorchjob", marks=PYTORCHJOB_WORKERS_REFUSED)]
+ONE_NODE_APIS = ["trainjob", "pytorchjob"]
+TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
+
+
+def launch(cluster, api: str, run_id: str, *extra: str) -> None:
+    cluster.launch(*TWO_NODES, f"job.api={api}", f"run_id={run_id}", *extra)
+
+
+def running_pods(cluster, run_id: str, count: int) -> list[dict]:
+    return eventually(
+        lambda: (
+            len(pods_of(cluster, run_id, "Running")) == count
+            and pods_of(cluster, run_id, "Running")
+        ),
+        f"{count} running pods of {run_id}",
+    )
+
+
+def quota_reason(cluster, kind: str, run_id: str) -> dict:
+    workload = eventually(lambda: workload_of(cluster, kind, run_id), f"{run_id}'s Workload")
+    return conditions(workload).get("QuotaReserved", {})
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_second_job_waits_with_kueues_reason_until_cancel_frees_quota(local_cluster, api):
+    _, kind = JOBS[api]
+    first, second = f"e2e-q1-{api[:3]}", f"e2e-q2-{api[:3]}"
+    try:
+        launch(local_cluster, api, first)
+        eventually(lambda: admitted(local_cluster, kind, first), f"{first} admitted")
+        launch(local_cluster, api, second)
+        reason = eventually(
+            lambda: quota_reason(local_cluster, kind, second).get("message"),
+            f"Kueue's reason for holding {second}",
+        )
+        assert "insufficient unused quota" in reason, reason
+        assert not admitted(local_cluster, kind, second)
+        printed = local_cluster.trainstack("status", second, "stack=local", "backend=kubernetes")
+        assert "insufficient unused quota" in printed, printed
+
+        local_cluster.trainstack("cancel", first, "stack=local", "backend=kubernetes")
+        eventually(lambda: admitted(local_cluster, kind, second), f"{second} admitted")
+        running_pods(local_cluster, second, 2)
+        assert not pods_of(local_cluster, first, "Running")
+        assert (
+            "cancelled"
+            in local_cluster.trainstack(
+                "status", first, "stack=local", "backend=kubernetes"
+            ).lower()
+        )
+    finally:
+        remove_run(local_cluster, first)
+        remove_run(local_cluster, second)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_higher_priority_preempts_and_the_lower_resumes(local_cluster, api):
+    _, kind = JOBS[api]
+    low, high = f"e2e-lo-{api[:3]}", f"e2e-hi-{api[:3]}"
+    try:
+        launch(local_cluster, api, low, "job.priority=low")
+        running_pods(local_cluster, low, 2)
+        launch(local_cluster, api, high, "job.priority=high")
+        eventually(lambda: admitted(local_cluster, kind, high), f"{high} admitted")
+        evicted = conditions(workload_of(local_cluster, kind, low)).get("Evicted", {})
+        assert evicted.get("reason") == "Preempted", evicted
+        running_pods(local_cluster, high, 2)
+        assert not pods_of(local_cluster, low, "Running")
+
+        local_cluster.finish(high, 0)
+        eventually(lambda: admitted(local_cluster, kind, low), f"{low} admitted again")
+        running_pods(local_cluster, low, 2)
+    finally:
+        remove_run(local_cluster, low)
+        remove_run(local_cluster, high)
+
+
+def _job(cluster, api: str, run_id: str) -> dict:
+    api_version, kind = JOBS[api]
+    return cluster.get(api_version, kind, run_id)
+
+
+@pytest.mark.parametrize("api", ONE_NODE_APIS)
+def test_exit_code_2_is_not_retried(local_cluster, api):
+    run_id = f"e2e-x2-{api[:3]}"
+    try:
+        local_cluster.launch(
+            "compute=p5.48xlarge", "compute.nodes=1", f"job.api={api}", f"run_id={run_id}"
+        )
+        running_pods(local_cluster, run_id, 1)
+        local_cluster.finish(run_id, 2)
+        eventually(
+            lambda: (
+                "failed"
+                in local_cluster.trainstack(
+                    "status", run_id, "stack=local", "backend=kubernetes"
+                ).lower()
+            ),
+            f"{run_id} failed",
+        )
+        failed = conditions(_job(local_cluster, api, run_id)).get("Failed", {})
+        assert failed.get("status") == "True", failed
+        assert len(pods_of(local_cluster, run_id)) == 1, "a permanent exit code was retried"
+    finally:
+        remove_run(local_cluster, run_id)
+
+
+@pytest.mark.parametrize("api", ONE_NODE_APIS)
+def test_killed_pod_137_is_restarted(local_cluster, api):
+    run_id = f"e2e-x137-{api[:3]}"
+    try:
+        local_cluster.launch(
+            "compute=p5.48xlarge", "compute.nodes=1", f"job.api={api}", f"run_id={run_id}"
+        )
+        first = running_pods(local_cluster, run_id, 1)[0]["metadata"]["uid"]
+        local_cluster.finish(run_id, 137)
+        replacement = eventually(
+            lambda: [
+                p
+                for p in pods_of(local_cluster, run_id, "Running")
+                if p["metadata"]["uid"] != first
+            ],
+            f"a new pod of {run_id} after exit 137",
+        )
+        assert replacement
+        failed = conditions(_job(local_cluster, api, run_id)).get("Failed", {})
+        assert failed.get("status") != "True", failed
+    finally:
+        remove_run(local_cluster, run_id)
