@@ -54,6 +54,14 @@ RBAC_RULES = (
         "resources": ["configmaps"],
         "verbs": ["get", "list", "create", "update", "patch", "delete"],
     },
+    # Each run's NetworkPolicy, submitted (and replaced on a resubmission) beside its ConfigMap
+    # (jobs/k8s/submit.py); without it the real RBAC refused every submission through the API
+    # (found by tests/e2e against the local control plane).
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "create", "update", "patch", "delete"],
+    },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )

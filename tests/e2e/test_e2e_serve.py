@@ -118,12 +118,6 @@ def served(local_cluster, api_account, moto_s3, tmp_path_factory) -> Iterator[tu
         log.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="infra.training_api.RBAC_RULES grants no networkpolicies: the real RBAC answers the "
-    "service's submit with 403 (get NetworkPolicy training/<run>-peers, the run's own policy), so "
-    "POST /v1/runs is a 503 on a real cluster",
-)
 def test_routes_work_as_the_api_service_account(local_cluster, served):
     url, ca = served
     headers = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,6 +11,8 @@ import json
 import pytest
 
 from infra.config import ConfigError, parse_stack_config
+from infra.training_api import RBAC_RULES
+from jobs.k8s import submit
 from tests.infra.pulumi_harness import ACCOUNT, RecordingMocks, run_program, stack_file_config
 
 SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:trainstack/api-tokens-AbCdEf"
@@ -110,6 +112,7 @@ def test_the_api_deployment_service_rbac_identity_and_secret(api_stack_run):
         ("jobset.x-k8s.io", "jobsets"),
         ("kueue.x-k8s.io", "workloads"),  # cancel deactivates a queued run's Workload
         ("", "configmaps"),
+        ("networking.k8s.io", "networkpolicies"),  # each run's own policy
         ("", "pods"),
         ("", "pods/log"),
     }
@@ -270,3 +273,40 @@ def test_bad_admin_names_are_one_line(admins, words):
     message = str(raised.value)
     assert message.startswith("trainstack:trainingApi.admins: ") and words in message
     assert "\n" not in message
+
+
+# The RBAC verb each client call of a run's submission needs (jobs/k8s/submit.py's `_verbs`).
+CLIENT_VERB_TO_RBAC = {"create": "create", "read": "get", "replace": "update", "patch": "patch"}
+COMPANION_RESOURCES = {
+    "ConfigMap": ("", "configmaps"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+}
+
+
+def test_the_role_grants_every_verb_a_submission_uses_on_its_companions():
+    """Every object a submission sends beside its job (submit.COMPANION_KINDS) with every verb
+    the submit path calls on it is granted to the API's Role: the Role once left out
+    NetworkPolicies, and the real RBAC refused every POST /v1/runs (tests/e2e)."""
+    granted = {
+        (group, resource, verb)
+        for rule in RBAC_RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    for kind in submit.COMPANION_KINDS:
+        group, resource = COMPANION_RESOURCES[kind]
+        for client_verb in submit._verbs(_NamingCluster(), kind):
+            verb = CLIENT_VERB_TO_RBAC.get(client_verb, client_verb)
+            assert (group, resource, verb) in granted, (kind, client_verb)
+
+
+class _NamingCluster:
+    """Stands in for the client APIs: any method name resolves, so `_verbs` can be asked
+    which calls it would make."""
+
+    class _Api:
+        def __getattr__(self, name):
+            return name
+
+    core = networking = _Api()
