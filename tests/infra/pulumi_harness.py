@@ -6,6 +6,7 @@ Kubernetes, Helm repositories or GitHub (mocks intercept every registration and 
 
 from __future__ import annotations
 
+import functools
 import json
 import runpy
 from dataclasses import dataclass, field
@@ -187,3 +188,21 @@ def run_program(
         declared.urn = by_key.get((declared.type, declared.name), "")
         declared.opts = monitor.options.get(declared.urn, Options())
     return StackRun(mocks.declared, exported, mocks.invokes)
+
+
+def one_group_stack(instance_type: str) -> dict[str, Any]:
+    """The dev stack with one GPU node group, of `instance_type`."""
+    config = stack_file_config("dev")
+    config["trainstack:gpuNodeGroups"] = [
+        {"name": "gpu", "instanceType": instance_type, "minSize": 1, "desiredSize": 2, "maxSize": 4}
+    ]
+    return config
+
+
+@functools.cache
+def one_group_run(instance_type: str) -> StackRun:
+    """The program run on `one_group_stack(instance_type)`, once per session: the per-type
+    checks (test_infra_stack.py) and the EFA counts against AWS's figures (test_efa_counts.py)
+    read the same run. Callers only read it. (Here, not in a test module: pytest imports test
+    modules under their own names, so a cache there would exist twice.)"""
+    return run_program(one_group_stack(instance_type), "typecheck")

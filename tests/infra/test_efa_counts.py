@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from catalog import INSTANCE_TYPES
-from tests.infra.pulumi_harness import run_program, stack_file_config
+from tests.infra.pulumi_harness import one_group_run
 from tests.infra.test_infra_stack import gpu_node_groups, gpu_templates
 
 AWS_EFA_FIGURES = {
@@ -30,11 +30,7 @@ def test_every_catalog_type_has_an_aws_figure():
 
 @pytest.mark.parametrize("instance_type", sorted(AWS_EFA_FIGURES))
 def test_launch_template_has_one_efa_per_card(instance_type):
-    config = stack_file_config("dev")
-    config["trainstack:gpuNodeGroups"] = [
-        {"name": "gpu", "instanceType": instance_type, "minSize": 0, "maxSize": 2}
-    ]
-    run = run_program(config, "efa-count")
+    run = one_group_run(instance_type)  # one GPU group of this type on the dev stack
     (template,) = gpu_templates(run)
     (group,) = gpu_node_groups(run)
     assert group.inputs["instanceTypes"] == [instance_type]

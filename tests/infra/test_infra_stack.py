@@ -10,7 +10,14 @@ import pytest
 
 from catalog import INSTANCE_TYPES
 from infra import versions
-from tests.infra.pulumi_harness import REPO, StackRun, run_program, stack_file_config
+from tests.infra.pulumi_harness import (
+    REPO,
+    StackRun,
+    one_group_run,
+    one_group_stack,
+    run_program,
+    stack_file_config,
+)
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -343,18 +350,10 @@ def test_cluster_addons_and_ci(stack_runs, stack):
     assert endpoints == {"s3", "ecr.api", "ecr.dkr", "sts", "logs", "ec2", "eks-auth"}
 
 
-def one_group_stack(instance_type: str) -> dict:
-    config = stack_file_config("dev")
-    config["trainstack:gpuNodeGroups"] = [
-        {"name": "gpu", "instanceType": instance_type, "minSize": 1, "desiredSize": 2, "maxSize": 4}
-    ]
-    return config
-
-
 @pytest.mark.parametrize("instance_type", sorted(INSTANCE_TYPES))
 def test_every_catalog_instance_type(instance_type):
     config = one_group_stack(instance_type)
-    run = run_program(config, "typecheck")
+    run = one_group_run(instance_type)
     for check in (
         check_efa_layout,
         check_gpu_groups_in_one_zone,
