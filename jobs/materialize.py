@@ -100,7 +100,7 @@ def materialize(
         cfg.sweep_id = sweep_id
     default_tokenizer_to_checkpoint(cfg)
     command_as_list(cfg)
-    trainer_plan = validate_job(cfg, git_sha=git_sha)
+    validated = validate_job(cfg, git_sha=git_sha)
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
     if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
@@ -122,7 +122,7 @@ def materialize(
 
         old = code_archive(spec.run_dir, recorded)
         check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
-    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, trainer_plan), code=code)
+    job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, *validated), code=code)
     if cfg.backend.name != "local":
         from jobs.manifest_checks import schemas_installed
         from jobs.manifests import to_manifests

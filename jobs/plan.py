@@ -101,7 +101,8 @@ class Plan:
             trained = f"; {self.trained}" if self.trained else ""
             lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters{trained}")
         elif not self.runner.startswith("command"):
-            lines.append(f"model    {self.model}")
+            trained = f"; {self.trained}" if self.trained else ""
+            lines.append(f"model    {self.model}{trained}")
         lines.append(f"compute  {where}, backend={self.backend}")
         if self.tokens_per_step is not None:
             lines.append(f"steps    {self.max_steps} x {self.tokens_per_step:,} tokens")
@@ -126,9 +127,12 @@ class Plan:
         return "\n".join(lines)
 
 
-def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan:
+def make_plan(
+    cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None, hf_config: dict | None = None
+) -> Plan:
     """`trainer_plan`: the trainer's own figures (model, tokens per step) at the job's size,
-    from validation; None for other runners (no size or step estimate: the price per hour)."""
+    from validation; None for other runners (no size or step estimate: the price per hour).
+    `hf_config`: runner=hf's checkpoint config.json where validation read it (LoRA's count)."""
     from jobs.runner import COMMAND, describe, job_label
 
     args = trainer_plan.model if trainer_plan else None
@@ -191,7 +195,7 @@ def make_plan(cfg: Any, spec: JobSpec, trainer_plan: TrainerPlan | None) -> Plan
         warnings=tuple(warnings),
         data=() if command else data_sources(cfg.data),
         runner=describe(cfg),
-        trained=lora_trained(cfg, args),
+        trained=hf_lora_trained(cfg, hf_config) if args is None else lora_trained(cfg, args),
     )
 
 
@@ -200,9 +204,44 @@ def lora_trained(cfg: Any, args: Any) -> str:
     lora = cfg.model.lora
     if args is None or not lora.rank:
         return ""
-    count = args.lora_params(lora.rank, list(lora.targets))
+    return _lora_count(lora.rank, list(lora.targets), args, "them")
+
+
+def _lora_count(rank: int, targets: list[str], args: Any, whole: str) -> str:
+    """rank x (in + out) per adapted projection per block, out of the model's `whole`."""
+    count = args.lora_params(rank, targets)
     share = count / args.num_params()
-    return f"LoRA r={lora.rank} trains {count:,} of them ({share:.2%}: {', '.join(lora.targets)})"
+    return f"LoRA r={rank} trains {count:,} of {whole} ({share:.2%}: {', '.join(targets)})"
+
+
+def hf_lora_trained(cfg: Any, hf_config: dict | None) -> str:
+    """The plan's note of what runner=hf's LoRA (runner.peft) trains: counted from the
+    checkpoint's config.json as the built-in trainer's would be, where launch read it and the
+    architecture is one the trainer knows; otherwise the note says why there is no count."""
+    # Lazy, as make_plan's: the Hugging Face config mapping serves only runner=hf.
+    from jobs.runner import HF
+    from trainer.errors import ConfigError
+    from trainer.hf.config import model_args_from_hf, unsupported
+    from trainer.model.families import PROJECTIONS
+
+    peft = cfg.runner.peft if cfg.runner.name == HF else None
+    if peft is None or not peft.r:
+        return ""
+    targets = list(peft.target_modules)
+    head = f"LoRA r={peft.r} on {', '.join(targets)}: count not known at launch"
+    if hf_config is None:
+        return f"{head} (model.init_from is read in the pods)"
+    unknown = [t for t in targets if t not in PROJECTIONS]
+    if unknown:
+        return f"{head} ({', '.join(unknown)}: counted are only {', '.join(PROJECTIONS)})"
+    problem = unsupported(hf_config)
+    if problem:
+        return f"{head} (the launcher does not size {problem})"
+    try:
+        args = model_args_from_hf(hf_config, cfg.model.init_from)
+    except ConfigError as err:
+        return f"{head} ({str(err).partition(': ')[2]})"
+    return _lora_count(peft.r, targets, args, f"{args.num_params():,} parameters")
 
 
 SMALL_VOCAB = 32_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
@@ -613,13 +613,22 @@ def _mandatory_keys(cfg: Any) -> Iterator[str]:
     return walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
-def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
-    """Raise JobConfigError for the first problem in composed config `cfg`; return the
-    trainer's plan at the job's size (the launch plan reuses its model and batch figures), or
-    None when another runner than the built-in trainer runs (its model is not ours to size)."""
+class Validated(NamedTuple):
+    """What validation read that the launch plan reuses."""
+
+    trainer_plan: TrainerPlan | None
+    """The built-in trainer's plan at the job's size (model and batch figures); None for
+    another runner (its model is not ours to size)."""
+    hf_config: dict[str, Any] | None
+    """runner=hf: its checkpoint's config.json where launch read it (a local init_from)."""
+
+
+def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
+    """Raise JobConfigError for the first problem in composed config `cfg`; return what the
+    launch plan reuses."""
     check_mandatory(cfg)
     check_names(cfg)
-    check_runner(cfg)
+    hf_config = check_runner(cfg)
     check_compute(cfg)
     check_elastic(cfg)
     check_fsx(cfg)
@@ -644,4 +653,4 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> TrainerPlan | None:
     check_resume_from(cfg)
     check_job_policy(cfg)
     check_output_root(cfg)
-    return trainer_plan
+    return Validated(trainer_plan, hf_config)

@@ -105,7 +105,9 @@ def check_command(cfg: Any) -> None:
         raise JobConfigError("runner.workdir_max_mb", f"must be >= 1, got {runner.workdir_max_mb}")
 
 
-def check_runner(cfg: Any) -> None:
+def check_runner(cfg: Any) -> dict[str, Any] | None:
+    """runner=hf: returns its checkpoint's config.json where launch read it (a local
+    model.init_from; the plan counts LoRA's parameters from it), else None."""
     runner = cfg.runner
     if runner.name not in RUNNERS:
         raise JobConfigError(
@@ -133,14 +135,16 @@ def check_runner(cfg: Any) -> None:
             "s3://bucket/prefix, e.g. model=hf model.init_from=s3://bucket/models/x",
         )
     if runner.name == HF:
-        check_hf_tokenizer(cfg)
+        return check_hf_tokenizer(cfg)
+    return None
 
 
-def check_hf_tokenizer(cfg: Any) -> None:
+def check_hf_tokenizer(cfg: Any) -> dict[str, Any] | None:
     """runner=hf's tokenizer (data.tokenizer, else init_from's own files), where it is on this
     machine: loaded here against the checkpoint's vocabulary, as the built-in trainer's is, so
     a missing or too-big one is found at launch, not after the ranks start. Remote ones (s3://,
-    hf://) are the pods' to read."""
+    hf://) are the pods' to read. Returns the local checkpoint's config.json (read once), or
+    None where init_from is not a directory here."""
     from pathlib import Path
 
     from trainer.errors import ConfigError
@@ -149,16 +153,17 @@ def check_hf_tokenizer(cfg: Any) -> None:
 
     init_from = cfg.model.init_from
     source = cfg.data.tokenizer if cfg.data.tokenizer is not None else init_from
-    local = [p for p in (init_from, source) if p is not None and "://" not in p]
-    if source is None or len(local) < 2 or not all(Path(p).is_dir() for p in local):
-        return  # remote, or missing: check_pod_paths / check_local_files name that
+    if init_from is None or "://" in init_from or not Path(init_from).is_dir():
+        return None  # remote, or missing: check_pod_paths / check_local_files name that
     try:
-        vocab = int(read_hf_config(init_from)["vocab_size"])
-        build_tokenizer(source, vocab, cfg.data.eos_token)
+        config = read_hf_config(init_from)
+        if "://" not in source and Path(source).is_dir():
+            build_tokenizer(source, int(config["vocab_size"]), cfg.data.eos_token)
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         if cfg.data.tokenizer is None:
             problem += " (data.tokenizer=null: runner=hf reads model.init_from's own files)"
         raise JobConfigError(key, problem) from None
     except (KeyError, ValueError, TypeError):
-        return  # a config.json without a vocabulary: the model's own checks say so
+        pass  # a config.json without a vocabulary: the model's own checks say so
+    return config

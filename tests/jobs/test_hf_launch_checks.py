@@ -65,3 +65,36 @@ def _args(job):
     from trainer.hf.config import read_hf_config, resolve_init_from_args
 
     return resolve_init_from_args(job.cfg.model, read_hf_config(job.cfg.model.init_from))
+
+
+def test_the_plan_says_how_many_parameters_peft_trains(tmp_path):
+    """runner=hf: counted from the config.json read at launch; checked against what peft
+    itself reports for the same checkpoint and runner.peft. Where the count cannot be made
+    (init_from read only in the pods, a target the launcher does not size) the plan says so."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from jobs.plan import hf_lora_trained
+
+    model = build_llama(tmp_path / "model", tied=False)
+    targets = ["q_proj", "v_proj", "gate_proj", "down_proj"]
+    peft = [
+        "runner.peft.r=4",
+        "runner.peft.alpha=8",
+        f"runner.peft.target_modules=[{','.join(targets)}]",
+    ]
+    job = build([*hf_line(model), *peft], run_id="hf-lora")
+    adapted = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model),
+        LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"),
+    )
+    trained, every = adapted.get_nb_trainable_parameters()
+    assert f"; LoRA r=4 trains {trained:,} of {every - trained:,} parameters" in str(job.plan)
+    assert ": q_proj, v_proj, gate_proj, down_proj)" in str(job.plan)
+    full = build(hf_line(model), run_id="hf-full")
+    assert "LoRA" not in str(full.plan)
+    assert "(model.init_from is read in the pods)" in hf_lora_trained(job.cfg, None)
+    head = build(
+        [*hf_line(model), "runner.peft.r=4", "runner.peft.target_modules=[q_proj,lm_head]"]
+    )
+    assert "count not known at launch (lm_head: counted are only q_proj" in str(head.plan)
