@@ -1,8 +1,7 @@
 """Ending a process and everything it started (stdlib only: the orchestrator uses it too).
 
-`descendants` restates `tests/trainer/harness.py`'s rather than importing it: `tests` here is
-a namespace package, and any regular `tests` package installed on the GPU machine (some wheels
-ship one) would win the import over it wherever it sits on sys.path.
+The suite's trainer harness (tests/trainer/harness.py) imports `descendants` from here: the GPU
+machine gets the benchmarks, and a `tests` package of some wheel there would shadow ours.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.gpu.procs import descendants
 from testing_support.overrides import SMALL_MODEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,23 +85,6 @@ class TrainerProcess:
             self.kill_group()
             raise
         return TrainerResult(self.proc.returncode, self.output(), self.stderr(), self.run_dir)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (children, their children, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # exited while listing
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def trainer_command(
