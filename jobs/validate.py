@@ -72,7 +72,7 @@ JOB_LIMITS = {
 run that keeps failing, and how long a finished job stays on the cluster."""
 MAX_NODES = 1024
 """The most nodes one job may ask for (compute.nodes, job.elastic.max_nodes): above any node
-group a stack runs, and what bounds the plan's work (one plan per elastic world size)."""
+group a stack runs (an elastic range is checked with one plan, plus arithmetic per size)."""
 
 
 def data_parallel_sizes(cfg: Any) -> list[int]:
@@ -188,7 +188,7 @@ def check_trainer(cfg: Any) -> TrainerPlan:
     from trainer.config import TrainerJobConfig
     from trainer.errors import ConfigError
     from trainer.hf.config import read_hf_config
-    from trainer.job_config import make_plan
+    from trainer.job_config import data_parallel_mesh, grad_accum_steps, make_plan
 
     # The composed sections are already typed by the schema: turn them into the trainer's
     # dataclasses directly (a fresh OmegaConf merge would double the cost of a sweep point).
@@ -216,11 +216,21 @@ def check_trainer(cfg: Any) -> TrainerPlan:
             # hung Hub for minutes, this fails in seconds.
             check_hub_access(cfg, init_from)
         hf_config = read_hf_config(init_from) if wanted else None
-        plans = {size: make_plan(trainer_cfg, size, hf_config) for size in data_parallel_sizes(cfg)}
+        # Every check at the smallest world size; at the others of an elastic range only what
+        # depends on the size (mesh and batch divisibility: arithmetic), so the work does not
+        # grow with the range (max_nodes=10^6 once made 10^6 plans: issue 37, finding 4).
+        sizes = data_parallel_sizes(cfg)
+        plan = make_plan(trainer_cfg, sizes[0], hf_config)
+        for size in sizes[1:]:
+            data_parallel_mesh(trainer_cfg, size)
+            grad_accum_steps(trainer_cfg, size)
+        own_size = cfg.compute.nodes * procs_per_node(cfg.compute)
+        if own_size != sizes[0]:
+            plan = make_plan(trainer_cfg, own_size, hf_config)
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         raise JobConfigError(key, problem) from None
-    return plans[cfg.compute.nodes * procs_per_node(cfg.compute)]
+    return plan
 
 
 def check_hub_access(cfg: Any, source: str) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, files_under
+from jobs.errors import JobConfigError
+from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build, files_under
 
 P5 = ["compute=p5.48xlarge", *CLUSTER]
 
@@ -243,3 +244,25 @@ def test_the_trainjob_run_id_limit_is_jobsets_pod_name_rule(nodes):
 def test_a_trainjob_run_id_at_the_limit_renders(cli, workdir):
     result = cli("launch", *P5, "compute.nodes=2", "run_id=" + "a" * 48)
     assert result.code == 0, result.err
+
+
+def test_an_elastic_range_is_checked_with_a_bounded_number_of_plans(monkeypatch):
+    """Issue 37, finding 4: one trainer plan per elastic world size made max_nodes=10^6 cost
+    minutes. Every size of the range is still checked (batch and mesh divisibility), but the
+    plans made do not grow with its length."""
+    import trainer.job_config
+
+    made = []
+    real = trainer.job_config.make_plan
+    monkeypatch.setattr(
+        trainer.job_config, "make_plan", lambda *a, **k: made.append(a[1]) or real(*a, **k)
+    )
+    elastic = [*P5, "job.api=pytorchjob", "compute.nodes=2", "job.elastic.min_nodes=1"]
+    # micro batch 8 x 8 GPUs a node: a batch of 64 x lcm(1..4) fits every size of 1..4 nodes.
+    build([*elastic, "job.elastic.max_nodes=4", f"trainer.global_batch_size={64 * 12}"])
+    assert made == [8, 16]  # the smallest world size, then the job's own
+    # 64 x lcm(1..10) fits 1..10 nodes, not 11: found without a plan for each size before it.
+    made.clear()
+    with pytest.raises(JobConfigError, match=r"data-parallel ranks \(88\)"):
+        build([*elastic, "job.elastic.max_nodes=1024", f"trainer.global_batch_size={64 * 2520}"])
+    assert made == [8]
