@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.gpu_nodes import EFA_LABEL, GPU_LABEL, GPU_TAINT
+from infra.training_operator import init_container_configmap, operator_deployment_patch
 from infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR_OVERLAY
 
 POD_SECURITY_LABELS = {
@@ -118,10 +119,32 @@ class ClusterAddons(pulumi.ComponentResource):
         helm_release(name, NVIDIA_DEVICE_PLUGIN, "kube-system", nvidia_plugin_values(), in_cluster)
         helm_release(name, EFA_DEVICE_PLUGIN, "kube-system", efa_plugin_values(), in_cluster)
         if training_operator == "pytorchjob":  # else Kubeflow Trainer (infra/kubeflow_trainer.py)
-            k8s.kustomize.v2.Directory(
+            operator = k8s.kustomize.v2.Directory(
                 f"{name}-training-operator",
                 directory=TRAINING_OPERATOR_OVERLAY,
                 opts=in_cluster,
+            )
+            # Its PyTorch init container as the training namespace admits it
+            # (infra/training_operator.py): the template in a ConfigMap, the Deployment patched
+            # (server-side apply) to mount it and name it.
+            after_operator = pulumi.ResourceOptions.merge(
+                in_cluster, pulumi.ResourceOptions(depends_on=[operator])
+            )
+            configmap = init_container_configmap()
+            template = k8s.core.v1.ConfigMap(
+                f"{name}-pytorch-init-container",
+                metadata=configmap["metadata"],
+                data=configmap["data"],
+                opts=after_operator,
+            )
+            patch = operator_deployment_patch()
+            k8s.apps.v1.DeploymentPatch(
+                f"{name}-training-operator-init-container",
+                metadata=patch["metadata"],
+                spec=patch["spec"],
+                opts=pulumi.ResourceOptions.merge(
+                    after_operator, pulumi.ResourceOptions(depends_on=[operator, template])
+                ),
             )
         self.namespace = training_ns.metadata.name
         self.register_outputs({"namespace": self.namespace})

@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from infra.kueue import manager_config
+from infra.training_operator import INIT_CONTAINER_KEY, init_container_template, template_flag
 from jobs.config_path import user_config_dir
 from localcluster import build, manifests, objects
 from localcluster.certs import Authority, signing_key
@@ -332,6 +333,10 @@ def _start_controllers(state: State, authority: Authority, webhook) -> None:
             # Kueue's on-demand visibility API is an aggregated API server on a fixed port.
             argv.append("--feature-gates=VisibilityOnDemand=false")
         _start(state, component.name, component, argv, {**env, "TMPDIR": str(home)})
+    # The stack's PyTorch init-container template (infra/training_operator.py), as a file.
+    operator_home = state.directory / TRAINING_OPERATOR.name
+    operator_home.mkdir(parents=True, exist_ok=True)
+    (operator_home / INIT_CONTAINER_KEY).write_text(init_container_template())
     _start(
         state,
         TRAINING_OPERATOR.name,
@@ -342,6 +347,7 @@ def _start_controllers(state: State, authority: Authority, webhook) -> None:
             "--health-probe-bind-address=0",
             f"--webhook-server-port={state.ports[TRAINING_OPERATOR.name]}",
             "--leader-elect=false",
+            template_flag(str(operator_home)),
         ],
         # Its rotation's folder is fixed under /tmp; its webhook server reads $TMPDIR's.
         {

@@ -33,17 +33,6 @@ TRAINSTACK = Path(sys.executable).with_name("trainstack")
 NAMESPACE = "training"
 
 
-PYTORCHJOB_WORKERS_REFUSED = pytest.mark.xfail(
-    strict=True,
-    reason="the real API server refuses every PyTorchJob worker pod: the Training Operator "
-    "v1.9.4 adds an init container `init-pytorch` with no securityContext, which the training "
-    "namespace's PodSecurity `restricted` forbids (allowPrivilegeEscalation, capabilities, "
-    "runAsNonRoot, seccompProfile); seen as the operator's FailedCreatePod event",
-)
-"""Multi-node PyTorchJobs cannot start in the training namespace (found by this suite; strict:
-the mark must go when the product is fixed)."""
-
-
 def pytest_collection_modifyitems(config, items):
     if ENABLED:
         return

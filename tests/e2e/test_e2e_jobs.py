@@ -11,7 +11,6 @@ import pytest
 from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
 from tests.e2e.conftest import (
     JOBS,
-    PYTORCHJOB_WORKERS_REFUSED,
     RUN_ID_LABEL,
     admitted,
     conditions,
@@ -67,11 +66,9 @@ def test_created_suspended_and_admitted_by_kueue(local_cluster, launched):
     assert set(flavors.values()) == {"p5"}
 
 
-def test_pods_run_with_what_trainstack_set(local_cluster, launched, request):
+def test_pods_run_with_what_trainstack_set(local_cluster, launched):
     """After Kueue's admission the pods still have the config mount, the run-id label, the
     service account and the capacity selector (Kueue adds its flavor's label next to them)."""
-    if launched.api == "pytorchjob":
-        request.applymarker(PYTORCHJOB_WORKERS_REFUSED)
     api_version, kind, run_id = launched.api_version, launched.kind, launched.run_id
 
     def state():

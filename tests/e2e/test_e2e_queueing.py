@@ -8,7 +8,6 @@ import pytest
 
 from tests.e2e.conftest import (
     JOBS,
-    PYTORCHJOB_WORKERS_REFUSED,
     admitted,
     conditions,
     eventually,
@@ -17,7 +16,7 @@ from tests.e2e.conftest import (
     workload_of,
 )
 
-APIS = ["trainjob", pytest.param("pytorchjob", marks=PYTORCHJOB_WORKERS_REFUSED)]
+APIS = ["trainjob", "pytorchjob"]
 ONE_NODE_APIS = ["trainjob", "pytorchjob"]
 TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
 
