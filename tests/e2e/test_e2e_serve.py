@@ -23,6 +23,7 @@ from kubernetes import client as kube
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from infra.bucket_layout import published_grants
 from infra.training_api import TLS_DIR, TOKEN_DIR, api_name, serve_args
 from jobs.api.auth import token_hash
 from localcluster.objects import REPOSITORY, local_stack
@@ -73,7 +74,19 @@ def served(local_cluster, api_account, moto_s3, tmp_path_factory) -> Iterator[tu
     bucket = "e2e-runs"
     moto_s3.client().create_bucket(Bucket=bucket)
     port = _free_port()
-    args = serve_args(NAMESPACE, f"s3://{bucket}/runs", REPOSITORY, tls="pod")
+    # What infra/__main__.py passes the TrainingApi for the local stack: its runtimes, its
+    # queue, its operator's kind and its S3 grants (here on the session's bucket).
+    stack = local_stack()
+    args = serve_args(
+        NAMESPACE,
+        f"s3://{bucket}/runs",
+        REPOSITORY,
+        tls="pod",
+        job_api=stack.training_operator,
+        node_groups=tuple((g.name, g.instance.name, g.max_size) for g in stack.gpu_node_groups),
+        queue=stack.kueue.local_queue if stack.kueue else None,
+        grants=published_grants(bucket, stack.data_access),
+    )
     # The deployed flags, with the pod's paths and address swapped for this machine's.
     swapped = {
         "--host=0.0.0.0": "--host=127.0.0.1",
