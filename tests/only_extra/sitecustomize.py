@@ -44,14 +44,22 @@ def closure(extra: str) -> set[str]:
     return set(seen)
 
 
-class Missing(importlib.abc.MetaPathFinder):
-    def __init__(self, blocked: set[str]):
-        self.blocked = blocked
+class Hiding(importlib.abc.MetaPathFinder):
+    """Wraps one of sys.meta_path's finders: a blocked top-level module is not found by it,
+    so `importlib.util.find_spec` answers None and `import` raises ModuleNotFoundError, as in
+    a venv without it (torch._dynamo probes optional modules with find_spec)."""
+
+    def __init__(self, finder, blocked: set[str]):
+        self.finder, self.blocked = finder, blocked
 
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in self.blocked:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
+            return None
+        find = getattr(self.finder, "find_spec", None)
+        return find(name, path, target) if find else None
+
+    def __getattr__(self, attribute):
+        return getattr(self.finder, attribute)
 
 
 def install(extra: str) -> None:
@@ -61,7 +69,7 @@ def install(extra: str) -> None:
         for module, dists in metadata.packages_distributions().items()
         if not any(_key(d) in allowed for d in dists)
     }
-    sys.meta_path.insert(0, Missing(blocked))
+    sys.meta_path[:] = [Hiding(finder, blocked) for finder in sys.meta_path]
 
 
 if os.environ.get("TRAINSTACK_ONLY_EXTRA"):
