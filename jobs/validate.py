@@ -67,9 +67,11 @@ JOB_LIMITS = {
     "max_restarts": 100,
     "max_retries": 100,
     "ttl_seconds_after_finished": 90 * 24 * 3600,
+    "active_deadline_seconds": 90 * 24 * 3600,
 }
 """The most each job key may be: a checkpoint's save window, restarts and resubmissions of a
-run that keeps failing, and how long a finished job stays on the cluster."""
+run that keeps failing, how long a finished job stays on the cluster, and how long one may
+run (an unbounded deadline was rendered as 1e20, past Kubernetes' int64)."""
 MAX_NODES = 1024
 """The most nodes one job may ask for (compute.nodes, job.elastic.max_nodes): above any node
 group a stack runs (an elastic range is checked with one plan, plus arithmetic per size)."""

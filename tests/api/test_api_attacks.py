@@ -52,6 +52,7 @@ from tests.api.test_api_boundary import assert_nothing_happened, files_under, re
         "job.termination_grace_period_seconds=999999999",  # a cancel would not free the GPUs
         "job.max_restarts=1000000000",  # a crashing job restarting without end
         "job.ttl_seconds_after_finished=999999999",
+        "job.active_deadline_seconds=100000000000000000000",  # past int64: found by an attack pass
         "trainer.lr=" + "[" * 2000 + "]" * 2000,  # Hydra's parser recursed: a 500
         "trainer.lr=" + "[" * 200 + "]" * 200,
         "trainer.lr={a: " * 100 + "1" + "}" * 100,
