@@ -496,7 +496,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
         ],
     )
     client = _client(state)
-    _apply_all(client, _upstream_crds(state, authority))
+    _apply_all(client, _from_controllers(manifests.crds, state, authority))
     _wait_established(client, state)
     _apply_all(
         client,
@@ -523,17 +523,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     _start_controllers(state, authority, webhook)
     # Before their servers answer: the Training Operator's certificate rotation opens its
     # webhook server only once it has found (and patched) its webhook configuration.
-    configs = [
-        config
-        for component in CONTROLLERS
-        for config in manifests.webhook_configurations(
-            component,
-            build.module_dir(component),
-            state.ports[component.name],
-            authority.pair.cert.read_bytes(),
-        )
-    ]
-    _apply_all(client, configs)
+    _apply_all(client, _from_controllers(manifests.webhook_configurations, state, authority))
     for component in CONTROLLERS:
         _wait(
             lambda c=component: _tls_accepts(state.ports[c.name], authority.pair.cert),
@@ -546,16 +536,14 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     return state
 
 
-def _upstream_crds(state: State, authority: Authority) -> list[dict]:
+def _from_controllers(render: Callable, state: State, authority: Authority) -> list[dict]:
+    """`render` (manifests.crds or manifests.webhook_configurations) over every controller,
+    each pointed at its own webhook port with the cluster's CA."""
+    ca = authority.pair.cert.read_bytes()
     return [
-        crd
+        obj
         for component in CONTROLLERS
-        for crd in manifests.crds(
-            component,
-            build.module_dir(component),
-            state.ports[component.name],
-            authority.pair.cert.read_bytes(),
-        )
+        for obj in render(component, build.module_dir(component), state.ports[component.name], ca)
     ]
 
 

@@ -103,14 +103,7 @@ GPU = Sizes(
 
 _TINY = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden_dim": 128}
 SMOKE = Sizes(
-    big=(
-        "model.name=tiny",
-        "model.dim=64",
-        "model.n_layers=2",
-        "model.n_heads=4",
-        "model.n_kv_heads=2",
-        "model.ffn_hidden_dim=128",
-    ),
+    big=("model.name=tiny", *(f"model.{key}={value}" for key, value in _TINY.items())),
     small_llama="smollm2_135m",
     small_overrides={**_TINY, "vocab_size": 512},
     family_overrides={**_TINY, "vocab_size": 384},
