@@ -78,7 +78,7 @@ def mutable(key: str) -> bool:
 
 def state_dir(cfg: Any) -> Path:
     """Where the local backend keeps a run's job/ files (jobs.backends.local.backend)."""
-    from jobs.backends.local.backend import LOCAL_STATE_ROOT
+    from jobs.run_dirs import LOCAL_STATE_ROOT
 
     root = cfg.storage.root
     return Path(LOCAL_STATE_ROOT if root.startswith("s3://") else root) / cfg.run_id

@@ -24,7 +24,6 @@ SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
 
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
-BACKENDS = ("local", "render", "kubernetes")
 RUNNERS = ("trainstack", "command", "hf")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "any": None}

@@ -12,15 +12,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
+from jobs.backends import NAMES as BACKENDS
+from jobs.backends import traits_of
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
+from jobs.grants import check_urls
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
+from jobs.run_dirs import on_fsx
 from jobs.runner import COMMAND, TRAINSTACK
-from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
+from jobs.schema import (
+    CAPACITY_TYPES,
+    CLEAN_POD_POLICIES,
+    LOCAL_CPU,
+    REQUIRED,
+    JobConfig,
+    plain,
+)
 from jobs.spec import (
     CONFIG_MOUNT_DIR,
     CPU_RUNTIME,
@@ -40,6 +54,11 @@ from jobs.validate_targets import (
     check_priority_approved,
     check_secrets_approved,
 )
+from trainer import job_config as trainer_plans  # looked up per call: tests count the plans
+from trainer.config import TrainerJobConfig
+from trainer.errors import ConfigError
+from trainer.hf.config import read_hf_config
+from trainer.hf.hub import check_access
 from trainer.model.args import ARCH_FIELDS
 
 __all__ = ["JobConfigError", "validate_job"]
@@ -84,17 +103,27 @@ def data_parallel_sizes(cfg: Any) -> list[int]:
     return [n * procs_per_node(cfg.compute) for n in nodes]
 
 
-def check_compute(cfg: Any) -> None:
-    compute, backend = cfg.compute, cfg.backend.name
+def check_backend(cfg: Any) -> None:
+    """First: the other checks ask the named backend's traits."""
+    backend = cfg.backend.name
     if backend not in BACKENDS:
         raise JobConfigError(
             "backend.name", f"unknown backend {backend!r}; allowed: {_allowed(BACKENDS)}"
         )
+
+
+def in_pods(cfg: Any) -> bool:
+    """The job runs in the cluster's pods (render, kubernetes), not on this machine."""
+    return traits_of(cfg.backend.name).pods
+
+
+def check_compute(cfg: Any) -> None:
+    compute, backend, pods = cfg.compute, cfg.backend.name, in_pods(cfg)
     _at_least("compute.nodes", compute.nodes, 1)
     _at_most("compute.nodes", compute.nodes, MAX_NODES)
     gpu_types = _allowed(INSTANCE_TYPES)
     if compute.name == LOCAL_CPU:
-        if backend != "local":
+        if pods:
             raise JobConfigError(
                 "compute",
                 f"local_cpu runs only with backend=local; for "
@@ -122,7 +151,7 @@ def check_compute(cfg: Any) -> None:
             "compute.instance_type",
             f"unknown instance type {compute.instance_type!r}; allowed: {gpu_types}",
         )
-    if backend == "local":
+    if not pods:
         raise JobConfigError(
             "backend",
             f"compute={compute.name} needs a cluster: use "
@@ -184,13 +213,6 @@ def check_trainer(cfg: Any) -> TrainerPlan:
     """The trainer's own start-up checks (model, choices, ranges, seq_len, batch divisibility)
     at every world size the job can run at, so a bad value fails here and not on the nodes.
     Returns the trainer's plan (model, batch) at the job's own size."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from trainer.config import TrainerJobConfig
-    from trainer.errors import ConfigError
-    from trainer.hf.config import read_hf_config
-    from trainer.job_config import data_parallel_mesh, grad_accum_steps, make_plan
 
     # The composed sections are already typed by the schema: turn them into the trainer's
     # dataclasses directly (a fresh OmegaConf merge would double the cost of a sweep point).
@@ -222,13 +244,13 @@ def check_trainer(cfg: Any) -> TrainerPlan:
         # depends on the size (mesh and batch divisibility: arithmetic), so the work does not
         # grow with the range (max_nodes=10^6 once made 10^6 plans: issue 37, finding 4).
         sizes = data_parallel_sizes(cfg)
-        plan = make_plan(trainer_cfg, sizes[0], hf_config)
+        plan = trainer_plans.make_plan(trainer_cfg, sizes[0], hf_config)
         for size in sizes[1:]:
-            data_parallel_mesh(trainer_cfg, size)
-            grad_accum_steps(trainer_cfg, size)
+            trainer_plans.data_parallel_mesh(trainer_cfg, size)
+            trainer_plans.grad_accum_steps(trainer_cfg, size)
         own_size = cfg.compute.nodes * procs_per_node(cfg.compute)
         if own_size != sizes[0]:
-            plan = make_plan(trainer_cfg, own_size, hf_config)
+            plan = trainer_plans.make_plan(trainer_cfg, own_size, hf_config)
     except ConfigError as err:
         key, _, problem = str(err).partition(": ")
         raise JobConfigError(key, problem) from None
@@ -238,11 +260,10 @@ def check_trainer(cfg: Any) -> TrainerPlan:
 def check_hub_access(cfg: Any, source: str) -> None:
     """A Hub model exists at its revision, and a gated one has a token: job.secrets.hf_token
     on a cluster; locally also the caller's own (HF_TOKEN or `hf auth login`)."""
-    from trainer.hf.hub import check_access
 
     has_token = cfg.job.secrets.hf_token.name is not None
-    if cfg.backend.name == "local" and not has_token:
-        from huggingface_hub import get_token
+    if not in_pods(cfg) and not has_token:
+        from huggingface_hub import get_token  # lazy: start-up (hub client)
 
         has_token = get_token() is not None
     check_access(source, has_token)
@@ -358,7 +379,7 @@ def check_fsx(cfg: Any) -> None:
     storage = cfg.storage
     if not storage.fsx:
         return
-    if cfg.backend.name == "local":
+    if not in_pods(cfg):
         raise JobConfigError(
             "storage.fsx", "FSx is mounted in cluster pods; allowed with backend=local: false"
         )
@@ -383,16 +404,11 @@ def check_fsx(cfg: Any) -> None:
         )
 
 
-def on_fsx(cfg: Any, path: str) -> bool:
-    mount = cfg.storage.fsx_mount.rstrip("/")
-    return bool(cfg.storage.fsx) and (path == mount or path.startswith(f"{mount}/"))
-
-
 def check_pod_paths(cfg: Any) -> None:
     """render/kubernetes: every input must be readable in the pod — s3://, a file the image
     carries, or (storage.fsx) a path on the stack's FSx mount; a path on this machine would
     fail the pod at start."""
-    if cfg.backend.name == "local":
+    if not in_pods(cfg):
         return
     for key, value, _ in input_paths(cfg):
         if value.startswith("s3://") or (key == "data.path" and inside_image(value)):
@@ -410,10 +426,8 @@ def check_pod_paths(cfg: Any) -> None:
 def check_grants(cfg: Any) -> None:
     """render/kubernetes: every s3:// URL the pods read, and the run dirs they write, must be
     inside the stack's grants for training pods (jobs/grants.py)."""
-    if cfg.backend.name == "local":
+    if not in_pods(cfg):
         return
-    from jobs.grants import check_urls
-    from jobs.schema import plain
 
     urls = [(key, value, False) for key, value, _ in input_paths(cfg)]
     urls.append(("storage.root", f"{cfg.storage.root.rstrip('/')}/", True))
@@ -423,7 +437,7 @@ def check_grants(cfg: Any) -> None:
 def check_local_files(cfg: Any) -> None:
     """local: the inputs must be here already; the trainer would find out only after torchrun
     started."""
-    if cfg.backend.name != "local":
+    if in_pods(cfg):
         return
     for key, value, allowed in input_paths(cfg):
         if key == "trainer.resume_from":  # check_resume_from names the missing run or step
@@ -496,8 +510,8 @@ def check_job_api(cfg: Any) -> None:
         )
     if job.runtime is not None and not DNS1123_SUBDOMAIN.match(job.runtime):
         raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
-    if job.api != "trainjob" or cfg.backend.name == "local":
-        if job.runtime is not None and cfg.backend.name != "local":
+    if job.api != "trainjob" or not in_pods(cfg):
+        if job.runtime is not None and in_pods(cfg):
             raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
         return
     check_runtime_is_trainstacks(cfg)
@@ -563,7 +577,7 @@ def check_runtime_is_trainstacks(cfg: Any) -> None:
 def check_names(cfg: Any) -> None:
     """The run and sweep ids fit the pod names of the job they will name (on a cluster, a
     TrainJob's limit depends on its node count: jobs.naming), before anything is written."""
-    api = cfg.job.api if cfg.backend.name != "local" else None
+    api = cfg.job.api if in_pods(cfg) else None
     nodes = cfg.compute.nodes if isinstance(cfg.compute.nodes, int) else 1
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
     for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
@@ -611,7 +625,6 @@ def check_mandatory(cfg: Any) -> None:
 def _mandatory_keys(cfg: Any) -> Iterator[str]:
     """Keys holding `???` or `${required:}`, found without resolving anything (resolving the
     latter raises, as OmegaConf.missing_keys would)."""
-    from omegaconf import OmegaConf
 
     def walk(value: Any, key: str) -> Iterator[str]:
         if isinstance(value, dict):
@@ -640,6 +653,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     """Raise JobConfigError for the first problem in composed config `cfg`; return what the
     launch plan reuses."""
     check_mandatory(cfg)
+    check_backend(cfg)
     check_names(cfg)
     hf_config = check_runner(cfg)
     check_compute(cfg)

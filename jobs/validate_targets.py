@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from jobs.backends import traits_of
 from jobs.errors import JobConfigError
 from jobs.references import (
     IMAGE_ALLOWED,
@@ -17,6 +18,7 @@ from jobs.references import (
     image_approved,
     image_reference_problem,
 )
+from jobs.spec import image_for
 
 
 def check_image_reference(cfg: Any) -> None:
@@ -40,7 +42,6 @@ def check_image_approved(cfg: Any, git_sha: str | None) -> None:
     """With `cluster.approved_images` set (the Training API always sets it), a job runs only
     the stack's repository or an approved registry: a token or a typo must not pull anyone's
     image into a pod with the trainer's IAM role."""
-    from jobs.spec import image_for
 
     approved = cfg.cluster.approved_images
     image = image_for(cfg, git_sha)
@@ -133,7 +134,7 @@ def unwritable_reason(path: Path) -> str | None:
 def check_output_root(cfg: Any) -> None:
     """backend=render writes its manifests under backend.output_root: refuse a root that
     cannot be written before the first file (a half-rendered sweep) instead of a traceback."""
-    if cfg.backend.name != "render":
+    if not traits_of(cfg.backend.name).writes_output_root:
         return
     root = Path(cfg.backend.output_root)
     reason = unwritable_reason(root)

@@ -120,7 +120,7 @@ def wait_for_end(
     How long a run may take is the job's own business (`job.active_deadline_seconds`).
     `cancel` set: raises FollowCancelled within moments, its watch closed.
     """
-    from kubernetes import watch
+    from kubernetes import watch  # lazy: start-up (kubernetes client)
 
     last_state = None
 
@@ -279,7 +279,7 @@ def follow_log(
 
 
 def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream, kind):
-    from kubernetes import watch
+    from kubernetes import watch  # lazy: start-up (kubernetes client)
 
     yielded: dict[str, int] = {}
     drained: set[str] = set()  # containers of ended pods read to their end: nothing more comes
@@ -344,7 +344,10 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
 
 
 def _read_timed_out(exc: BaseException) -> bool:
-    from urllib3.exceptions import ProtocolError, ReadTimeoutError
+    from urllib3.exceptions import (  # lazy: start-up (kubernetes client)
+        ProtocolError,
+        ReadTimeoutError,
+    )
 
     seen: BaseException | None = exc
     while seen is not None:  # urllib3 wraps the socket timeout in ProtocolError mid-stream

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
+from jobs.backends.kubernetes.client.ecr import ECR_IMAGE, pin_images, resolve_digest
 from jobs.backends.kubernetes.manifest_checks import JOBS_EXTRA, schemas_installed
 from jobs.backends.kubernetes.manifests import to_yaml
 from jobs.materialize import MaterializedJob
-from jobs.workdir import store_code
 
 MANIFEST_FILE = "manifests.yaml"
 
@@ -33,15 +34,14 @@ def digest_or_tag(image: str) -> str:
     a one-line note, when ECR cannot be asked from here."""
     if image in _PINNED:
         return _PINNED[image]
-    from jobs.backends.kubernetes.client.ecr import ECR_IMAGE, resolve_digest
 
     match = ECR_IMAGE.match(image)
     if match is None:  # another registry, or already a digest: rendered as given
         _PINNED[image] = image
         return image
     try:
-        import boto3
-        from botocore.config import Config
+        import boto3  # lazy: start-up (boto3)
+        from botocore.config import Config  # lazy: start-up (boto3)
 
         client = boto3.client("ecr", region_name=match["region"], config=Config(**ECR_TIMEOUTS))
         _PINNED[image] = resolve_digest(image, client)
@@ -63,12 +63,14 @@ class RenderBackend:
     def __init__(self, output_root: str = "runs"):
         self.output_root = Path(output_root)
 
+    @classmethod
+    def from_config(cls, cfg: Any) -> RenderBackend:
+        return cls(output_root=cfg.backend.output_root)
+
     def manifest_path(self, run_id: str) -> Path:
         return self.output_root / run_id / MANIFEST_FILE
 
     def dryrun(self, job: MaterializedJob) -> DryRun:
-        from jobs.backends.kubernetes.client.ecr import pin_images
-
         if job.manifests is None:
             raise BackendError("render: the job was materialized without manifests")
         manifests = pin_images(job.manifests, resolve=digest_or_tag)
@@ -105,7 +107,7 @@ class RenderBackend:
         be done from here (no AWS credentials), beside the manifests, with the one command
         that uploads it to where the pods fetch it (before `kubectl apply`)."""
         try:
-            store_code(job)
+            job.store_code()
         except BackendError as err:
             if job.code is None or job.spec.code is None:
                 raise
@@ -160,3 +162,6 @@ class RenderBackend:
 
     def cancel(self, run_id: str) -> None:
         """Nothing runs, so nothing to stop (idempotent by construction)."""
+
+
+BACKEND = RenderBackend
