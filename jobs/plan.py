@@ -268,7 +268,7 @@ def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
 def toy_data_warnings(cfg: Any, where: str) -> list[str]:
     """GPU nodes given the bundled sample corpus or the byte tokenizer: the defaults of a CPU
     demo, almost never what a cluster job means to train on."""
-    from jobs.validate import inside_image
+    from jobs.validate_inputs import inside_image
     from trainer.job_config import tokenizer_source
 
     toy = []

@@ -4,8 +4,8 @@ Everything that can be wrong with the input is found here (or while reading the 
 the process group, the run dir or any checkpoint is touched, and reported as one `ConfigError`
 line naming the key and what is allowed.
 
-torch-free on purpose: `jobs/validate.py` calls `make_plan` for every world size a job can run
-at, so a bad value fails at launch rather than on the nodes.
+torch-free on purpose: `jobs/validate_trainer.py` calls `make_plan` for every world size a job
+can run at, so a bad value fails at launch rather than on the nodes.
 """
 
 from __future__ import annotations

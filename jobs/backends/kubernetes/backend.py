@@ -2,13 +2,12 @@
 ConfigMap, on the cluster.
 
 A thin adapter over `jobs.backends.kubernetes.client`: `dryrun` is the manifests as YAML; `schedule`
-runs the
-preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read the
-job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
-TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the
-cancellation and suspends the job (the operator deletes its pods, the trainer checkpoints on
-SIGTERM). A run is looked up as the configured kind first, then as the other, so `status`,
-`logs` and `cancel` work for runs submitted before a stack changed operator.
+runs the preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read
+the job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
+TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the cancellation
+and suspends the job (the operator deletes its pods, the trainer checkpoints on SIGTERM). A run is
+looked up as the configured kind first, then as the other, so `status`, `logs` and `cancel` work for
+runs submitted before a stack changed operator.
 
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
@@ -145,9 +144,9 @@ class KubernetesBackend:
     """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
     _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
     """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster, shared by
-    this process's
-    instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
-    and a sweep makes several backends per point. Expired tokens are refreshed by the client."""
+    this process's instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks
+    get-token`), and a sweep makes several backends per point. Expired tokens are refreshed by the
+    client."""
 
     def __init__(
         self,
@@ -343,9 +342,9 @@ class KubernetesBackend:
         return jobs
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False, cancel=None) -> Iterator[str]:
-        """A rank's log. Following a run this backend scheduled also restarts it on failure
-        (see the module docstring) and reports state changes as `[trainstack]` lines.
-        `cancel` (jobs.backends.kubernetes.client.watch.Cancellation) set from another thread ends a
+        """A rank's log. Following a run this backend scheduled also restarts it on failure (see the
+        module docstring) and reports state changes as `[trainstack]` lines. `cancel`
+        (jobs.backends.kubernetes.client.watch.Cancellation) set from another thread ends a
         follow."""
 
         job = self.find(run_id)

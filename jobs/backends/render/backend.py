@@ -1,10 +1,9 @@
-"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`.
-`kubectl apply -f <path>` submits what `backend=kubernetes` would: an ECR image tag is pinned
-to its digest as the kubernetes backend pins it at submit (jobs/backends/kubernetes/client/ecr.py;
-one read-only
+"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`. `kubectl
+apply -f <path>` submits what `backend=kubernetes` would: an ECR image tag is pinned to its digest
+as the kubernetes backend pins it at submit (jobs/backends/kubernetes/client/ecr.py; one read-only
 DescribeImages with this user's credentials), or, where it cannot be resolved from here (no
-credentials or network), kept with one line saying so. No cluster is contacted, and no clock
-is read: the same config renders byte-identical files (GitOps diffs)."""
+credentials or network), kept with one line saying so. No cluster is contacted, and no clock is
+read: the same config renders byte-identical files (GitOps diffs)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ ECR_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attem
 
 def digest_or_tag(image: str) -> str:
     """The kubernetes backend's pin (jobs.backends.kubernetes.client.ecr.resolve_digest), or the tag
-    kept, once with
-    a one-line note, when ECR cannot be asked from here."""
+    kept, once with a one-line note, when ECR cannot be asked from here."""
     if image in _PINNED:
         return _PINNED[image]
 
