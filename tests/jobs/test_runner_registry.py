@@ -1,0 +1,52 @@
+"""The runner registry (jobs/runners/): one module per runner, every list of runner names
+derived from it, a key of another runner refused at compose time, and a runner name nobody
+registered refused in one line wherever a runner is asked for (never another's branch)."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from jobs.api.models import RunRequest
+from jobs.compose import compose
+from jobs.config_path import SHIPPED_CONF_DIR
+from jobs.errors import JobConfigError, one_line
+from jobs.runners import names, registry
+from jobs.spec import to_job_spec
+from tests.jobs.conftest import GIT_SHA
+
+SCRIPT = ["runner=command", "runner.command=[python,-u,train.py]"]
+
+
+def test_every_runner_has_its_option_file_and_every_name_list_is_the_registry():
+    assert names() == ("trainstack", "command", "hf")  # the default first, then by name
+    shipped = sorted(p.stem for p in (SHIPPED_CONF_DIR / "runner").glob("*.yaml"))
+    assert shipped == sorted(names())
+    runner_field = RunRequest.model_fields["runner"].annotation
+    literal = next(a for a in typing.get_args(runner_field) if a is not type(None))
+    assert typing.get_args(literal) == names()
+    for name, runner in registry().items():
+        cfg = compose([f"runner={name}"])
+        assert OmegaConf.get_type(cfg.runner) is runner.options
+
+
+def test_a_key_of_another_runner_fails_at_compose_time_naming_the_runner():
+    with pytest.raises(ConfigCompositionException) as caught:
+        compose(["runner.command=[python,x.py]"])
+    assert one_line(caught.value) == (
+        "runner.command: is not a key of runner=trainstack; allowed: name"
+    )
+
+
+def test_an_unknown_runner_name_is_refused_where_the_pod_program_is_built():
+    """Past validation (a caller that skips it), `runner.name=spark` on command's options
+    used to build command's program: a runner nobody registered is named, in one line."""
+    cfg = compose([*SCRIPT, "runner.name=spark", "storage.root=/tmp/runs"])
+    with pytest.raises(JobConfigError) as caught:
+        to_job_spec(cfg, run_id="r1", sweep_id=None, git_sha=GIT_SHA)
+    assert str(caught.value) == (
+        "runner.name: unknown runner 'spark'; allowed: trainstack, command, hf"
+    )
