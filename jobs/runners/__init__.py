@@ -79,3 +79,18 @@ def check_runner(cfg: Any) -> dict[str, Any] | None:
             "runner.code", "is set by the launcher from runner.workdir; allowed: null"
         )
     return runner.check(cfg)
+
+
+def recorded_runner(cfg: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """A relaunch of a recorded run: `cfg.runner` takes the recorded runner's options (the
+    line may not name the runner: `run_id=X` alone), and the record's `runner` section keeps
+    only that runner's keys (a record written before each runner had its own options holds
+    every runner's keys; validation kept those of the others at their defaults)."""
+    section = record.get("runner")
+    runner = registry().get(section.get("name")) if isinstance(section, dict) else None
+    if runner is None:
+        return record  # not a runner we know: the merge and validation say so
+    if OmegaConf.get_type(cfg.runner) is not runner.options:
+        cfg.runner = runner.options()
+    fields = runner.options.__dataclass_fields__
+    return {**record, "runner": {k: v for k, v in section.items() if k in fields}}

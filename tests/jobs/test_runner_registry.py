@@ -50,3 +50,19 @@ def test_an_unknown_runner_name_is_refused_where_the_pod_program_is_built():
     assert str(caught.value) == (
         "runner.name: unknown runner 'spark'; allowed: trainstack, command, hf"
     )
+
+
+def test_a_relaunch_takes_the_recorded_runner_and_reads_a_record_of_every_runners_keys():
+    """`run_id=X` alone composes the default runner; the record names the run's own. A record
+    written when `runner` held every runner's keys keeps only its runner's."""
+    from jobs.runners import recorded_runner
+    from jobs.runners.command import CommandOptions
+
+    cfg = compose([])
+    OmegaConf.set_readonly(cfg, False)
+    old = {"name": "command", "command": ["python", "x.py"], "code": None, "peft": {"r": 0}}
+    record = recorded_runner(cfg, {"seed": 1, "runner": old})
+    assert OmegaConf.get_type(cfg.runner) is CommandOptions
+    assert record == {"seed": 1, "runner": {k: v for k, v in old.items() if k != "peft"}}
+    merged = OmegaConf.merge(cfg, record)
+    assert list(merged.runner.command) == ["python", "x.py"]
