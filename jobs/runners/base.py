@@ -114,8 +114,9 @@ class Runner:
         raise NotImplementedError
 
     def job_label(self, cfg: Any) -> str:
-        """What the run is named and labelled after: the model."""
-        return model_label(cfg)
+        """What the run is named and labelled after: the model, or the runner's name where
+        the model is not trainstack's to know (`command`)."""
+        return model_label(cfg) if self.reads_model else self.name
 
     def record(self, options: Any) -> dict[str, Any] | None:
         """Its `runner` section of the `--config` file (the run record): its own keys."""

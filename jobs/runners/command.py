@@ -108,10 +108,6 @@ class Command(Runner):
         code = f", workdir {options.workdir} ({options.code[:12]})" if options.code else ""
         return f"command {how}: {shlex.join(user_program(options))}{code}"
 
-    def job_label(self, cfg: Any) -> str:
-        """A program whose model trainstack does not know is named `command`."""
-        return self.name
-
     def wrapped(
         self, options: Any, torchrun: tuple[str, ...], config_path: str
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
