@@ -19,7 +19,7 @@ from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
-from jobs.runner import COMMAND, TRAINSTACK
+from jobs.runners import check_runner, runner_for
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
 from jobs.spec import (
     CONFIG_MOUNT_DIR,
@@ -30,7 +30,6 @@ from jobs.spec import (
     pod_resources,
     procs_per_node,
 )
-from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -646,14 +645,14 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_elastic(cfg)
     check_fsx(cfg)
     check_job_api(cfg)
-    builtin = cfg.runner.name == TRAINSTACK
-    if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
+    runner = runner_for(cfg)
+    if runner.reads_model:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     # Before anything here reads an s3:// input (init_from's config.json, resume_from's
     # listing) with this machine's credentials: the API's may reach more than the pods'.
     check_storage(cfg)
     check_grants(cfg)
-    trainer_plan = check_trainer(cfg) if builtin else None
+    trainer_plan = check_trainer(cfg) if runner.uses_trainer_plan else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
@@ -661,7 +660,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_priority_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
-    if cfg.runner.name != COMMAND:
+    if runner.reads_model:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)
