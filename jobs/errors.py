@@ -29,6 +29,9 @@ def one_line(err: BaseException) -> str:
     first = str(err).splitlines()[0] if str(err) else problem
     if key:
         if problem.startswith("Key ") and " not in " in problem:
+            explain = getattr(getattr(cause, "object_type", None), "unknown_key", None)
+            if explain is not None:  # a section that names its own keys (jobs/runners/)
+                return f"{key}: {explain()}"
             near = nearest(str(key).rpartition(".")[2], getattr(cause, "parent_node", None))
             spell = f"did you mean {near!r}?" if near else "check the spelling;"
             return f"{key}: unknown key ({problem}); {spell} a new key is added with +{key}=..."

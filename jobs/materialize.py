@@ -16,7 +16,8 @@ from jobs.errors import JobConfigError
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
 from jobs.run_dirs import LOCAL_STATE_ROOT
-from jobs.runner import code_archive, format_word, job_label
+from jobs.runners import runner_for
+from jobs.runners.program import code_archive, format_word
 from jobs.schema import REQUIRED
 from jobs.spec import JobSpec, to_job_spec
 from jobs.validate import validate_job
@@ -59,7 +60,7 @@ def default_tokenizer_to_checkpoint(cfg: Any) -> None:
 def command_as_list(cfg: Any) -> None:
     """runner.command given as one string (`'python -u train.py'`): its words, split as a
     shell would (quotes kept together), so the record, the sweep and the pods see a list."""
-    command = cfg.runner.command
+    command = cfg.runner.get("command")
     if isinstance(command, ListConfig):  # numbers Hydra parsed (`--steps,5`) are words too
         words = [w if not isinstance(w, int | float) else format_word(w) for w in command]
         with open_dict(cfg):
@@ -102,13 +103,13 @@ def materialize(
     validated = validate_job(cfg, git_sha=git_sha)
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
-    if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
+    if cfg.runner.get("workdir") is not None:  # packed once per process: every point shares it
         keep_out = (cfg.storage.root, LOCAL_STATE_ROOT, cfg.backend.output_root)
         code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb, keep_out)
     with open_dict(cfg):
         cfg.runner.code = code.sha256 if code else None
     if run_id is None:  # named after validation: the name reads the model's keys
-        run_id = new_run_id(job_label(cfg), now)
+        run_id = new_run_id(runner_for(cfg).job_label(cfg), now)
         with open_dict(cfg):
             cfg.run_id = run_id
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.errors import JobConfigError
+from jobs.runners import recorded_runner
 
 TRAINER_SECTIONS = ("seed", "model", "data", "trainer")
 
@@ -159,7 +160,7 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     where, record = found
     composed = leaves(OmegaConf.to_container(cfg, resolve=False))
     scopes = typed_scopes(overrides, composed)
-    merged = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
+    merged = recorded_runner(cfg, {k: v for k, v in record.items() if k not in IGNORED_KEYS})
     maps = free_maps(cfg)
     for key, value in composed.items():
         if key in IGNORED_KEYS + LAUNCHER_KEYS or key.split(".")[0] not in record:

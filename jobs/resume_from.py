@@ -15,7 +15,7 @@ from jobs.backends import traits_of
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem
 from jobs.run_dirs import on_fsx, run_dir_for
-from jobs.runner import TRAINSTACK
+from jobs.runners import runner_for
 from trainer.checkpoint.layout import committed_steps, step_dir
 from trainer.checkpoint.source import locate
 from trainer.errors import ConfigError
@@ -47,7 +47,7 @@ def check_resume_from(cfg: Any) -> None:
     path = resume_from_path(cfg)
     if path is None:
         return
-    if cfg.runner.name != TRAINSTACK:  # the other runners never read it: refuse, not ignore
+    if not runner_for(cfg).builtin:  # the other runners never read it: refuse, not ignore
         raise JobConfigError(
             "trainer.resume_from",
             f"read by the built-in trainer only; allowed with runner={cfg.runner.name}: null",

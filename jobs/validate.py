@@ -22,7 +22,7 @@ from jobs.backends.kubernetes.checks import (
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.resume_from import check_resume_from
-from jobs.runner import COMMAND, TRAINSTACK
+from jobs.runners import check_runner, runner_for
 from jobs.schema import REQUIRED
 from jobs.validate_common import in_pods, listed
 from jobs.validate_compute import check_compute, check_elastic
@@ -34,7 +34,6 @@ from jobs.validate_inputs import (
     check_storage,
 )
 from jobs.validate_policy import check_job_policy
-from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cost_inputs,
     check_image,
@@ -146,14 +145,14 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_elastic(cfg)
     check_fsx(cfg)
     check_job_api(cfg)
-    builtin = cfg.runner.name == TRAINSTACK
-    if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
+    runner = runner_for(cfg)
+    if runner.reads_model:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     # Before anything here reads an s3:// input (init_from's config.json, resume_from's
     # listing) with this machine's credentials: the API's may reach more than the pods'.
     check_storage(cfg)
     check_grants(cfg)
-    trainer_plan = check_trainer(cfg) if builtin else None
+    trainer_plan = check_trainer(cfg) if runner.uses_trainer_plan else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
@@ -161,7 +160,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_priority_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
-    if cfg.runner.name != COMMAND:
+    if runner.reads_model:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from jobs.runner import SCRATCH_DIR as RUNNER_DIR
-from jobs.runner import TRAINSTACK
+from jobs.runners import runner_named
+from jobs.runners.program import SCRATCH_DIR as RUNNER_DIR
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
 
 CONTAINER_NAME = "pytorch"
@@ -115,7 +115,7 @@ def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
     """(volumes, mounts) of this job's own beyond the config: the runner's scratch for another
     runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
     volumes, mounts = [], []
-    if spec.runner != TRAINSTACK:
+    if not runner_named(spec.runner).builtin:
         # The workdir is unpacked, and an s3:// run's metrics and runner=command checkpoints
         # kept, here (trainer.runner_exec).
         volumes.append({"emptyDir": {}, "name": "runner"})

@@ -38,7 +38,8 @@ from jobs.backends.base import (
 from jobs.backends.kubernetes.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
 from jobs.run_dirs import LOCAL_STATE_ROOT
-from jobs.runner import SCRATCH_DIR, TRAINSTACK
+from jobs.runners import runner_named
+from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
 from trainer.launch import RESTARTS_FILE_ENV
 
@@ -119,12 +120,13 @@ class LocalBackend:
     def dryrun(self, job: MaterializedJob) -> DryRun:
         spec = job.spec
         state_dir = str(self.state_dir(spec.name))
-        if spec.runner != TRAINSTACK:
+        wrapped = not runner_named(spec.runner).builtin
+        if wrapped:
             state_dir = os.path.join(self.cwd, state_dir)
         config_path = f"{state_dir}/{CONFIG_FILE}"
         argv = [local_value(a, config_path, state_dir) for a in spec.command]
         env = {k: local_value(v, config_path, state_dir) for k, v in spec.env.items()}
-        if spec.runner != TRAINSTACK:
+        if wrapped:
             for key in CONTRACT_PATHS:
                 if key in env and "://" not in env[key]:
                     env[key] = os.path.join(self.cwd, env[key])
