@@ -279,7 +279,7 @@ class KubernetesBackend:
         """How often a TrainJob's JobSet recreated its pods (its failure policy); 0 for a
         PyTorchJob, or when the JobSet is gone or may not be read."""
 
-        if kind_of(job).api != "trainjob":
+        if not kind_of(job).runs_on_jobset:
             return 0
         name = job["metadata"]["name"]
         try:
@@ -391,7 +391,7 @@ class KubernetesBackend:
         found = None
         for each in ((kind,) if kind else self.settings.kinds) if group else ():
             try:
-                if each.api == "pytorchjob":
+                if not each.runs_on_jobset:
                     pod = f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}"
                     found = archived_log(region, group, pod, each.container)
                 else:

@@ -205,7 +205,7 @@ def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
     """The current pod of node rank `rank` (ValueError for a rank the job does not have). A
     PyTorchJob's pods are named by rank; a TrainJob's are its JobSet's, found by the JobSet's
     and the Indexed Job's labels, the newest restart attempt first."""
-    if kind_of(job).api == "pytorchjob":
+    if not kind_of(job).runs_on_jobset:
         return _get_pod(cluster, pod_name(job, rank))
     check_rank(job, rank)
     name = job["metadata"]["name"]
@@ -232,7 +232,7 @@ def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
 
 def rank_pod_label(job: dict, rank: int) -> str:
     """How messages name a rank's pod."""
-    if kind_of(job).api == "pytorchjob":
+    if not kind_of(job).runs_on_jobset:
         return pod_name(job, rank)
     return f"{job['metadata']['name']} rank {rank}"
 
