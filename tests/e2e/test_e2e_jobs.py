@@ -8,7 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.manifests import (
+    CAPACITY_TYPE_LABEL,
+    CONFIG_MOUNT,
+    INSTANCE_TYPE_LABEL,
+)
 from tests.e2e.conftest import (
     JOBS,
     RUN_ID_LABEL,
