@@ -247,7 +247,7 @@ class ClusterConfig:
 
 
 @dataclass
-class JobsConfig:
+class LaunchConfig:
     """The composed config: `conf/config.yaml` builds on this."""
 
     run_id: str | None = None
@@ -308,7 +308,7 @@ def register() -> None:
 
     OmegaConf.register_new_resolver("required", _required, replace=True)
     store = ConfigStore.instance()
-    store.store(name=SCHEMA_NAME, node=JobsConfig)
+    store.store(name=SCHEMA_NAME, node=LaunchConfig)
     for name in INSTANCE_TYPES:
         store.store(group="compute", name=name, node=gpu_compute_option(name))
     _registered = True

@@ -3,7 +3,7 @@
 One path for every backend: Hydra's sweeper (the basic one, or any sweeper plugin such as
 Optuna's) expands the points and hands them in batches to a launcher, `hydra/launcher=
 backend_<backend>` by default (hydra_plugins/trainstack_launcher for local and render,
-hydra_plugins/pytorchjob_launcher for kubernetes). Before a batch's first point is written or
+hydra_plugins/kubernetes_launcher for kubernetes). Before a batch's first point is written or
 run, the launcher composes and materializes every point of it (`prepare_points`): one bad
 point, or one run id shared by several, and nothing happens (a big batch is prepared in
 worker processes: jobs.sweep_workers). Every point carries the sweep id

@@ -9,7 +9,7 @@ from omegaconf.errors import OmegaConfBaseException
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from jobs.compose import CONF_DIR, compose
-from jobs.schema import JobsConfig
+from jobs.schema import LaunchConfig
 
 GROUP_OPTIONS = {
     group: sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
@@ -19,7 +19,7 @@ GROUP_OPTIONS = {
 
 def test_defaults_compose_to_exactly_the_interface_keys():
     cfg = compose()
-    assert list(cfg.keys()) == list(JobsConfig.__dataclass_fields__)
+    assert list(cfg.keys()) == list(LaunchConfig.__dataclass_fields__)
     assert cfg.compute.name == "local_cpu" and cfg.compute.procs_per_node == 2
     assert (cfg.backend.name, cfg.storage.root, cfg.model.name) == ("local", "runs", "tiny")
     assert cfg.cluster.namespace == "training"

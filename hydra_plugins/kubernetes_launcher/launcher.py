@@ -1,5 +1,6 @@
-"""The kubernetes launcher (`hydra/launcher=trainjob`, `pytorchjob`): submit every point of a
-Hydra multirun as a TrainJob or PyTorchJob (`job.api`), optionally follow them all.
+"""The kubernetes launcher (`hydra/launcher=kubernetes`; aliases `trainjob`, `pytorchjob`):
+submit every point of a Hydra multirun as a TrainJob or PyTorchJob (`job.api`), optionally
+follow them all.
 
 Every point of the batch is composed and materialized first (jobs.sweep.prepare_points): one
 bad point and nothing is submitted. Then each point runs the task function (the `trainstack
@@ -19,14 +20,14 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
-from hydra_plugins.pytorchjob_launcher.config import MODES
+from hydra_plugins.kubernetes_launcher.config import MODES
 from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher
 from jobs.sweep import PointFailed
 
 log = logging.getLogger(__name__)
 
 
-class PyTorchJobLauncher(TrainstackLauncher):
+class KubernetesLauncher(TrainstackLauncher):
     """The same preparation of every point as the basic-style launcher; then submit."""
 
     def __init__(
