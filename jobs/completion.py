@@ -23,6 +23,8 @@ import importlib
 import json
 from pathlib import Path
 
+from jobs.commands import COMMANDS
+
 RUN_COMMANDS = ("status", "logs", "cancel", "checkpoints", "export", "plot")
 """Commands whose positional argument is a run id."""
 ROOT_KEYS = ("storage.root=", "backend.output_root=")
@@ -46,8 +48,6 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 def candidates(line: str) -> list[str] | None:
     """What to offer for the last word of `line` (the word being typed, or a new one after
     a space); None: the line is `trainstack launch ...`, which Hydra completes."""
-    from jobs.cli import COMMANDS
-
     words = line.split()
     typing = "" if not words or line[-1:].isspace() else words.pop()
     if len(words) <= 1:

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from jobs.sweep_points import SweepPointError
+
 PARALLEL_FROM = 32
 """Batches smaller than this are prepared in the launcher's process: starting workers and
 sending points back costs more than it saves."""
@@ -45,8 +47,6 @@ Numbered = list[tuple[int, list[str]]]
 
 def prepared_in_workers(batch: Any, numbered: Numbered, workers: int) -> Iterator:
     """PreparedPoints of `numbered` ((index, overrides) in order), in order."""
-    from jobs.sweep import SweepPointError
-
     global _BATCH
     size = max(1, math.ceil(len(numbered) / (workers * 4)))  # a few runs per worker: balance
     runs = [numbered[first : first + size] for first in range(0, len(numbered), size)]
@@ -72,8 +72,6 @@ def prepared_in_workers(batch: Any, numbered: Numbered, workers: int) -> Iterato
 def _prepare_run(run: Numbered) -> tuple[list, tuple | None]:
     """In a worker: the run's points up to its first bad one, and that one's (index,
     overrides, message) — sent back as data, the exception's own arguments being its text."""
-    from jobs.sweep import SweepPointError
-
     points = []
     for index, overrides in run:
         try:

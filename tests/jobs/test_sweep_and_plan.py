@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from jobs import sweep_workers
-from jobs.sweep import BatchPreparation, SweepPointsLost, check_one_per_point, expand
+from jobs.sweep import BatchPreparation, expand
+from jobs.sweep_points import SweepPointsLost, check_one_per_point
 from tests.jobs.conftest import CLUSTER, OWN_DATA, SAMPLE_DATA, build, files_under
 from trainer.config import TrainerConfig
 
