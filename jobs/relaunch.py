@@ -26,7 +26,6 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from jobs.backends.local import CONFIG_FILE, LAUNCH_FILE, LOCAL_STATE_ROOT
 from jobs.compose import compose
 from jobs.errors import JobConfigError
 
@@ -85,6 +84,8 @@ def mutable(key: str) -> bool:
 
 def state_dir(cfg: Any) -> Path:
     """Where the local backend keeps a run's job/ files (jobs.backends.local)."""
+    from jobs.backends.local import LOCAL_STATE_ROOT  # lazy: start-up time; a relaunch only
+
     root = cfg.storage.root
     return Path(LOCAL_STATE_ROOT if root.startswith("s3://") else root) / cfg.run_id
 
@@ -92,6 +93,8 @@ def state_dir(cfg: Any) -> Path:
 def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     """(where, record) of the run `cfg.run_id` names: the whole job, or its trainer sections;
     None for a new run."""
+    from jobs.backends.local import CONFIG_FILE, LAUNCH_FILE  # lazy: as in state_dir
+
     here = state_dir(cfg)
     run_dir = None if cfg.storage.root.startswith("s3://") else here / "config.yaml"
     for path in (here / LAUNCH_FILE, here / CONFIG_FILE, run_dir):

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import gc
 import math
-import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from jobs.sweep_points import SweepPointError
@@ -47,6 +45,9 @@ Numbered = list[tuple[int, list[str]]]
 
 def prepared_in_workers(batch: Any, numbered: Numbered, workers: int) -> Iterator:
     """PreparedPoints of `numbered` ((index, overrides) in order), in order."""
+    import multiprocessing  # lazy: start-up time; worker processes for a batch of 32+ only
+    from concurrent.futures import ProcessPoolExecutor  # lazy: as multiprocessing
+
     global _BATCH
     size = max(1, math.ceil(len(numbered) / (workers * 4)))  # a few runs per worker: balance
     runs = [numbered[first : first + size] for first in range(0, len(numbered), size)]

@@ -22,13 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import NoReturn
-
-from jobs.naming import new_sweep_id
 
 PROG = "trainstack launch"
 
@@ -103,6 +99,8 @@ def main(argv: Sequence[str]) -> NoReturn:
     if "-m" in args or "--multirun" in args:
         args = with_sweep_id(args)
         if flags.dryrun:  # Hydra's sweeper writes multirun.yaml; a dry run writes nothing
+            import tempfile  # lazy: start-up time (this process only execs); dry sweeps only
+
             scratch = tempfile.mkdtemp(prefix="trainstack-dryrun-")
             args.append(f"hydra.sweep.dir={scratch}")
             env[DRYRUN_SWEEP_DIR_ENV] = scratch
@@ -125,4 +123,8 @@ def with_sweep_id(args: list[str]) -> list[str]:
     so the sweep dir Hydra's sweeper writes `multirun.yaml` to is the sweep's own."""
     if any(a.startswith("sweep_id=") for a in args):
         return list(args)
+    from datetime import UTC, datetime  # lazy: start-up time (this process only execs)
+
+    from jobs.naming import new_sweep_id  # lazy: as datetime; a multirun without sweep_id only
+
     return [*args, f"sweep_id={new_sweep_id(datetime.now(UTC))}"]
