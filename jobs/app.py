@@ -37,10 +37,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from jobs import backends, submission
 from jobs.backends.base import BackendError
+from jobs.backends.kubernetes.manifest_checks import ManifestError
 from jobs.commands.launch import DRYRUN_SWEEP_DIR_ENV, LAUNCH_ENV, PROG, LaunchFlags
 from jobs.compose import CONFIG_NAME, HYDRA_VERSION_BASE
 from jobs.errors import EXIT_BAD_INPUT, JobConfigError, one_line
-from jobs.manifest_checks import ManifestError
 from jobs.materialize import materialize
 from jobs.naming import sweep_point_run_id
 from jobs.relaunch import relaunch_config

@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from jobs.compose import compose
 from jobs.errors import JobConfigError
+from jobs.runners import recorded_runner
 
 TRAINER_SECTIONS = ("seed", "model", "data", "trainer")
 
@@ -84,7 +85,7 @@ def mutable(key: str) -> bool:
 
 def state_dir(cfg: Any) -> Path:
     """Where the local backend keeps a run's job/ files (jobs.backends.local)."""
-    from jobs.backends.local import LOCAL_STATE_ROOT  # lazy: start-up time; a relaunch only
+    from jobs.backends.local.backend import LOCAL_STATE_ROOT  # lazy: start-up time; a relaunch only
 
     root = cfg.storage.root
     return Path(LOCAL_STATE_ROOT if root.startswith("s3://") else root) / cfg.run_id
@@ -93,7 +94,7 @@ def state_dir(cfg: Any) -> Path:
 def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     """(where, record) of the run `cfg.run_id` names: the whole job, or its trainer sections;
     None for a new run."""
-    from jobs.backends.local import CONFIG_FILE, LAUNCH_FILE  # lazy: as in state_dir
+    from jobs.backends.local.backend import CONFIG_FILE, LAUNCH_FILE  # lazy: as in state_dir
 
     here = state_dir(cfg)
     run_dir = None if cfg.storage.root.startswith("s3://") else here / "config.yaml"
@@ -155,7 +156,7 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     where, record = found
     composed = leaves(OmegaConf.to_container(cfg, resolve=False))
     scopes = typed_scopes(overrides, composed)
-    merged = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
+    merged = recorded_runner(cfg, {k: v for k, v in record.items() if k not in IGNORED_KEYS})
     maps = free_maps(cfg)
     for key, value in composed.items():
         if key in IGNORED_KEYS + LAUNCHER_KEYS or key.split(".")[0] not in record:

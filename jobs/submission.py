@@ -18,9 +18,9 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from jobs.backends.kubernetes.manifest_checks import ManifestError
 from jobs.compose import compose
 from jobs.errors import JobConfigError, one_line
-from jobs.manifest_checks import ManifestError
 from jobs.materialize import MaterializedJob, materialize
 
 REPO_DIR = Path(__file__).resolve().parent.parent

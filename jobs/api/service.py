@@ -23,13 +23,13 @@ from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, override_v
 from jobs.api.request_policy import Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
 from jobs.backends.base import BackendError
-from jobs.backends.kubernetes import MANAGED_SELECTOR, KubernetesBackend
+from jobs.backends.kubernetes.backend import MANAGED_SELECTOR, KubernetesBackend
+from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.kinds import kind_of
+from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
+from jobs.backends.kubernetes.client.preflight import PreflightError
+from jobs.backends.kubernetes.client.submit import delete_job
 from jobs.compose import compose
-from jobs.k8s.api import ClusterError
-from jobs.k8s.kinds import kind_of
-from jobs.k8s.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
-from jobs.k8s.preflight import PreflightError
-from jobs.k8s.submit import delete_job
 from jobs.naming import new_sweep_id, sweep_point_run_id
 from jobs.resume_from import resume_from_path
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL

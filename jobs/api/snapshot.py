@@ -21,10 +21,10 @@ from typing import Any
 
 from catalog import get_instance_type
 from jobs.backends.base import BackendError, RunStatus
-from jobs.backends.kubernetes import to_status
-from jobs.manifests import INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.backend import to_status
+from jobs.backends.kubernetes.manifests import INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
 from jobs.plot.metrics import max_steps, read_config
-from jobs.trainjob import INSTANCE_TYPE_ANNOTATION
 
 CONFIG_RETRY_S = 30.0
 """How often a run dir without config.yaml yet (a pending run) is looked at again."""

@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 from jobs.backends.base import BackendError
+from jobs.backends.kubernetes.client.api import connect
+from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job
+from jobs.backends.kubernetes.client.ecr import resolve_digest
 from jobs.errors import EXIT_BAD_INPUT, JobConfigError, one_line
 from jobs.grants import check_urls
-from jobs.k8s.api import connect
-from jobs.k8s.batch import progress, submit_job, wait_job
-from jobs.k8s.ecr import resolve_digest
 from trainer.errors import ConfigError
 
 DEFAULT_SLICES = 16
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     data["tokenizer"] = data["tokenizer"] or "byte"
     if cfg.backend.name == "local":
         return _here(args, data)
-    from jobs.manifest_checks import (
+    from jobs.backends.kubernetes.manifest_checks import (
         ManifestError,
     )  # lazy: completion loads this module
 
@@ -96,12 +96,12 @@ def _here(args: argparse.Namespace, data: dict) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
-    from jobs.data_prepare import (
+    from jobs.backends.kubernetes.data_prepare import (
         PrepareJobSpec,
         job_name,
         to_manifests,
     )  # lazy: completion loads this module
-    from jobs.manifests import to_yaml  # lazy: completion loads this module
+    from jobs.backends.kubernetes.manifests import to_yaml  # lazy: completion loads this module
     from jobs.schema import plain  # lazy: completion loads this module
     from jobs.submission import git_sha  # lazy: completion loads this module
 

@@ -1,5 +1,5 @@
 """`trainstack launch` as real processes: it execs the Hydra app with Hydra's arguments only,
-trainstack's flags in the environment (jobs.app.exec_launch). The rest of the suite runs that
+trainstack's flags in the environment (jobs.commands.launch.main). The rest of the suite runs that
 app in-process (the `exec_in_process` fixture); these run the exec itself."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.runner import CODE_DIR, SCRATCH_DIR
+from jobs.runners.program import CODE_DIR, SCRATCH_DIR
 from tests.jobs.conftest import CLUSTER, build, files_under
 from trainer.config import EXIT_BAD_INPUT
 
