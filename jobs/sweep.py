@@ -6,7 +6,8 @@ backend_<backend>` by default (hydra_plugins/trainstack_launcher for local and r
 hydra_plugins/kubernetes_launcher for kubernetes). Before a batch's first point is written or
 run, the launcher composes and materializes every point of it (`prepare_points`): one bad
 point, or one run id shared by several, and nothing happens (a big batch is prepared in
-worker processes: jobs.sweep_workers). Every point carries the sweep id
+worker processes: jobs.sweep_workers). The prepared jobs go to the task object Hydra handed
+the launcher (jobs.app.LaunchTask), whose points schedule them. Every point carries the sweep id
 (`sweep_id=`, else a new one); `SweepSummary` (a Hydra callback, conf/config.yaml) writes
 `<backend.output_root>/sweeps/<sweep_id>/summary.yaml` from the job returns.
 """
