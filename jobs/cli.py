@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         # here for every line but `trainstack launch ...`, which is Hydra's (jobs/completion.py).
         from jobs.completion import query
 
-        answer = query(argv, os.environ.get("COMP_LINE"), os.environ.get("COMP_POINT"))
+        answer = query(argv, os.environ.get("COMP_LINE"), os.environ.get("COMP_POINT"), COMMANDS)
         if answer is not None:
             print(answer)
             return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 RUN_COMMANDS = ("status", "logs", "cancel", "checkpoints", "export", "plot")
@@ -43,19 +44,19 @@ def command_parser(name: str) -> argparse.ArgumentParser:
     return parser
 
 
-def candidates(line: str) -> list[str] | None:
+def candidates(line: str, commands: Collection[str]) -> list[str] | None:
     """What to offer for the last word of `line` (the word being typed, or a new one after
-    a space); None: the line is `trainstack launch ...`, which Hydra completes."""
-    from jobs.cli import COMMANDS
-
+    a space) among the subcommands `commands` (jobs.cli's table, passed in: the CLI imports
+    this module, not the other way round); None: the line is `trainstack launch ...`, which
+    Hydra completes."""
     words = line.split()
     typing = "" if not words or line[-1:].isspace() else words.pop()
     if len(words) <= 1:
-        return sorted(COMMANDS)
+        return sorted(commands)
     name = words[1]
     if name == "launch":
         return None
-    if name not in COMMANDS:
+    if name not in commands:
         return []
     parser = command_parser(name)
     # argparse has no public listing of a parser's options; _actions is what its help reads.
@@ -94,7 +95,7 @@ def positionals(words: list[str], options: dict[str, argparse.Action]) -> list[s
 def roots(words: list[str]) -> list[Path]:
     """Where runs are listed from: runs/, or what storage.root / backend.output_root on the
     line say (an s3:// storage root keeps its local state under runs/)."""
-    from jobs.backends.local import LOCAL_STATE_ROOT
+    from jobs.backends.local import LOCAL_STATE_ROOT  # lazy: ~0.27 s on every <TAB>
 
     found = []
     for word in words:
@@ -106,7 +107,7 @@ def roots(words: list[str]) -> list[Path]:
 
 
 def states(words: list[str]) -> list[dict]:
-    from jobs.backends.run_state import STATE_FILE
+    from jobs.backends.run_state import STATE_FILE  # lazy: ~0.06 s on every <TAB>
 
     found = []
     for root in roots(words):
@@ -126,13 +127,15 @@ def sweep_ids(words: list[str]) -> list[str]:
     return sorted({s["sweep_id"] for s in states(words) if isinstance(s.get("sweep_id"), str)})
 
 
-def query(argv: list[str], line: str | None, point: str | None) -> str | None:
+def query(
+    argv: list[str], line: str | None, point: str | None, commands: Collection[str]
+) -> str | None:
     """The text `trainstack -sc query=<shell>` prints, or None when Hydra should answer (a
     `launch` line, or install/uninstall)."""
     shell = argv[1].removeprefix("query=") if len(argv) == 2 else ""
     if shell not in ("bash", "zsh", "fish") or line is None:
         return None
-    offered = candidates(typed_line(line, point))
+    offered = candidates(typed_line(line, point), commands)
     if offered is None:
         return None
     return ("\n" if shell == "fish" else " ").join(offered)
