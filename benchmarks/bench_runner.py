@@ -58,7 +58,7 @@ def bench_launch_overhead(repeats: int = 5) -> dict:
     besides trainer.launch, torchrun's own code in-process)."""
     from datetime import UTC, datetime
 
-    from jobs.backends.local import LocalBackend
+    from jobs.backends.local.backend import LocalBackend
     from jobs.compose import compose
     from jobs.materialize import materialize
 

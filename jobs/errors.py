@@ -68,4 +68,5 @@ def missing_stack(name: str, options: list[str]) -> str:
 
 class BackendError(Exception):
     """A backend could not do what was asked; str() is the one line shown to the user. Here, not
-    in jobs.backends, so the Kubernetes client (jobs.k8s) raises it without importing backends."""
+    in jobs.backends, so the Kubernetes client (jobs.backends.kubernetes.client) raises it without
+    importing backends."""

@@ -104,7 +104,7 @@ def materialize(
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
     if cfg.runner.get("workdir") is not None:  # packed once per process: every point shares it
-        from jobs.backends.local import LOCAL_STATE_ROOT
+        from jobs.backends.local.backend import LOCAL_STATE_ROOT
         from jobs.workdir import pack
 
         keep_out = (cfg.storage.root, LOCAL_STATE_ROOT, cfg.backend.output_root)
@@ -124,8 +124,8 @@ def materialize(
         check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, *validated), code=code)
     if cfg.backend.name != "local":
-        from jobs.manifest_checks import schemas_installed
-        from jobs.manifests import to_manifests
+        from jobs.backends.kubernetes.manifest_checks import schemas_installed
+        from jobs.backends.kubernetes.manifests import to_manifests
 
         # A render works with what `make run` installs (the render backend says what it left
         # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).

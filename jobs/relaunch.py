@@ -78,8 +78,8 @@ def mutable(key: str) -> bool:
 
 
 def state_dir(cfg: Any) -> Path:
-    """Where the local backend keeps a run's job/ files (jobs.backends.local)."""
-    from jobs.backends.local import LOCAL_STATE_ROOT
+    """Where the local backend keeps a run's job/ files (jobs.backends.local.backend)."""
+    from jobs.backends.local.backend import LOCAL_STATE_ROOT
 
     root = cfg.storage.root
     return Path(LOCAL_STATE_ROOT if root.startswith("s3://") else root) / cfg.run_id
@@ -90,7 +90,7 @@ def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     None for a new run."""
     import yaml
 
-    from jobs.backends.local import CONFIG_FILE, LAUNCH_FILE
+    from jobs.backends.local.backend import CONFIG_FILE, LAUNCH_FILE
 
     here = state_dir(cfg)
     run_dir = None if cfg.storage.root.startswith("s3://") else here / "config.yaml"

@@ -150,7 +150,8 @@ class JobConfig:
     a cluster the operator recreates failed pods (exit 128-255: preempted, killed, peer lost)
     up to this many times (runPolicy.backoffLimit). Bad input (exit 2) is never restarted.
     On job.api=trainjob the pods are recreated by the runtime's JobSet failure policy, whose
-    maxRestarts is the platform's (jobs/runtimes.py: 3); this key still sets torchrun's."""
+    maxRestarts is the platform's (jobs/backends/kubernetes/runtimes.py: 3); this key still sets
+    torchrun's."""
     max_retries: int = 2
     """kubernetes, second line: while `--wait` follows a run it submitted, resubmit it (same
     run id and manifests, resumes) this many times after it ended Failed."""

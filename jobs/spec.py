@@ -210,7 +210,8 @@ def pod_resources(instance: InstanceType, gpus: int) -> Resources:
 
 def platform_env(instance: InstanceType | None) -> dict[str, str]:
     """What every job on `instance` needs whatever it runs: NCCL's failure detection and, with
-    EFA, libfabric's provider settings. A trainstack runtime carries it (jobs.runtimes)."""
+    EFA, libfabric's provider settings. A trainstack runtime carries it
+    (jobs.backends.kubernetes.runtimes)."""
     env: dict[str, str] = {}
     if instance is not None and instance.gpus:
         env.update(NCCL_RECOVERY_ENV)

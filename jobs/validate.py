@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
+from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
 from jobs.runners import check_runner, runner_for
-from jobs.runtimes import RUNTIME_GRACE_S
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
 from jobs.spec import (
     CONFIG_MOUNT_DIR,
@@ -516,7 +516,7 @@ def check_job_api(cfg: Any) -> None:
     grace = job.termination_grace_period_seconds
     if job.queue and isinstance(grace, int) and grace > RUNTIME_GRACE_S:
         # Kueue rewrites a queued TrainJob with Trainer types that have no grace-period patch
-        # (jobs/trainjob.py): its pods get the runtime's.
+        # (jobs/backends/kubernetes/trainjob.py): its pods get the runtime's.
         raise JobConfigError(
             "job.termination_grace_period_seconds",
             f"{grace} is above what a queued TrainJob gets (its runtime's {RUNTIME_GRACE_S}: "
@@ -534,7 +534,8 @@ def check_job_api(cfg: Any) -> None:
 
 
 def stack_runtimes(node_groups: Any) -> list[str]:
-    """The ClusterTrainingRuntimes a stack installs (jobs.runtimes.cluster_training_runtimes):
+    """The ClusterTrainingRuntimes a stack installs
+    (jobs.backends.kubernetes.runtimes.cluster_training_runtimes):
     one per GPU node group, then the CPU runtime."""
     return [*(gpu_runtime_name(group.name) for group in node_groups), CPU_RUNTIME]
 

@@ -2,7 +2,7 @@
 
 What the training operator would add on a cluster (PET_* variables torchrun reads: nodes,
 processes per node, rendezvous) the backend adds here the same way, with a standalone
-rendezvous on this host. A small supervisor process (`jobs.backends.local_runner`) owns
+rendezvous on this host. A small supervisor process (`jobs.backends.local.supervisor`) owns
 torchrun and records its state in `<run dir>/job/state.json`, so `status`, `logs` and `cancel`
 work from any shell while `trainstack launch` streams progress.
 """
@@ -32,7 +32,7 @@ from jobs.backends.base import (
     RunStatus,
     matching,
 )
-from jobs.manifests import trainer_config_yaml
+from jobs.backends.kubernetes.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR
@@ -183,7 +183,7 @@ class LocalBackend:
         )
         # Detached: the run outlives this shell; the supervisor alone writes state from here.
         subprocess.Popen(
-            [sys.executable, "-m", "jobs.backends.local_runner", str(state_dir.resolve())],
+            [sys.executable, "-m", "jobs.backends.local.supervisor", str(state_dir.resolve())],
             cwd=request.cwd,
             start_new_session=True,
             stdin=subprocess.DEVNULL,
