@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.runtimes import DEFAULT_MAX_RESTARTS
+from jobs.backends.kubernetes.runtimes import DEFAULT_MAX_RESTARTS
 from tests.e2e.conftest import (
     JOBS,
     admitted,
