@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from catalog import INSTANCE_TYPES
@@ -278,6 +277,9 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    # lazy: hydra (~0.14 s) only where a config is composed; infra and the API read the schema
+    from hydra.core.config_store import ConfigStore
+
     OmegaConf.register_new_resolver("required", _required, replace=True)
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=LaunchConfig)

@@ -49,6 +49,11 @@ class RunnerOptions:
     """The runner (the group's option sets it)."""
 
     @classmethod
+    def fields(cls) -> frozenset[str]:
+        """Every key of the section, `code` included."""
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
     def keys(cls) -> list[str]:
         """The keys a user may set (`code` is the launcher's)."""
         return sorted(f.name for f in dataclasses.fields(cls) if f.name != "code")
