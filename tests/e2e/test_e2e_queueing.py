@@ -23,10 +23,6 @@ LIMIT = DEFAULT_MAX_RESTARTS
 """Restarts after a killed pod: a TrainJob's runtime's JobSet maxRestarts (the platform's
 default), a PyTorchJob's runPolicy.backoffLimit (`job.max_restarts`, set to the same)."""
 ONE_NODE_APIS = ["trainjob", "pytorchjob"]
-JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-LIMIT = DEFAULT_MAX_RESTARTS
-"""Restarts after a killed pod: a TrainJob's runtime's JobSet maxRestarts (the platform's
-default), a PyTorchJob's runPolicy.backoffLimit (`job.max_restarts`, set to the same)."""
 TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
 
 
