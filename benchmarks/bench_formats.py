@@ -97,7 +97,7 @@ def _worker(work: Path, out: Path) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
     from trainer.data import IGNORE_INDEX, PackedSequences, TrainBatches, load_corpus
     from trainer.distributed import init_distributed, shutdown
     from trainer.job_config import Plan

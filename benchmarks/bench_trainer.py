@@ -228,8 +228,9 @@ def _checkpoint(env) -> dict:
     import torch
     import torch.distributed as dist
 
-    from trainer.checkpoint import Checkpointer, step_dir
-    from trainer.config import CheckpointConfig
+    from contract.checkpoints import step_dir
+    from contract.config import CheckpointConfig
+    from trainer.checkpoint import Checkpointer
     from trainer.storage import open_run_storage
 
     model, optimizer = _trained_big_model(env)

@@ -1,7 +1,7 @@
 """Structured-config schema of a job: the top-level keys users compose with Hydra.
 
 The `model`, `data` and `trainer` sections are the trainer's own dataclasses (the job writes
-exactly that file), so their defaults live in `trainer/config.py` only. Everything else here
+exactly that file), so their defaults live in `contract/config.py` only. Everything else here
 is what the launcher needs to place and run the trainer. `register()` puts the schema and one
 `compute` option per catalog instance type into Hydra's ConfigStore, so a typo or a wrong
 type fails at compose time with Hydra's own message.
@@ -16,7 +16,7 @@ from omegaconf import MISSING
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
-from trainer.config import DataConfig, ModelConfig, TrainerConfig
+from contract.config import DataConfig, ModelConfig, TrainerConfig
 from trainer.model.args import ARCH_FIELDS
 from trainer.runners.hf.settings import PeftSettings
 

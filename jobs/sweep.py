@@ -29,6 +29,7 @@ import yaml
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 
+from contract.run_dir import METRICS_FILE
 from jobs.backends.run_state import write_atomic
 from jobs.naming import new_sweep_id, sweep_point_run_id
 
@@ -327,7 +328,7 @@ def _task_config(cfg: Any) -> Any:
 
 def last_loss(run_dir: str) -> float | None:
     """The last `loss` in a local run's logs/metrics.jsonl."""
-    path = Path(run_dir) / "logs" / "metrics.jsonl"
+    path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return None
     loss = None

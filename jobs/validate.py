@@ -187,7 +187,7 @@ def check_trainer(cfg: Any) -> TrainerPlan:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from trainer.config import TrainerJobConfig
+    from contract.config import TrainerJobConfig
     from trainer.errors import ConfigError
     from trainer.hf.config import read_hf_config
     from trainer.job_config import data_parallel_mesh, grad_accum_steps, make_plan

@@ -1,6 +1,6 @@
 """`torchrun --nproc_per_node=N -m trainer --config PATH [key=value ...]` (or `python -m trainer`).
 
-Exit codes (trainer.config): 0 done, 2 bad input (one line on stderr, nothing written),
+Exit codes (contract.config): 0 done, 2 bad input (one line on stderr, nothing written),
 143 stopped by SIGTERM after writing a checkpoint (run again to resume), 1 a failure — among
 them checkpoints that fail to save or to load (one line on stderr).
 """
@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
 from trainer.errors import ConfigError
 
 

@@ -21,7 +21,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from trainer.config import CHOICES, TrainerJobConfig
+from contract.config import CHOICES, TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import resolve_init_from_args
 from trainer.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config

@@ -43,7 +43,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PEER_LOST, EXIT_PREEMPTED
+from contract.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PEER_LOST, EXIT_PREEMPTED
 
 
 def exit_code_for(first_failure_code: int) -> int:

@@ -12,11 +12,10 @@ import os
 import sys
 from typing import Any
 
-from trainer.config import MetricsConfig
+from contract.config import MetricsConfig
+from contract.run_dir import METRICS_FILE
 from trainer.errors import warn
 from trainer.storage import RunStorage
-
-METRICS_FILE = "logs/metrics.jsonl"
 
 
 class MetricsLogger:

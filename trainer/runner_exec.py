@@ -31,10 +31,10 @@ from pathlib import Path
 
 import yaml
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
+from contract.run_dir import CONFIG_FILE
 from trainer.runner_sync import CheckpointMirror, run_syncing, syncs_for
 
-RECORD = "config.yaml"
 MARKER = ".trainstack-code"
 """Inside the unpacked tree: the sha256 it was unpacked from."""
 
@@ -64,7 +64,7 @@ def write_record(config_text: str, run_dir: str) -> None:
 
     if os.environ.get("PET_NODE_RANK", "0") != "0":
         return
-    open_run_storage(run_dir).write_text(RECORD, config_text)
+    open_run_storage(run_dir).write_text(CONFIG_FILE, config_text)
 
 
 class CodeError(Exception):
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_record(config_text, run_dir)
     except Exception as exc:  # storage trouble: transient more often than not
-        _say(f"could not write {run_dir}/{RECORD}: {exc}")
+        _say(f"could not write {run_dir}/{CONFIG_FILE}: {exc}")
         return EXIT_FAILED
     try:
         make_contract_paths(os.environ)

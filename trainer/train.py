@@ -13,13 +13,14 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
+from contract.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.run_dir import CONFIG_FILE
 from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.checkpoint.checkpointer import FAILED, CheckpointError, describe, format_failures
 from trainer.checkpoint.fit import check_checkpoints_fit
 from trainer.checkpoint.layout import committed_steps
 from trainer.checkpoint.source import KEY as RESUME_FROM
 from trainer.checkpoint.source import ResumeSource, check_fits, locate
-from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
     Batch,
@@ -114,7 +115,7 @@ def run(cfg: TrainerJobConfig) -> int:
         optimizer = build_optimizer(model, cfg.trainer)
         scheduler = build_scheduler(optimizer, cfg.trainer)
         if env.is_main:
-            storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
+            storage.write_text(CONFIG_FILE, OmegaConf.to_yaml(resolved))
             keep_model_files(storage, init_from, None if tokenizer_dir == "byte" else tokenizer_dir)
         if started_from:
             metrics.note(started_from)

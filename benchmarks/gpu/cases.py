@@ -36,7 +36,7 @@ from typing import Any
 from benchmarks.gpu import fixtures
 from benchmarks.gpu.plan import BY_NAME, GPU, SMOKE, TRAIN_ROWS, Sizes
 from benchmarks.gpu.procs import kill_tree
-from trainer.checkpoint.layout import MARKER, step_dir
+from contract.checkpoints import MARKER, step_dir
 from trainer.gpu_peaks import gpu_peak_flops
 from trainer.model.args import ModelArgs
 

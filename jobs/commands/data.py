@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _here(args: argparse.Namespace, data: dict) -> int:
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
     from trainer.data.prepare import PrepareRequest, prepare
     from trainer.errors import ConfigError
     from trainer.storage import StorageError

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import EXIT_BAD_INPUT
+    from contract.config import EXIT_BAD_INPUT
     from trainer.errors import ConfigError
     from trainer.hf.export import export_run
     from trainer.storage import StorageError

@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-METRICS_FILE = "logs/metrics.jsonl"
-CONFIG_FILE = "config.yaml"
+from contract.run_dir import CONFIG_FILE, METRICS_FILE
 
 
 @dataclass

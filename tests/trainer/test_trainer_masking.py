@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from contract.config import DataConfig
 from tests.trainer.hf_tokenizers import llama3_style
-from trainer.config import DataConfig
 from trainer.data import IGNORE_INDEX, Batch, PackedSequences, TokenStream, load_corpus
 from trainer.job_config import Plan
 from trainer.model.args import ModelArgs

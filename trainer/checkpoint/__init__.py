@@ -13,15 +13,7 @@ checkpoint at launch in the API image, which has none, so the torch-using parts 
 
 from typing import Any
 
-from trainer.checkpoint.layout import (
-    CHECKPOINTS,
-    MARKER,
-    METADATA,
-    CheckpointReport,
-    list_checkpoints,
-    parse_step,
-    step_dir,
-)
+from trainer.checkpoint.layout import CheckpointReport, list_checkpoints
 
 _LAZY = {
     "Checkpointer": "trainer.checkpoint.checkpointer",
@@ -39,14 +31,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CHECKPOINTS",
-    "MARKER",
-    "METADATA",
     "CheckpointError",
     "CheckpointReport",
     "Checkpointer",
     "list_checkpoints",
-    "parse_step",
     "resume_newest",
-    "step_dir",
 ]

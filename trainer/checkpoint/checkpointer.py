@@ -26,14 +26,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from trainer.checkpoint.layout import (
-    MARKER,
-    inspect_step,
-    read_metadata,
-    step_dir,
-    step_files,
-)
-from trainer.config import CheckpointConfig
+from contract.checkpoints import MARKER, step_dir
+from contract.config import CheckpointConfig
+from trainer.checkpoint.layout import inspect_step, read_metadata, step_files
 from trainer.distributed import Distributed
 from trainer.errors import warn
 from trainer.faults import maybe_pause_before_commit

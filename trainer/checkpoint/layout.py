@@ -13,20 +13,9 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.checkpoints import MARKER, METADATA, parse_step, step_dir
+from contract.run_dir import CHECKPOINTS
 from trainer.storage import RunStorage, StorageError
-
-CHECKPOINTS = "checkpoints"
-MARKER = "COMMITTED"
-METADATA = ".metadata"
-
-
-def step_dir(step: int) -> str:
-    return f"{CHECKPOINTS}/step-{step:08d}"
-
-
-def parse_step(name: str) -> int | None:
-    digits = name.removeprefix("step-")
-    return int(digits) if name.startswith("step-") and digits.isdigit() else None
 
 
 def read_metadata(storage: RunStorage, step: int):

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from trainer.checkpoint import METADATA
+from contract.checkpoints import METADATA
+from contract.run_dir import CONFIG_FILE
 from trainer.errors import ConfigError
 from trainer.hf.dcp_read import CheckpointTensors
 from trainer.hf.hub import download, is_hub
@@ -49,7 +50,7 @@ class RunLora:
 def run_lora(storage: RunStorage) -> RunLora | None:
     """The run's LoRA settings from its config.yaml, or None for a full fine-tune."""
     try:
-        saved = OmegaConf.to_container(OmegaConf.create(storage.read_text("config.yaml")))
+        saved = OmegaConf.to_container(OmegaConf.create(storage.read_text(CONFIG_FILE)))
     except StorageNotFoundError:
         return None
     model: dict[str, Any] = saved.get("model") or {}  # type: ignore[union-attr, assignment]

@@ -32,7 +32,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
     from trainer.data.prepare import PrepareRequest, finalize, prepare, run_slice
     from trainer.errors import ConfigError
     from trainer.storage import StorageError

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.config import TrainerJobConfig
+from contract.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.job_config import grad_accum_steps
 

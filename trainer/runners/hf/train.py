@@ -22,7 +22,8 @@ from typing import Any
 import torch
 import yaml
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.run_dir import CHECKPOINTS, METRICS_FILE
 from trainer.errors import ConfigError
 from trainer.faults import maybe_delay_step
 from trainer.runners.hf.checkpoints import COMPLETE, newest_complete
@@ -230,8 +231,8 @@ def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
     evaluate = cfg.trainer.eval_interval > 0 and data.eval.count > 0
     remote = "://" in cfg.run_dir
     checkpoints = os.environ.get("TRAINSTACK_CHECKPOINT_DIR") or f"{cfg.run_dir}/checkpoints"
-    output_dir = staging(cfg.run_dir) / "checkpoints" if remote else Path(checkpoints)
-    metrics = Path(os.environ.get("TRAINSTACK_METRICS") or f"{cfg.run_dir}/logs/metrics.jsonl")
+    output_dir = staging(cfg.run_dir) / CHECKPOINTS if remote else Path(checkpoints)
+    metrics = Path(os.environ.get("TRAINSTACK_METRICS") or f"{cfg.run_dir}/{METRICS_FILE}")
     settings = training_arguments(cfg, output_dir=str(output_dir), world=world, cuda=cuda)
     args = TrainingArguments(**settings)
     torch.manual_seed(cfg.seed)
