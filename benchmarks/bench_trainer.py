@@ -130,7 +130,7 @@ def _run(cmd: list[str]) -> None:
 def _build(model_overrides: dict, env):
     import torch
 
-    from trainer.model.args import MODEL_PRESETS
+    from contract.model.args import MODEL_PRESETS
     from trainer.model.model import Transformer
     from trainer.parallelize import parallelize
 

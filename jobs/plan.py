@@ -219,10 +219,10 @@ def hf_lora_trained(cfg: Any, hf_config: dict | None) -> str:
     checkpoint's config.json as the built-in trainer's would be, where launch read it and the
     architecture is one the trainer knows; otherwise the note says why there is no count."""
     # Lazy, as make_plan's: the Hugging Face config mapping serves only runner=hf.
+    from contract.model.families import PROJECTIONS
     from jobs.runner import HF
     from trainer.errors import ConfigError
     from trainer.hf.config import model_args_from_hf, unsupported
-    from trainer.model.families import PROJECTIONS
 
     peft = cfg.runner.peft if cfg.runner.name == HF else None
     if peft is None or not peft.r:
@@ -287,8 +287,8 @@ def toy_data_warnings(cfg: Any, where: str) -> list[str]:
 def model_description(cfg: Any) -> str:
     """The model's label, and for a preset some of whose architecture keys were changed,
     which: `tiny (modified: dim, n_layers)` — the name alone would claim the preset's size."""
+    from contract.model.args import MODEL_PRESETS, stated_args
     from trainer.job_config import model_label
-    from trainer.model.args import MODEL_PRESETS, stated_args
 
     label = model_label(cfg)
     preset = MODEL_PRESETS.get(cfg.model.name)

@@ -16,9 +16,8 @@ from omegaconf import MISSING
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
-from contract.config import DataConfig, ModelConfig, TrainerConfig
-from trainer.model.args import ARCH_FIELDS
-from trainer.runners.hf.settings import PeftSettings
+from contract.config import DataConfig, ModelConfig, PeftSettings, TrainerConfig
+from contract.model.args import ARCH_FIELDS
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
+from contract.model.args import ARCH_FIELDS
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
@@ -40,7 +41,6 @@ from jobs.validate_targets import (
     check_priority_approved,
     check_secrets_approved,
 )
-from trainer.model.args import ARCH_FIELDS
 
 __all__ = ["JobConfigError", "validate_job"]
 

@@ -22,10 +22,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contract.config import CHOICES, TrainerJobConfig
+from contract.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config
+from contract.model.families import PROJECTIONS
 from trainer.errors import ConfigError
 from trainer.hf.config import resolve_init_from_args
-from trainer.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config
-from trainer.model.families import PROJECTIONS
 
 
 def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:

@@ -271,7 +271,7 @@ def check_device(opts: SmokeOptions) -> str:
 def check_train_step(opts: SmokeOptions) -> str:
     import torch
 
-    from trainer.model.args import MODEL_PRESETS
+    from contract.model.args import MODEL_PRESETS
 
     device = _pick_device(opts)
     torch.manual_seed(0)

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from contract.model.args import ARCH_FIELDS, ModelArgs
 from contract.run_dir import CONFIG_FILE
 from trainer.errors import ConfigError
-from trainer.model.args import ARCH_FIELDS, ModelArgs
 from trainer.storage import RunStorage, StorageError
 
 

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from contract import run_dir as run_layout
 from contract.checkpoints import METADATA, step_dir
 from contract.config import TrainerJobConfig
+from contract.model.args import ModelArgs, model_args_from_config
 from trainer.checkpoint.layout import committed_steps
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
@@ -42,7 +43,6 @@ from trainer.hf.export_lora import (
 )
 from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
 from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
-from trainer.model.args import ModelArgs, model_args_from_config
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}

@@ -16,11 +16,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from contract.model.args import ModelArgs
 from trainer.distributed import Distributed, env_rank
 from trainer.errors import ConfigError
 from trainer.hf.hub import MODEL_FILES, TOKENIZER_FILES
 from trainer.hf.weights import check_checkpoint, check_tensors, load_hf_weights, local_reader
-from trainer.model.args import ModelArgs
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
 STAGING_ENV = "TRAINSTACK_STAGING_DIR"

@@ -1,5 +1,5 @@
 """Hugging Face tensors <-> the trainer's parameters, and loading them into FSDP2 shards.
-Each family's tensor names are in `trainer.model.families`.
+Each family's tensor names are in `contract.model.families`.
 
 Names: `hf_name` is the one mapping both ways (load and export use it). No q/k permutation is
 needed anywhere: `trainer.model.model.apply_rope` rotates the two halves of each head, which
@@ -28,9 +28,9 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+from contract.model.args import ModelArgs
+from contract.model.families import FAMILIES, LAYER_TENSORS, TOP_TENSORS
 from trainer.errors import ConfigError
-from trainer.model.args import ModelArgs
-from trainer.model.families import FAMILIES, LAYER_TENSORS, TOP_TENSORS
 from trainer.model.model import plain_name
 
 INDEX_FILE = "model.safetensors.index.json"

@@ -22,12 +22,12 @@ from typing import Any
 import torch
 import yaml
 
-from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, PeftSettings, TrainerJobConfig
 from contract.run_dir import CHECKPOINTS, METRICS_FILE
 from trainer.errors import ConfigError
 from trainer.faults import maybe_delay_step
 from trainer.runners.hf.checkpoints import COMPLETE, newest_complete
-from trainer.runners.hf.settings import PeftSettings, check_supported, training_arguments
+from trainer.runners.hf.settings import check_supported, training_arguments
 
 EXPORT = "export"
 
