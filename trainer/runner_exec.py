@@ -34,6 +34,7 @@ import yaml
 from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
 from contract.run_dir import CONFIG_FILE
 from trainer.runner_sync import CheckpointMirror, run_syncing, syncs_for
+from trainer.storage import StorageNotFoundError, open_run_storage, read_uri_bytes
 
 MARKER = ".trainstack-code"
 """Inside the unpacked tree: the sha256 it was unpacked from."""
@@ -60,8 +61,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def write_record(config_text: str, run_dir: str) -> None:
     """Node 0 only (PET_NODE_RANK is the operator's; absent here: one node)."""
-    from trainer.storage import open_run_storage
-
     if os.environ.get("PET_NODE_RANK", "0") != "0":
         return
     open_run_storage(run_dir).write_text(CONFIG_FILE, config_text)
@@ -72,8 +71,6 @@ class CodeError(Exception):
 
 
 def fetch(uri: str, sha256: str) -> bytes:
-    from trainer.storage import StorageNotFoundError, read_uri_bytes
-
     try:
         data = read_uri_bytes(uri)
     except (StorageNotFoundError, FileNotFoundError):

@@ -11,6 +11,7 @@ The layout (and `source`, what `trainer.resume_from` names) needs no torch: `job
 checkpoint at launch in the API image, which has none, so the torch-using parts load lazily.
 """
 
+import importlib
 from typing import Any
 
 from trainer.checkpoint.layout import CheckpointReport, list_checkpoints
@@ -24,8 +25,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -105,7 +105,9 @@ class Checkpointer:
         if local is not None:
             dcp.load(state, checkpoint_id=str(local), process_group=group)
             return
-        from trainer.checkpoint.s3_io import s3_reader
+        from trainer.checkpoint.s3_io import (
+            s3_reader,  # lazy: s3torchconnector, for s3:// run dirs only
+        )
 
         dcp.load(state, storage_reader=s3_reader(self.storage, rel), process_group=group)  # type: ignore[arg-type]
 
@@ -137,7 +139,9 @@ class Checkpointer:
             target.mkdir(parents=True, exist_ok=True)
             where: dict[str, Any] = {"checkpoint_id": str(target)}
         else:
-            from trainer.checkpoint.s3_io import s3_writer
+            from trainer.checkpoint.s3_io import (
+                s3_writer,  # lazy: s3torchconnector, for s3:// run dirs only
+            )
 
             where = {"storage_writer": s3_writer(self.storage, rel)}  # type: ignore[arg-type]
         if asynchronous:

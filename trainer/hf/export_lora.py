@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
 
 from contract.checkpoints import METADATA
 from contract.run_dir import CONFIG_FILE
@@ -87,8 +88,6 @@ def adapter_tensors(checkpoint: Path, dtype: torch.dtype) -> dict[str, torch.Ten
 def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """A safetensors file of an export, with the mode any new file gets here (safetensors
     creates its files 0600; the export's other files, and a downloaded model's, are not)."""
-    from safetensors.torch import save_file
-
     save_file(tensors, str(path), metadata={"format": "pt"})
     mask = os.umask(0)
     os.umask(mask)
@@ -122,8 +121,6 @@ def write_adapter(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path
 def write_merged(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path, work: Path) -> int:
     """The base's safetensors files with every adapted weight replaced by W + scale * B @ A;
     the index (same file names) into `out`. Returns the bytes of weights written."""
-    from safetensors.torch import load_file
-
     adapters = adapter_tensors(checkpoint, torch.float32)
     base = _local_base(lora.init_from, work)
     files = weight_map(base)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -109,8 +110,6 @@ def weight_map(directory: Path) -> dict[str, str]:
 def open_safetensors(path: Path):
     """A `safe_open` handle (memory-mapped; use as a context manager); one clear line for a
     missing, truncated or corrupt file."""
-    from safetensors import safe_open
-
     try:
         return safe_open(str(path), framework="pt")
     except Exception as exc:  # safetensors raises its own SafetensorError (or OSError)
