@@ -99,8 +99,8 @@ def bench_local_launch(repeats: int = 3) -> dict:
     torchrun duration the supervisor records, which the machine's load swings don't blur."""
     from datetime import UTC, datetime
 
+    from jobs.backends.kubernetes.manifests import trainer_config_yaml
     from jobs.compose import compose
-    from jobs.manifests import trainer_config_yaml
     from jobs.materialize import materialize
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}

@@ -58,7 +58,7 @@ def bench_launch_overhead(repeats: int = 5) -> dict:
     besides trainer.launch, torchrun's own code in-process)."""
     from datetime import UTC, datetime
 
-    from jobs.backends.local import LocalBackend
+    from jobs.backends.local.backend import LocalBackend
     from jobs.compose import compose
     from jobs.materialize import materialize
 
@@ -121,7 +121,7 @@ def _tree(root: Path, megabytes: int) -> None:
 
 def _workdir_round(tree: Path, run_dir: str, into: Path) -> dict:
     from jobs import workdir
-    from jobs.runner import code_archive
+    from jobs.runners.program import code_archive
     from trainer.runner_exec import fetch, unpack
 
     workdir._packed.clear()  # a fresh launch: nothing packed in this process yet

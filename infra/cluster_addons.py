@@ -23,7 +23,8 @@ from infra.training_operator import init_container_configmap, operator_deploymen
 
 POD_SECURITY_LABELS = {
     # Training pods run as the image's non-root uid with every capability dropped, no
-    # privilege escalation and the runtime's seccomp profile (jobs/manifests.py): the
+    # privilege escalation and the runtime's seccomp profile
+    # (jobs/backends/kubernetes/manifests.py): the
     # namespace refuses any pod that is less locked down.
     f"pod-security.kubernetes.io/{mode}": "restricted"
     for mode in ("enforce", "audit", "warn")
@@ -113,7 +114,8 @@ class ClusterAddons(pulumi.ComponentResource):
             opts=in_cluster,
         )
         # No pod in the namespace accepts a connection unless a policy says so: each run brings
-        # one for its own pods (jobs/network_policy.py), the Training API one for its port.
+        # one for its own pods (jobs/backends/kubernetes/network_policy.py), the Training API one
+        # for its port.
         k8s.networking.v1.NetworkPolicy(
             f"{name}-training-default-deny",
             metadata={"name": DEFAULT_DENY_POLICY, "namespace": training_ns.metadata.name},

@@ -10,7 +10,8 @@ create streams in, and write to, this one group, and the group is declared here 
 deleted with the stack) instead of auto-created by the shipper.
 
 Each stream is `<pod>.<container>` (the chart's `logStreamTemplate`): `trainstack logs` reads a
-rank's archived log by its pod's name once the pod is gone (jobs/k8s/archived_logs.py).
+rank's archived log by its pod's name once the pod is gone
+(jobs/backends/kubernetes/client/archived_logs.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from infra.settings.versions import FLUENT_BIT
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-for-fluent-bit"
 STREAM_TEMPLATE = "$kubernetes['pod_name'].$kubernetes['container_name']"
-"""Must match jobs/k8s/archived_logs.py's stream_name (`<pod>.<container>`)."""
+"""Must match jobs/backends/kubernetes/client/archived_logs.py's stream_name
+(`<pod>.<container>`)."""
 
 
 def log_group_name(cluster_name: str) -> str:

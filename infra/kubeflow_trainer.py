@@ -2,7 +2,8 @@
 runtime CRDs, and JobSet as the chart's dependency) and trainstack's ClusterTrainingRuntimes,
 one per GPU node group and a CPU one.
 
-The runtimes are what jobs/runtimes.py builds from the instance catalog: the same function the
+The runtimes are what jobs/backends/kubernetes/runtimes.py builds from the instance catalog: the
+same function the
 job tests check TrainJobs against, so the stack and the jobs cannot drift apart. Trainer's
 own example runtimes (`runtimes.defaultEnabled`) stay off: jobs only run on trainstack's.
 """
@@ -15,8 +16,8 @@ import pulumi_kubernetes as k8s
 from infra.cluster_addons import helm_release
 from infra.settings.types import GpuNodeGroupConfig
 from infra.settings.versions import KUBEFLOW_TRAINER
-from jobs.manifest_checks import check_jobset_webhook
-from jobs.runtimes import cluster_training_runtimes
+from jobs.backends.kubernetes.manifest_checks import check_jobset_webhook
+from jobs.backends.kubernetes.runtimes import cluster_training_runtimes
 
 TRAINER_NAMESPACE = "kubeflow-system"
 TRAINJOB_API = "trainjob"

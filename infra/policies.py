@@ -311,7 +311,8 @@ def bucket_key_policy(
 
 def training_api_policy(bucket_arn: str, prefix: str, kms_key_arn: str, repository_arn: str) -> str:
     """The Training API's pods: read run dirs (metrics, configs) under `<bucket>/<prefix>/`, and
-    look up the trainer image's digest (jobs/k8s/ecr.py); no writes, no pulls."""
+    look up the trainer image's digest (jobs/backends/kubernetes/client/ecr.py); no writes, no
+    pulls."""
     return policy_document(
         [
             {

@@ -47,7 +47,7 @@ RBAC_RULES = (
     # A TrainJob's JobSet: its restarts, in a run's status.
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
     # A queued run's Workload: Kueue's reason in its status; `cancel` deactivates it (a suspend
-    # alone Kueue undoes: jobs/k8s/kueue.py).
+    # alone Kueue undoes: jobs/backends/kubernetes/client/kueue.py).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
     {
         "apiGroups": [""],
@@ -55,7 +55,8 @@ RBAC_RULES = (
         "verbs": ["get", "list", "create", "update", "patch", "delete"],
     },
     # Each run's NetworkPolicy, submitted (and replaced on a resubmission) beside its ConfigMap
-    # (jobs/k8s/submit.py); without it the real RBAC refused every submission through the API
+    # (jobs/backends/kubernetes/client/submit.py); without it the real RBAC refused every submission
+    # through the API
     # (found by tests/e2e against the local control plane).
     {
         "apiGroups": ["networking.k8s.io"],

@@ -255,8 +255,8 @@ def run_single(cfg: Any) -> int:
 
     from jobs.backends import backend_for
     from jobs.backends.base import BackendError
+    from jobs.backends.kubernetes.manifest_checks import ManifestError
     from jobs.errors import one_line
-    from jobs.manifest_checks import ManifestError
     from jobs.materialize import materialize
     from jobs.relaunch import relaunch_config
     from jobs.run import run_job

@@ -29,6 +29,9 @@ def one_line(err: BaseException) -> str:
     first = str(err).splitlines()[0] if str(err) else problem
     if key:
         if problem.startswith("Key ") and " not in " in problem:
+            explain = getattr(getattr(cause, "object_type", None), "unknown_key", None)
+            if explain is not None:  # a section that names its own keys (jobs/runners/)
+                return f"{key}: {explain()}"
             near = nearest(str(key).rpartition(".")[2], getattr(cause, "parent_node", None))
             spell = f"did you mean {near!r}?" if near else "check the spelling;"
             return f"{key}: unknown key ({problem}); {spell} a new key is added with +{key}=..."
@@ -65,4 +68,5 @@ def missing_stack(name: str, options: list[str]) -> str:
 
 class BackendError(Exception):
     """A backend could not do what was asked; str() is the one line shown to the user. Here, not
-    in jobs.backends, so the Kubernetes client (jobs.k8s) raises it without importing backends."""
+    in jobs.backends, so the Kubernetes client (jobs.backends.kubernetes.client) raises it without
+    importing backends."""

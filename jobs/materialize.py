@@ -54,9 +54,9 @@ def command_as_list(cfg: Any) -> None:
     from omegaconf import ListConfig, open_dict
 
     from jobs.errors import JobConfigError
-    from jobs.runner import format_word
+    from jobs.runners.program import format_word
 
-    command = cfg.runner.command
+    command = cfg.runner.get("command")
     if isinstance(command, ListConfig):  # numbers Hydra parsed (`--steps,5`) are words too
         words = [w if not isinstance(w, int | float) else format_word(w) for w in command]
         with open_dict(cfg):
@@ -91,7 +91,7 @@ def materialize(
     """
     from omegaconf import open_dict
 
-    from jobs.runner import job_label
+    from jobs.runners import runner_for
 
     sweep_id = sweep_id or cfg.sweep_id
     run_id = run_id or cfg.run_id
@@ -103,8 +103,8 @@ def materialize(
     validated = validate_job(cfg, git_sha=git_sha)
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
-    if cfg.runner.workdir is not None:  # packed once per process: every sweep point shares it
-        from jobs.backends.local import LOCAL_STATE_ROOT
+    if cfg.runner.get("workdir") is not None:  # packed once per process: every point shares it
+        from jobs.backends.local.backend import LOCAL_STATE_ROOT
         from jobs.workdir import pack
 
         keep_out = (cfg.storage.root, LOCAL_STATE_ROOT, cfg.backend.output_root)
@@ -112,20 +112,20 @@ def materialize(
     with open_dict(cfg):
         cfg.runner.code = code.sha256 if code else None
     if run_id is None:  # named after validation: the name reads the model's keys
-        run_id = new_run_id(job_label(cfg), now)
+        run_id = new_run_id(runner_for(cfg).job_label(cfg), now)
         with open_dict(cfg):
             cfg.run_id = run_id
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
     if code is not None and recorded is not None:
-        from jobs.runner import code_archive
+        from jobs.runners.program import code_archive
         from jobs.workdir import check_unchanged
 
         old = code_archive(spec.run_dir, recorded)
         check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, *validated), code=code)
     if cfg.backend.name != "local":
-        from jobs.manifest_checks import schemas_installed
-        from jobs.manifests import to_manifests
+        from jobs.backends.kubernetes.manifest_checks import schemas_installed
+        from jobs.backends.kubernetes.manifests import to_manifests
 
         # A render works with what `make run` installs (the render backend says what it left
         # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).

@@ -46,7 +46,7 @@ class Plan:
     data: tuple[tuple[str, float], ...] = ()
     """(path, share of samples) of each training source: one, or a mixture's."""
     runner: str = "trainstack (built-in trainer)"
-    """Which runner and what it runs (`jobs.runner.describe`)."""
+    """Which runner and what it runs (its `describe`, jobs/runners/)."""
     trained: str = ""
     """What of the model trains when not all of it does (LoRA: how many parameters)."""
 
@@ -133,12 +133,13 @@ def make_plan(
     """`trainer_plan`: the trainer's own figures (model, tokens per step) at the job's size,
     from validation; None for other runners (no size or step estimate: the price per hour).
     `hf_config`: runner=hf's checkpoint config.json where validation read it (LoRA's count)."""
-    from jobs.runner import COMMAND, describe, job_label
+    from jobs.runners import runner_for
 
     args = trainer_plan.model if trainer_plan else None
     world = spec.nodes * spec.nproc_per_node
     tokens = trainer_plan.tokens_per_step if trainer_plan else None
-    command = cfg.runner.name == COMMAND
+    runner = runner_for(cfg)
+    command = not runner.reads_model
     compute = cfg.compute
     instance = get_instance_type(spec.instance_type) if spec.instance_type else None
     hourly, hourly_source = None, "local: no charge"
@@ -179,7 +180,7 @@ def make_plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
         backend=cfg.backend.name,
-        model=model_description(cfg) if args else job_label(cfg),
+        model=model_description(cfg) if args else runner.job_label(cfg),
         params=args.num_params() if args else None,
         nodes=spec.nodes,
         procs_per_node=spec.nproc_per_node,
@@ -194,7 +195,7 @@ def make_plan(
         run_dir=spec.run_dir,
         warnings=tuple(warnings),
         data=() if command else data_sources(cfg.data),
-        runner=describe(cfg),
+        runner=runner.describe(cfg),
         trained=hf_lora_trained(cfg, hf_config) if args is None else lora_trained(cfg, args),
     )
 
@@ -220,11 +221,10 @@ def hf_lora_trained(cfg: Any, hf_config: dict | None) -> str:
     architecture is one the trainer knows; otherwise the note says why there is no count."""
     # Lazy, as make_plan's: the Hugging Face config mapping serves only runner=hf.
     from contract.model.families import PROJECTIONS
-    from jobs.runner import HF
     from trainer.errors import ConfigError
     from trainer.hf.config import model_args_from_hf, unsupported
 
-    peft = cfg.runner.peft if cfg.runner.name == HF else None
+    peft = cfg.runner.get("peft")  # runner=hf's LoRA; no other runner has one
     if peft is None or not peft.r:
         return ""
     targets = list(peft.target_modules)
@@ -253,7 +253,7 @@ def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
     """A tokenizer read only in the pods (s3://, hf://) for a model whose vocabulary is smaller
     than any released tokenizer's: the job would fail there, after the nodes started. (A local
     tokenizer is loaded at launch and checked against the model's vocabulary.)"""
-    from trainer.job_config import tokenizer_source
+    from contract.plan import tokenizer_source
 
     source = tokenizer_source(cfg)
     if args is None or "://" not in source or args.vocab_size >= SMALL_VOCAB:
@@ -268,8 +268,8 @@ def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
 def toy_data_warnings(cfg: Any, where: str) -> list[str]:
     """GPU nodes given the bundled sample corpus or the byte tokenizer: the defaults of a CPU
     demo, almost never what a cluster job means to train on."""
+    from contract.plan import tokenizer_source
     from jobs.validate import inside_image
-    from trainer.job_config import tokenizer_source
 
     toy = []
     if cfg.data.path is not None and inside_image(cfg.data.path):
@@ -288,7 +288,7 @@ def model_description(cfg: Any) -> str:
     """The model's label, and for a preset some of whose architecture keys were changed,
     which: `tiny (modified: dim, n_layers)` — the name alone would claim the preset's size."""
     from contract.model.args import MODEL_PRESETS, stated_args
-    from trainer.job_config import model_label
+    from contract.plan import model_label
 
     label = model_label(cfg)
     preset = MODEL_PRESETS.get(cfg.model.name)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.errors import JobConfigError
+from jobs.runners import recorded_runner
 
 TRAINER_SECTIONS = ("seed", "model", "data", "trainer")
 
@@ -77,8 +78,8 @@ def mutable(key: str) -> bool:
 
 
 def state_dir(cfg: Any) -> Path:
-    """Where the local backend keeps a run's job/ files (jobs.backends.local)."""
-    from jobs.backends.local import LOCAL_STATE_ROOT
+    """Where the local backend keeps a run's job/ files (jobs.backends.local.backend)."""
+    from jobs.backends.local.backend import LOCAL_STATE_ROOT
 
     root = cfg.storage.root
     return Path(LOCAL_STATE_ROOT if root.startswith("s3://") else root) / cfg.run_id
@@ -89,7 +90,7 @@ def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     None for a new run."""
     import yaml
 
-    from jobs.backends.local import CONFIG_FILE, LAUNCH_FILE
+    from jobs.backends.local.backend import CONFIG_FILE, LAUNCH_FILE
 
     here = state_dir(cfg)
     run_dir = None if cfg.storage.root.startswith("s3://") else here / "config.yaml"
@@ -159,7 +160,7 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     where, record = found
     composed = leaves(OmegaConf.to_container(cfg, resolve=False))
     scopes = typed_scopes(overrides, composed)
-    merged = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
+    merged = recorded_runner(cfg, {k: v for k, v in record.items() if k not in IGNORED_KEYS})
     maps = free_maps(cfg)
     for key, value in composed.items():
         if key in IGNORED_KEYS + LAUNCHER_KEYS or key.split(".")[0] not in record:

@@ -43,10 +43,10 @@ def check_resume_from(cfg: Any) -> None:
     path = resume_from_path(cfg)
     if path is None:
         return
-    from jobs.runner import TRAINSTACK
+    from jobs.runners import runner_for
     from jobs.validate import on_fsx
 
-    if cfg.runner.name != TRAINSTACK:  # the other runners never read it: refuse, not ignore
+    if not runner_for(cfg).builtin:  # the other runners never read it: refuse, not ignore
         raise JobConfigError(
             "trainer.resume_from",
             f"read by the built-in trainer only; allowed with runner={cfg.runner.name}: null",

@@ -12,19 +12,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
-from contract.config import DataConfig, ModelConfig, PeftSettings, TrainerConfig
+from contract.config import DataConfig, ModelConfig, TrainerConfig
 from contract.model.args import ARCH_FIELDS
+from jobs import runners
+from jobs.runners.base import RunnerOptions
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
 
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
 BACKENDS = ("local", "render", "kubernetes")
-RUNNERS = ("trainstack", "command", "hf")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "any": None}
 """compute.capacity -> the value of EKS managed node groups' `eks.amazonaws.com/capacityType`
@@ -129,34 +131,6 @@ class SecretsConfig:
 
 
 @dataclass
-class RunnerConfig:
-    """What runs in every process of the job (the `runner` group). Which keys belong to which
-    runner is `jobs.runner.RUNNER_KEYS`; a key set for another runner is refused."""
-
-    name: str = "trainstack"
-    """trainstack (the built-in trainer), command (your program), hf (transformers.Trainer)."""
-    command: Any = None
-    """command: the program and its arguments, a list (`[python,-u,train.py]`) or one string
-    split as a shell would (`'python -u train.py'`); the launcher records the list."""
-    args: dict[str, Any] = field(default_factory=dict)
-    """command: appended as `--key=value` in key order (`+runner.args.lr=1e-4` sweeps them)."""
-    env: dict[str, str] = field(default_factory=dict)
-    """command, hf: extra environment of every process (not TRAINSTACK_*/PET_*)."""
-    torchrun: bool = True
-    """command: start one process per GPU (CPU slot) through torchrun with the job's nodes and
-    rendezvous; false runs the command once per node as is (accelerate launch, NeMo)."""
-    workdir: str | None = None
-    """command: a local directory shipped with the job (packed, hashed, unpacked in the pod);
-    the program starts in its copy."""
-    workdir_max_mb: int = 100
-    """command: refuse a packed workdir larger than this many MiB (compressed)."""
-    code: str | None = None
-    """Set by the launcher, never by hand: sha256 of the packed workdir (the run record)."""
-    peft: PeftSettings = field(default_factory=PeftSettings)
-    """hf: optional LoRA."""
-
-
-@dataclass
 class JobConfig:
     api: str = "trainjob"
     """Kubernetes API the job is made of: `trainjob` (Kubeflow Trainer v2, a TrainJob on the
@@ -177,7 +151,8 @@ class JobConfig:
     a cluster the operator recreates failed pods (exit 128-255: preempted, killed, peer lost)
     up to this many times (runPolicy.backoffLimit). Bad input (exit 2) is never restarted.
     On job.api=trainjob the pods are recreated by the runtime's JobSet failure policy, whose
-    maxRestarts is the platform's (jobs/runtimes.py: 3); this key still sets torchrun's."""
+    maxRestarts is the platform's (jobs/backends/kubernetes/runtimes.py: 3); this key still sets
+    torchrun's."""
     max_retries: int = 2
     """kubernetes, second line: while `--wait` follows a run it submitted, resubmit it (same
     run id and manifests, resumes) this many times after it ended Failed."""
@@ -265,7 +240,8 @@ class JobsConfig:
     from you: `data=jsonl` and cluster experiments leave them mandatory, so a job never
     trains on the bundled sample by accident."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    runner: RunnerOptions = field(default_factory=RunnerOptions)
+    """The runner group's option sets its own options' class (jobs/runners/)."""
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -302,12 +278,10 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
     OmegaConf.register_new_resolver("required", _required, replace=True)
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=JobsConfig)
+    runners.register(store)
     for name in INSTANCE_TYPES:
         store.store(group="compute", name=name, node=gpu_compute_option(name))
     _registered = True
@@ -315,6 +289,4 @@ def register() -> None:
 
 def plain(cfg: Any) -> dict:
     """A resolved plain-dict copy of a (DictConfig) section."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

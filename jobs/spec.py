@@ -13,17 +13,8 @@ from typing import Any
 
 from catalog import InstanceType, get_instance_type
 from contract.run_dir import CONFIG_FILE
-from jobs.runner import (
-    COMMAND,
-    HF,
-    RUNNER_KEYS,
-    TRAINSTACK,
-    CodeArchive,
-    RunnerProgram,
-    code_archive,
-    job_label,
-    runner_program,
-)
+from jobs.runners import runner_for
+from jobs.runners.program import CodeArchive, PodProgram, code_archive
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
@@ -107,8 +98,8 @@ class JobSpec:
     command: tuple[str, ...]
     """`program.argv`: e.g. python -m trainer.launch (torchrun) ... -m trainer --config
     POD_CONFIG_PATH; node topology comes from PET_* env."""
-    program: RunnerProgram
-    """The runner's (command, args, env), as `jobs.runner.runner_program` made them."""
+    program: PodProgram
+    """The runner's (command, args, env), as its `program` (jobs/runners/) made them."""
     runner: str
     code: CodeArchive | None
     """The packed runner.workdir the pod fetches, or None."""
@@ -168,13 +159,14 @@ def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
     from jobs.resume_from import resume_from_path
 
     config: dict[str, Any] = {"run_dir": run_dir, "seed": cfg.seed}
-    if cfg.runner.name != COMMAND:
+    runner = runner_for(cfg)
+    if runner.reads_model:
         trainer = plain(cfg.trainer)
         trainer["resume_from"] = resume_from_path(cfg)
         config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=trainer)
-    if cfg.runner.name != TRAINSTACK:
-        keys = RUNNER_KEYS[cfg.runner.name] | {"code"}
-        config["runner"] = {k: v for k, v in plain(cfg.runner).items() if k in keys}
+    record = runner.record(cfg.runner)
+    if record is not None:
+        config["runner"] = record
     return config
 
 
@@ -194,9 +186,7 @@ def image_for(cfg: Any, git_sha: str | None) -> str | None:
     if cfg.job.image:
         return cfg.job.image
     if cfg.job.image_repository and git_sha:
-        # runner=hf needs transformers, accelerate and peft: the image's `hf` variant
-        # (images/build.sh IMAGE_KIND=trainer-hf), built from the same commit.
-        variant = "hf-" if cfg.runner.name == HF else ""
+        variant = runner_for(cfg).image_variant  # runner=hf: the image's `hf-` variant
         return f"{cfg.job.image_repository}:{variant}{git_sha}"
     return None
 
@@ -220,7 +210,8 @@ def pod_resources(instance: InstanceType, gpus: int) -> Resources:
 
 def platform_env(instance: InstanceType | None) -> dict[str, str]:
     """What every job on `instance` needs whatever it runs: NCCL's failure detection and, with
-    EFA, libfabric's provider settings. A trainstack runtime carries it (jobs.runtimes)."""
+    EFA, libfabric's provider settings. A trainstack runtime carries it
+    (jobs.backends.kubernetes.runtimes)."""
     env: dict[str, str] = {}
     if instance is not None and instance.gpus:
         env.update(NCCL_RECOVERY_ENV)
@@ -292,7 +283,8 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
     grace = cfg.job.termination_grace_period_seconds
     elastic = elastic_of(cfg)
     code = code_archive(run_dir, cfg.runner.code)
-    program = runner_program(
+    runner = runner_for(cfg)
+    program = runner.program(
         cfg.runner,
         run_dir=run_dir,
         shutdown_timeout_s=max(grace - TORCHRUN_EXIT_MARGIN_S, 1),
@@ -315,11 +307,11 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
         labels[QUEUE_LABEL] = cfg.job.queue
     if cfg.job.priority:
         labels[PRIORITY_LABEL] = cfg.job.priority
-    if cfg.runner.name != TRAINSTACK:  # golden manifests of the built-in trainer unchanged
-        labels[f"{LABEL_PREFIX}/runner"] = cfg.runner.name
+    if not runner.builtin:  # golden manifests of the built-in trainer unchanged
+        labels[f"{LABEL_PREFIX}/runner"] = runner.name
     annotations = {
         f"{LABEL_PREFIX}/run-dir": run_dir,
-        f"{LABEL_PREFIX}/model": job_label(cfg),
+        f"{LABEL_PREFIX}/model": runner.job_label(cfg),
         f"{LABEL_PREFIX}/max-retries": str(cfg.job.max_retries),
     }
     secrets = tuple(

@@ -64,9 +64,9 @@ def prepare(
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from jobs.backends.kubernetes.manifest_checks import ManifestError
     from jobs.compose import compose
     from jobs.errors import one_line
-    from jobs.manifest_checks import ManifestError
     from jobs.materialize import materialize
     from jobs.validate import JobConfigError
 

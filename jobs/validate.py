@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
 from contract.model.args import ARCH_FIELDS
+from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.references import DNS1123_SUBDOMAIN, LABEL_VALUE
 from jobs.resume_from import check_resume_from, resume_from_path
-from jobs.runner import COMMAND, TRAINSTACK
-from jobs.runtimes import RUNTIME_GRACE_S
+from jobs.runners import check_runner, runner_for
 from jobs.schema import BACKENDS, CAPACITY_TYPES, CLEAN_POD_POLICIES, LOCAL_CPU, REQUIRED, JobConfig
 from jobs.spec import (
     CONFIG_MOUNT_DIR,
@@ -31,7 +31,6 @@ from jobs.spec import (
     pod_resources,
     procs_per_node,
 )
-from jobs.validate_runner import check_runner
 from jobs.validate_targets import (
     check_cluster_names,
     check_cost_inputs,
@@ -517,7 +516,7 @@ def check_job_api(cfg: Any) -> None:
     grace = job.termination_grace_period_seconds
     if job.queue and isinstance(grace, int) and grace > RUNTIME_GRACE_S:
         # Kueue rewrites a queued TrainJob with Trainer types that have no grace-period patch
-        # (jobs/trainjob.py): its pods get the runtime's.
+        # (jobs/backends/kubernetes/trainjob.py): its pods get the runtime's.
         raise JobConfigError(
             "job.termination_grace_period_seconds",
             f"{grace} is above what a queued TrainJob gets (its runtime's {RUNTIME_GRACE_S}: "
@@ -535,7 +534,8 @@ def check_job_api(cfg: Any) -> None:
 
 
 def stack_runtimes(node_groups: Any) -> list[str]:
-    """The ClusterTrainingRuntimes a stack installs (jobs.runtimes.cluster_training_runtimes):
+    """The ClusterTrainingRuntimes a stack installs
+    (jobs.backends.kubernetes.runtimes.cluster_training_runtimes):
     one per GPU node group, then the CPU runtime."""
     return [*(gpu_runtime_name(group.name) for group in node_groups), CPU_RUNTIME]
 
@@ -645,14 +645,14 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_elastic(cfg)
     check_fsx(cfg)
     check_job_api(cfg)
-    builtin = cfg.runner.name == TRAINSTACK
-    if cfg.runner.name != COMMAND:  # model.* and data.* are inputs of trainstack and hf only
+    runner = runner_for(cfg)
+    if runner.reads_model:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
     # Before anything here reads an s3:// input (init_from's config.json, resume_from's
     # listing) with this machine's credentials: the API's may reach more than the pods'.
     check_storage(cfg)
     check_grants(cfg)
-    trainer_plan = check_trainer(cfg) if builtin else None
+    trainer_plan = check_trainer(cfg) if runner.uses_trainer_plan else None
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
@@ -660,7 +660,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_priority_approved(cfg)
     check_cluster_names(cfg)
     check_cost_inputs(cfg)
-    if cfg.runner.name != COMMAND:
+    if runner.reads_model:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)

@@ -684,6 +684,7 @@ def down(state_dir: Path | None = None) -> None:
         if _runs(pid, state.binaries[name]):
             os.kill(pid, signal.SIGKILL)
     for name, pid in mine.items():
+        _reap(pid)
         print(f"localcluster: stopped {name} (pid {pid})")
     if state.stack_file:
         Path(state.stack_file).unlink(missing_ok=True)
@@ -692,6 +693,21 @@ def down(state_dir: Path | None = None) -> None:
     for made in state.made_dirs:
         shutil.rmtree(made, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _reap(pid: int) -> None:
+    """Collect a stopped process's exit status when `up` ran in this very process (the tests'
+    session): otherwise it stays a zombie until this process ends. Another process's child is
+    its parent's (or init's) to collect."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def finish(state_dir: Path | None, run_id: str, exit_code: int) -> list[str]:

@@ -30,7 +30,7 @@ class Proc:
         """trainer ranks, torchrun / trainer.launch, and the local backend's supervisor."""
         module = _module(self.argv)
         names = {Path(a).name for a in self.argv[:2]}
-        return module in ("trainer", "trainer.launch", "jobs.backends.local_runner") or (
+        return module in ("trainer", "trainer.launch", "jobs.backends.local.supervisor") or (
             "torchrun" in names
         )
 

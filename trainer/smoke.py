@@ -352,7 +352,8 @@ def _writable(path: str) -> bool:
 
 
 def check_writable_dirs(opts: SmokeOptions) -> str:
-    """Pods run with a read-only root filesystem (jobs/manifests.py): every directory written
+    """Pods run with a read-only root filesystem (jobs/backends/kubernetes/manifests.py): every
+    directory written
     at run time must be on a writable mount (the pod's /tmp emptyDir, HOME under it)."""
     for variable, path in cache_dirs().items():
         if not _writable(path):

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
 from contract.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.plan import tokenizer_source
 from contract.run_dir import CONFIG_FILE
 from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.checkpoint.checkpointer import FAILED, CheckpointError, describe, format_failures
@@ -36,7 +37,7 @@ from trainer.hf.config import read_hf_config
 from trainer.hf.export import export_run
 from trainer.hf.hub import download, is_hub
 from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
-from trainer.job_config import Plan, make_plan, tokenizer_source
+from trainer.job_config import Plan, make_plan
 from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger

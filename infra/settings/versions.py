@@ -51,7 +51,8 @@ Kueue rewrites a queued TrainJob with the Trainer types it vendors, dropping wha
 vendors Trainer 2.0.1 (no `runtimePatches`, no `activeDeadlineSeconds`: every queued TrainJob
 lost its patch); 0.17 is the first with `runtimePatches`; 0.19.2 (the newest release) vendors
 Trainer 2.2.1, which lacks only the patch's `terminationGracePeriodSeconds` of what trainstack
-writes (jobs/trainjob.py leaves it to the runtime). No released Kueue vendors Trainer 2.3.
+writes (jobs/backends/kubernetes/trainjob.py leaves it to the runtime). No released Kueue vendors
+Trainer 2.3.
 testing_support/k8s/data/kueue_trainer_fields.json holds the fields of the pinned one's types."""
 KUBEFLOW_TRAINER = helm_chart("kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts")
 """Kubeflow Trainer v2 (infra/kubeflow_trainer.py): the TrainJob API (trainer.kubeflow.org/

@@ -12,9 +12,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from jobs.runners import names as runner_names
+
 Scalar = str | int | float | bool | None
 FlagName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 """A runner.args key: it becomes part of an override's key, so only a plain name passes."""
+RunnerName = Literal[runner_names()]  # type: ignore[valid-type]
+"""`runner=<name>`: the registry's runners (jobs/runners/)."""
 
 
 MAX_MAP_ENTRIES = 64
@@ -58,7 +62,7 @@ class RunRequest(Strict):
         max_length=MAX_MAP_ENTRIES,
         description="trainer.<key>=<value> overrides, e.g. max_steps",
     )
-    runner: Literal["trainstack", "command", "hf"] | None = Field(
+    runner: RunnerName | None = Field(
         None, description="runner=<name>: the built-in trainer, your command, or HF's Trainer"
     )
     command: list[str] | None = Field(

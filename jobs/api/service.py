@@ -83,8 +83,8 @@ def private_values(cfg) -> list[str]:
 
 
 def _backend_error(err: BackendError) -> ApiError:
-    from jobs.k8s.api import ClusterError
-    from jobs.k8s.preflight import PreflightError
+    from jobs.backends.kubernetes.client.api import ClusterError
+    from jobs.backends.kubernetes.client.preflight import PreflightError
 
     if isinstance(err, PreflightError):
         return ApiError(422, str(err))  # this cluster cannot run the request; nothing created
@@ -117,7 +117,7 @@ class Service:
     """user -> the lock their requests take before `_hydra` (`_composing`)."""
 
     def __post_init__(self) -> None:
-        from jobs.backends.kubernetes import KubernetesBackend
+        from jobs.backends.kubernetes.backend import KubernetesBackend
         from jobs.compose import compose
 
         self.overrides = [*self.overrides, "backend=kubernetes"]
@@ -160,7 +160,7 @@ class Service:
             yield
 
     def _list_jobs(self) -> list[dict]:
-        from jobs.backends.kubernetes import MANAGED_SELECTOR
+        from jobs.backends.kubernetes.backend import MANAGED_SELECTOR
 
         return self.backend.job_objects(MANAGED_SELECTOR)
 
@@ -258,10 +258,10 @@ class Service:
         """Delete the jobs (their ConfigMaps go with them: owner references) this request
         created, and only those: the job must still be the one it created (uid), trainstack's,
         this user's and of this sweep. Returns the run ids left in place."""
-        from jobs.backends.kubernetes import KubernetesBackend
-        from jobs.k8s.kinds import kind_of
-        from jobs.k8s.ownership import MANAGED_BY, MANAGER, labels_of
-        from jobs.k8s.submit import delete_job
+        from jobs.backends.kubernetes.backend import KubernetesBackend
+        from jobs.backends.kubernetes.client.kinds import kind_of
+        from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, labels_of
+        from jobs.backends.kubernetes.client.submit import delete_job
         from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
         cluster = self.backend.cluster
@@ -332,8 +332,8 @@ class Service:
 
     def _check(self, job, who: Identity, resume: bool = True, dryrun: bool = False) -> Checked:
         """Everything short of writing: the request, the preflight, and the run id's owner."""
-        from jobs.k8s.kinds import kind_of
-        from jobs.k8s.ownership import ensure_ours
+        from jobs.backends.kubernetes.client.kinds import kind_of
+        from jobs.backends.kubernetes.client.ownership import ensure_ours
 
         backend = self.backend
         self._check_sweep_owner(job, who)
@@ -508,7 +508,7 @@ class Service:
 
 def log_error(err: BaseException) -> ApiError:
     """A log read's failure as a status: the cluster's is 503, a bad rank or pod 400."""
-    from jobs.k8s.api import ClusterError
+    from jobs.backends.kubernetes.client.api import ClusterError
 
     if isinstance(err, ClusterError):
         return _backend_error(err)

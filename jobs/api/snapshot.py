@@ -49,8 +49,8 @@ def _parse(stamp: str | None) -> datetime | None:
 
 
 def instance_type_of(job: dict) -> str | None:
-    from jobs.manifests import INSTANCE_TYPE_LABEL
-    from jobs.trainjob import INSTANCE_TYPE_ANNOTATION
+    from jobs.backends.kubernetes.manifests import INSTANCE_TYPE_LABEL
+    from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
 
     annotated = ((job.get("metadata") or {}).get("annotations") or {}).get(INSTANCE_TYPE_ANNOTATION)
     if annotated:  # a TrainJob (its pods' node selector is the runtime's)
@@ -114,7 +114,7 @@ class RunsSnapshot:
 
     def refresh_run(self, run_id: str, get_job: Callable[[str], dict | None]) -> None:
         """After a write: re-read that one run (a GET) into the snapshot."""
-        from jobs.backends.kubernetes import to_status
+        from jobs.backends.kubernetes.backend import to_status
 
         job = get_job(run_id)
         runs = dict(self._runs)
@@ -131,7 +131,7 @@ class RunsSnapshot:
             self._lock.release()
 
     def _refresh(self) -> None:
-        from jobs.backends.kubernetes import to_status
+        from jobs.backends.kubernetes.backend import to_status
 
         self.lists += 1
         try:

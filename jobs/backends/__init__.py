@@ -12,7 +12,7 @@ def backend_for(cfg: Any) -> Backend:
     """The backend named by `cfg.backend.name`, imported only when chosen (kubernetes is heavy)."""
     name = cfg.backend.name
     if name == "local":
-        from jobs.backends.local import LocalBackend
+        from jobs.backends.local.backend import LocalBackend
 
         return LocalBackend(runs_root=cfg.storage.root)
     if name == "render":
@@ -20,7 +20,7 @@ def backend_for(cfg: Any) -> Backend:
 
         return RenderBackend(output_root=cfg.backend.output_root)
     if name == "kubernetes":
-        from jobs.backends.kubernetes import KubernetesBackend
+        from jobs.backends.kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend.from_config(cfg)
     raise ValueError(f"backend.name: unknown backend {name!r}; allowed: local, render, kubernetes")

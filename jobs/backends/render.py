@@ -1,6 +1,7 @@
 """The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`.
 `kubectl apply -f <path>` submits what `backend=kubernetes` would: an ECR image tag is pinned
-to its digest as the kubernetes backend pins it at submit (jobs/k8s/ecr.py; one read-only
+to its digest as the kubernetes backend pins it at submit (jobs/backends/kubernetes/client/ecr.py;
+one read-only
 DescribeImages with this user's credentials), or, where it cannot be resolved from here (no
 credentials or network), kept with one line saying so. No cluster is contacted, and no clock
 is read: the same config renders byte-identical files (GitOps diffs)."""
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
-from jobs.manifest_checks import JOBS_EXTRA, schemas_installed
-from jobs.manifests import to_yaml
+from jobs.backends.kubernetes.manifest_checks import JOBS_EXTRA, schemas_installed
+from jobs.backends.kubernetes.manifests import to_yaml
 from jobs.materialize import MaterializedJob
 from jobs.workdir import store_code
 
@@ -27,11 +28,12 @@ ECR_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attem
 
 
 def digest_or_tag(image: str) -> str:
-    """The kubernetes backend's pin (jobs.k8s.ecr.resolve_digest), or the tag kept, once with
+    """The kubernetes backend's pin (jobs.backends.kubernetes.client.ecr.resolve_digest), or the tag
+    kept, once with
     a one-line note, when ECR cannot be asked from here."""
     if image in _PINNED:
         return _PINNED[image]
-    from jobs.k8s.ecr import ECR_IMAGE, resolve_digest
+    from jobs.backends.kubernetes.client.ecr import ECR_IMAGE, resolve_digest
 
     match = ECR_IMAGE.match(image)
     if match is None:  # another registry, or already a digest: rendered as given
@@ -65,7 +67,7 @@ class RenderBackend:
         return self.output_root / run_id / MANIFEST_FILE
 
     def dryrun(self, job: MaterializedJob) -> DryRun:
-        from jobs.k8s.ecr import pin_images
+        from jobs.backends.kubernetes.client.ecr import pin_images
 
         if job.manifests is None:
             raise BackendError("render: the job was materialized without manifests")

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                 done = "rendered, never run: nothing to cancel"
             print(f"{status.run_id}: {done} ({backend.name})")
     except BackendError as err:
-        from jobs.k8s.ownership import NotOurs
+        from jobs.backends.kubernetes.client.ownership import NotOurs
 
         return fail("cancel", str(err), 2 if isinstance(err, NotOurs) else 1)
     if args.sweep is not None and not targets:

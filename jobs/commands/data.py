@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.backend.name == "local":
         return _here(args, data)
     from jobs.backends.base import BackendError
-    from jobs.manifest_checks import ManifestError
+    from jobs.backends.kubernetes.manifest_checks import ManifestError
 
     try:
         return _on_cluster(args, cfg, data)
@@ -85,8 +85,8 @@ def _here(args: argparse.Namespace, data: dict) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
-    from jobs.data_prepare import PrepareJobSpec, job_name, to_manifests
-    from jobs.manifests import to_yaml
+    from jobs.backends.kubernetes.data_prepare import PrepareJobSpec, job_name, to_manifests
+    from jobs.backends.kubernetes.manifests import to_yaml
     from jobs.submission import git_sha
 
     for key, value in (("--to", args.to), ("data.path", data["path"])):
@@ -120,7 +120,7 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
             "(job.image_repository)"
         )
     if cfg.backend.name == "kubernetes" and not args.dryrun:
-        from jobs.k8s.ecr import resolve_digest
+        from jobs.backends.kubernetes.client.ecr import resolve_digest
 
         # Pinned as a training job's pods are: every index and retry runs the same bits.
         image = resolve_digest(image)
@@ -157,8 +157,8 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
 
 
 def _submit(cfg, job: dict, wait: bool) -> int:
-    from jobs.k8s.api import connect
-    from jobs.k8s.batch import progress, submit_job, wait_job
+    from jobs.backends.kubernetes.client.api import connect
+    from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job
 
     cluster = connect(cfg.cluster.kubeconfig, cfg.cluster.context, cfg.cluster.namespace)
     outcome, submitted = submit_job(cluster, job)

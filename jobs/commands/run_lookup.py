@@ -40,7 +40,7 @@ def compose_for(overrides: list[str]) -> Any:
 
 
 def cluster_configured(cfg: Any) -> bool:
-    from jobs.k8s.api import kubeconfig_file
+    from jobs.backends.kubernetes.client.api import kubeconfig_file
 
     return os.path.exists(kubeconfig_file(cfg.cluster.kubeconfig)) or bool(
         os.environ.get("KUBERNETES_SERVICE_HOST")
@@ -59,7 +59,7 @@ def backends_for(args: argparse.Namespace) -> list[Any]:
     backends = []
     for name in chosen:
         if name == "local":
-            from jobs.backends.local import LocalBackend
+            from jobs.backends.local.backend import LocalBackend
 
             backends.append(LocalBackend(runs_root=cfg.storage.root))
         elif name == "render":
@@ -67,7 +67,7 @@ def backends_for(args: argparse.Namespace) -> list[Any]:
 
             backends.append(RenderBackend(output_root=cfg.backend.output_root))
         else:
-            from jobs.backends.kubernetes import KubernetesBackend
+            from jobs.backends.kubernetes.backend import KubernetesBackend
 
             backends.append(KubernetesBackend.from_config(cfg))
     return backends

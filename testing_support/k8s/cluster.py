@@ -10,7 +10,8 @@ GPU_TYPE = "p4d.24xlarge"
 
 
 def put_crd(server: FakeKubeApiServer, kind) -> None:
-    """The served, Established CRD of a job kind (a jobs.k8s.kinds.JobKind)."""
+    """The served, Established CRD of a job kind (a
+    jobs.backends.kubernetes.client.kinds.JobKind)."""
     server.put(
         "customresourcedefinitions",
         {
@@ -29,7 +30,7 @@ def put_crd(server: FakeKubeApiServer, kind) -> None:
 
 def seed_cluster(server: FakeKubeApiServer, nodes: int = 2, instance_type: str = GPU_TYPE) -> None:
     """A ready cluster: the CRD, namespace, service account and GPU nodes with EFA."""
-    from jobs.k8s.kinds import PYTORCHJOB
+    from jobs.backends.kubernetes.client.kinds import PYTORCHJOB
 
     put_crd(server, PYTORCHJOB)
     server.put("namespaces", {"apiVersion": "v1", "metadata": {"name": NAMESPACE}})
@@ -42,8 +43,8 @@ def seed_trainer(server: FakeKubeApiServer, instance_type: str = GPU_TYPE) -> No
     """Kubeflow Trainer as `pulumi up` installs it: the TrainJob CRD and trainstack's runtime
     of a node group of `instance_type` (named as a job without a stack expects)."""
     from catalog import INSTANCE_TYPES
-    from jobs.k8s.kinds import TRAINJOB
-    from jobs.runtimes import gpu_runtime
+    from jobs.backends.kubernetes.client.kinds import TRAINJOB
+    from jobs.backends.kubernetes.runtimes import gpu_runtime
     from jobs.spec import default_group_name
 
     put_crd(server, TRAINJOB)

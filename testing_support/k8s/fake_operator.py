@@ -169,4 +169,6 @@ class FakeOperator(FakeController):
             if kind in ("Succeeded", "Failed"):
                 status["completionTime"] = now()
 
-        self.server.update("pytorchjobs", name, namespace, mutate)
+        job = self.server.update("pytorchjobs", name, namespace, mutate)
+        if job is not None and self.server.kueue is not None:
+            self.server.kueue.job_status_changed(job)  # Kueue's PodsReady reads Running

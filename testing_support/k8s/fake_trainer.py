@@ -275,7 +275,9 @@ class FakeTrainer(FakeController):
                 | {"suspended": 0}
             ]
 
-        self.server.update("trainjobs", name, namespace, mutate)
+        job = self.server.update("trainjobs", name, namespace, mutate)
+        if job is not None and self.server.kueue is not None:
+            self.server.kueue.job_status_changed(job)  # Kueue's PodsReady reads jobsStatus
 
     @staticmethod
     def _final(job: dict) -> bool:

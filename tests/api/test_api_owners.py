@@ -141,7 +141,7 @@ def test_a_sweep_is_its_owners(team, apiserver):
 def test_an_object_another_tool_manages_is_not_trainstacks(api, apiserver, manager):
     """Only app.kubernetes.io/managed-by=trainstack makes an object ours: Helm's or Argo's
     label (or a near miss) is someone else's, left exactly as it is."""
-    from jobs.k8s.ownership import MANAGED_BY
+    from jobs.backends.kubernetes.client.ownership import MANAGED_BY
 
     job = foreign_job(apiserver, "helm-job")
     job["metadata"]["labels"][MANAGED_BY] = manager

@@ -8,7 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobs.manifests import CAPACITY_TYPE_LABEL, CONFIG_MOUNT, INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.manifests import (
+    CAPACITY_TYPE_LABEL,
+    CONFIG_MOUNT,
+    INSTANCE_TYPE_LABEL,
+)
 from tests.e2e.conftest import (
     JOBS,
     RUN_ID_LABEL,
@@ -103,3 +107,20 @@ def test_status_reads_the_real_objects(local_cluster, launched):
     assert run_id in printed
     listed = local_cluster.trainstack("runs", "stack=local", "backend=kubernetes")
     assert run_id in listed
+
+
+def test_logs_come_from_kwoks_kubelet(local_cluster, launched):
+    """`trainstack logs` reads each rank's pod log through the API server's pods/log, which
+    asks the pod's node: kwok's kubelet port serves its ClusterLogs file for simulated pods
+    (localcluster `_stages`)."""
+    run_id = launched.run_id
+    eventually(
+        lambda: len(pods_of(local_cluster, run_id, "Running")) == 2,
+        f"2 running pods of {run_id}",
+    )
+    served = (local_cluster.state.directory / "pod.log").read_text().split(" F ", 1)[1].strip()
+    for rank in (0, 1):
+        printed = local_cluster.trainstack(
+            "logs", run_id, "--rank", str(rank), "stack=local", "backend=kubernetes"
+        )
+        assert served in printed, printed

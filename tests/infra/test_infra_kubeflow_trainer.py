@@ -14,7 +14,7 @@ from catalog import INSTANCE_TYPES
 from infra.settings import versions
 from infra.settings.stack import ConfigError
 from infra.stack_defaults import job_defaults
-from jobs.runtimes import NODE_GROUP_LABEL
+from jobs.backends.kubernetes.runtimes import NODE_GROUP_LABEL
 from testing_support import crd_schema
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 

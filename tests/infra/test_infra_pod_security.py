@@ -13,7 +13,7 @@ from infra.training_operator import (
     TEMPLATE_FLAG,
     init_container_template,
 )
-from jobs.manifest_checks import check_restricted_pod
+from jobs.backends.kubernetes.manifest_checks import check_restricted_pod
 from tests.infra.pulumi_harness import run_program
 from tests.infra.test_infra_kubeflow_trainer import with_operator
 

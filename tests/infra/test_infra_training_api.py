@@ -12,7 +12,7 @@ import pytest
 
 from infra.settings.stack import ConfigError, parse_stack_config
 from infra.training_api import RBAC_RULES
-from jobs.k8s import submit
+from jobs.backends.kubernetes.client import submit
 from tests.infra.pulumi_harness import ACCOUNT, RecordingMocks, run_program, stack_file_config
 
 SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:trainstack/api-tokens-AbCdEf"
@@ -275,7 +275,8 @@ def test_bad_admin_names_are_one_line(admins, words):
     assert "\n" not in message
 
 
-# The RBAC verb each client call of a run's submission needs (jobs/k8s/submit.py's `_verbs`).
+# The RBAC verb each client call of a run's submission needs
+# (jobs/backends/kubernetes/client/submit.py's `_verbs`).
 CLIENT_VERB_TO_RBAC = {"create": "create", "read": "get", "replace": "update", "patch": "patch"}
 COMPANION_RESOURCES = {
     "ConfigMap": ("", "configmaps"),

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from jobs.data_prepare import PrepareJobSpec, indexed_job
-from jobs.manifest_checks import trainjob_pod_template
+from jobs.backends.kubernetes.data_prepare import PrepareJobSpec, indexed_job
+from jobs.backends.kubernetes.manifest_checks import trainjob_pod_template
 from tests.infra.netpol_eval import Pod, ingress_allowed
 from tests.jobs.conftest import CLUSTER, build
 

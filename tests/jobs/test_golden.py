@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.manifest_checks import trainjob_pod_template
-from jobs.manifests import to_yaml
+from jobs.backends.kubernetes.manifest_checks import trainjob_pod_template
+from jobs.backends.kubernetes.manifests import to_yaml
 from testing_support import crd_schema
 from tests.jobs.conftest import CLUSTER, OWN_DATA, build
 

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.backends import run_state
 from jobs.backends.base import RUNNING, SUCCEEDED
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.backend import LocalBackend
 from tests.jobs.conftest import SAMPLE_DATA
 
 FAST = [

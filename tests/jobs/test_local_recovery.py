@@ -14,7 +14,7 @@ import pytest
 
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.backend import LocalBackend
 from testing_support.overrides import SMALL_MODEL
 from tests.procs import processes, ranks_of
 from tests.trainer.harness import SAMPLE, SMALL_CORPUS_DOCS, losses_by_step

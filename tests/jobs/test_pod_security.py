@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from jobs.manifest_checks import ManifestError, check_manifests
+from jobs.backends.kubernetes.manifest_checks import ManifestError, check_manifests
 from tests.jobs.conftest import CLUSTER, build
 
 

@@ -174,7 +174,7 @@ def test_every_contract_path_exists_at_start_and_status_counts_the_restarts(cli,
 def test_a_local_launch_of_several_processes_sets_omp_threads_itself(monkeypatch):
     """torchrun sets OMP_NUM_THREADS=1 for several processes, printing four lines each time
     unless it is set already; one the user exported is left alone."""
-    from jobs.backends.local import LocalBackend
+    from jobs.backends.local.backend import LocalBackend
     from tests.jobs.conftest import build
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

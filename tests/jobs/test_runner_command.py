@@ -15,7 +15,7 @@ import pytest
 
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.backend import LocalBackend
 from tests.jobs.test_local_recovery import finished, wait_until
 from tests.procs import processes, ranks_of
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs.backends.base import CANCELLED
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.backend import LocalBackend
 from tests.jobs.test_local_recovery import finished, wait_until
 
 FILES_ONLY = """

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from contract.config import EXIT_BAD_INPUT
-from jobs.runner import CODE_DIR, SCRATCH_DIR
+from jobs.runners.program import CODE_DIR, SCRATCH_DIR
 from tests.jobs.conftest import CLUSTER, build, files_under
 
 SCRIPT = ["runner=command", "runner.command=[python,-u,train.py]"]

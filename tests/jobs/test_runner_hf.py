@@ -15,7 +15,7 @@ import torch
 
 from jobs.backends import run_state
 from jobs.backends.base import SUCCEEDED
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.backend import LocalBackend
 from testing_support.hf_models import build_family, build_llama, word_corpus
 from tests.jobs.test_local_recovery import wait_until
 from tests.procs import ranks_of

@@ -29,7 +29,7 @@ def test_jobs_validate_against_the_version_new_clusters_run():
     """Without a stack, pod templates are checked against the default cluster version: the one
     constant infra creates clusters at, and one kubernetes-validate bundles schemas for."""
     from infra.settings.versions import KUBERNETES_VERSION as cluster_default
-    from jobs.manifest_checks import _schema_version
+    from jobs.backends.kubernetes.manifest_checks import _schema_version
 
     assert compose().cluster.kubernetes_version == KUBERNETES_VERSION == cluster_default
     assert _schema_version(KUBERNETES_VERSION).startswith(KUBERNETES_VERSION + ".")

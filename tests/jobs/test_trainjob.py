@@ -9,9 +9,13 @@ import re
 import pytest
 
 from catalog import INSTANCE_TYPES
-from jobs.manifest_checks import ManifestError, check_manifests, trainjob_pod_template
-from jobs.manifests import SCRATCH_DIR, SCRATCH_ENV
-from jobs.runtimes import (
+from jobs.backends.kubernetes.manifest_checks import (
+    ManifestError,
+    check_manifests,
+    trainjob_pod_template,
+)
+from jobs.backends.kubernetes.manifests import SCRATCH_DIR, SCRATCH_ENV
+from jobs.backends.kubernetes.runtimes import (
     DEFAULT_MAX_RESTARTS,
     NODE_GROUP_LABEL,
     cluster_training_runtimes,

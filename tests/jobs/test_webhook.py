@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from jobs.manifest_checks import ManifestError, check_manifests
+from jobs.backends.kubernetes.manifest_checks import ManifestError, check_manifests
 from tests.jobs.conftest import CLUSTER, build
 
 VERSION = "1.33"
@@ -91,8 +91,8 @@ def test_every_runtime_passes_jobsets_webhook_and_a_hyphenated_rule_name_is_refu
     `ruleNameFmt`) refuses failure-policy rule names with '-': Trainer's apply of the JobSet
     then fails for every TrainJob on the runtime."""
     from catalog import INSTANCE_TYPES
-    from jobs.manifest_checks import check_jobset_webhook
-    from jobs.runtimes import cluster_training_runtimes
+    from jobs.backends.kubernetes.manifest_checks import check_jobset_webhook
+    from jobs.backends.kubernetes.runtimes import cluster_training_runtimes
 
     runtimes = cluster_training_runtimes([("p5", INSTANCE_TYPES["p5.48xlarge"])])
     for runtime in runtimes:

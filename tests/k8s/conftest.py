@@ -36,7 +36,7 @@ def kubeconfig(apiserver: FakeKubeApiServer, tmp_path: Path) -> Path:
 @pytest.fixture
 def fast_retry(monkeypatch: pytest.MonkeyPatch):
     """Bounded retries with short sleeps and timeouts, so fault tests stay quick."""
-    from jobs.k8s import api
+    from jobs.backends.kubernetes.client import api
 
     policy = api.RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, read_timeout_s=0.5)
     monkeypatch.setattr(api, "DEFAULT_RETRY", policy)
@@ -45,14 +45,14 @@ def fast_retry(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def cluster(kubeconfig: Path, fast_retry):
-    from jobs.k8s.api import connect
+    from jobs.backends.kubernetes.client.api import connect
 
     return connect(str(kubeconfig), "fake", NAMESPACE, retry=fast_retry)
 
 
 @pytest.fixture
 def fast_restarts(monkeypatch: pytest.MonkeyPatch):
-    from jobs.backends.kubernetes import KubernetesBackend
+    from jobs.backends.kubernetes.backend import KubernetesBackend
 
     monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.01)
     monkeypatch.setattr(KubernetesBackend, "_scheduled", {})

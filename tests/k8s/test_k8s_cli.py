@@ -6,7 +6,7 @@ import json
 import threading
 import time
 
-from jobs.k8s.state import CANCELLED_ANNOTATION, RETRIES_ANNOTATION
+from jobs.backends.kubernetes.client.state import CANCELLED_ANNOTATION, RETRIES_ANNOTATION
 from testing_support.k8s.cluster import NAMESPACE
 from testing_support.k8s.fake_operator import JobPlan
 
@@ -54,7 +54,7 @@ def test_a_restart_that_succeeds_exits_zero(apiserver, trainstack, capsys):
 
 
 def test_cancelled_runs_are_not_restarted(apiserver, trainstack, capsys, monkeypatch, kubeconfig):
-    from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
+    from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
 
     # Cancelled while running: suspended, reported cancelled, never resubmitted.
     apiserver.operator.plans["rc1"] = [JobPlan(hold=True)]

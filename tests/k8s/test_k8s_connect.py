@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jobs.k8s.api import ClusterError, connect
+from jobs.backends.kubernetes.client.api import ClusterError, connect
 from testing_support.k8s.fake_apiserver import FakeKubeApiServer
 
 

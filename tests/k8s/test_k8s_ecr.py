@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.k8s.api import ClusterError
-from jobs.k8s.ecr import pin_images, resolve_digest
+from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.ecr import pin_images, resolve_digest
 from testing_support.k8s.cluster import pytorch_job
 from tests.k8s.conftest import REGISTRY
 

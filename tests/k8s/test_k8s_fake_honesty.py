@@ -10,9 +10,9 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from jobs.k8s.state import job_state
-from jobs.k8s.submit import ALREADY_ACTIVE, RESUMED, submit
-from jobs.k8s.watch import wait_for_end
+from jobs.backends.kubernetes.client.state import job_state
+from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, RESUMED, submit
+from jobs.backends.kubernetes.client.watch import wait_for_end
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 

@@ -5,7 +5,7 @@ owner reference, cancel's merge patch) against it, with the garbage collector's 
 
 from __future__ import annotations
 
-from jobs.k8s.submit import submit
+from jobs.backends.kubernetes.client.submit import submit
 from testing_support.k8s.cluster import MANAGED, NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_patch import (
     APPLY_PATCH,

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from jobs.backends.base import SUCCEEDED
-from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
-from jobs.k8s.submit import submit
+from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
+from jobs.backends.kubernetes.client.submit import submit
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 
@@ -59,7 +59,7 @@ def test_the_second_line_never_restarts_a_run_someone_else_replaced(
     backend._scheduled["f2"] = (ours, 2)  # as schedule() records a run it submitted
     backend._uids["f2"] = created.job["metadata"]["uid"]
     theirs = pytorch_job("f2", labels={"owner": "someone-else"})
-    from jobs.k8s.api import connect
+    from jobs.backends.kubernetes.client.api import connect
 
     other_user = connect(str(kubeconfig), "fake", NAMESPACE, retry=fast_retry)
 

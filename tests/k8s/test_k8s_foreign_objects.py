@@ -74,8 +74,8 @@ def test_cancel_refuses_a_foreign_pytorchjob(apiserver, trainstack, capsys):
 
 
 def test_data_prepare_never_adopts_a_foreign_batch_job(apiserver, cluster):
-    from jobs.k8s.batch import submit_job
-    from jobs.k8s.ownership import NotOurs
+    from jobs.backends.kubernetes.client.batch import submit_job
+    from jobs.backends.kubernetes.client.ownership import NotOurs
 
     theirs = apiserver.put(
         "jobs",

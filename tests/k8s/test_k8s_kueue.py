@@ -11,9 +11,9 @@ import time
 import pytest
 
 from jobs.backends.base import CANCELLED, QUEUED, SUCCEEDED
-from jobs.backends.kubernetes import KubernetesBackend
-from jobs.k8s.state import CANCELLED_ANNOTATION, is_final, job_state
-from jobs.k8s.submit import ALREADY_ACTIVE, submit
+from jobs.backends.kubernetes.backend import KubernetesBackend
+from jobs.backends.kubernetes.client.state import CANCELLED_ANNOTATION, is_final, job_state
+from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, submit
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_kueue import PENDING_MESSAGE, QUEUE_LABEL, FakeKueue
 from testing_support.k8s.fake_operator import JobPlan
@@ -31,7 +31,7 @@ def queued_job(name: str) -> list[dict]:
 
 
 def backend_for(kubeconfig) -> KubernetesBackend:
-    from jobs.backends.kubernetes import ClusterSettings
+    from jobs.backends.kubernetes.backend import ClusterSettings
 
     return KubernetesBackend(
         ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
@@ -194,7 +194,7 @@ def test_cancel_of_a_waiting_job_keeps_it_from_starting_once_admitted(
 def test_cancel_of_an_admitted_trainjob_stops_it_for_good(
     apiserver, kubeconfig, kueue, fast_retry, fast_restarts, tmp_path
 ):
-    from jobs.backends.kubernetes import ClusterSettings
+    from jobs.backends.kubernetes.backend import ClusterSettings
     from testing_support.k8s.fake_trainer import TrainPlan
     from tests.k8s.test_k8s_trainjob import two_node_job
 
@@ -223,7 +223,7 @@ def test_cancel_deletes_a_queued_job_whose_workload_cannot_be_deactivated(
 ):
     """No Workload to deactivate (Kueue has not made one, or may not be asked): the job is
     deleted rather than left for Kueue to admit later."""
-    from jobs.backends import kubernetes
+    from jobs.backends.kubernetes import backend as kubernetes
 
     monkeypatch.setattr(kubernetes, "WORKLOAD_WAIT_S", 1)
     backend = backend_for(kubeconfig)

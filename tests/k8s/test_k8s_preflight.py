@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.k8s.preflight import NodeGroup, PreflightError, PreflightRequest, preflight
+from jobs.backends.kubernetes.client.preflight import (
+    NodeGroup,
+    PreflightError,
+    PreflightRequest,
+    preflight,
+)
 from testing_support.k8s.cluster import GPU_TYPE, NAMESPACE, add_node
 
 EFA = 4  # p4d.24xlarge's EFA interfaces in the catalog

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.k8s.api import ClusterError
-from jobs.k8s.state import RETRIES_ANNOTATION
-from jobs.k8s.submit import ALREADY_ACTIVE, CREATED, RESUMED, submit
+from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.state import RETRIES_ANNOTATION
+from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, CREATED, RESUMED, submit
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 

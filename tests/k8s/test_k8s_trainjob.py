@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobs.backends.base import QUEUED, SUCCEEDED
-from jobs.k8s.submit import ALREADY_ACTIVE, submit
+from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, submit
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_kueue import QUEUE_LABEL, FakeKueue
 from testing_support.k8s.fake_trainer import INDEX_LABEL, JOBSET_LABEL, TrainPlan
@@ -49,7 +49,7 @@ def two_node_job(name: str, tmp_path) -> list[dict]:
 
 
 def backend_for(kubeconfig):
-    from jobs.backends.kubernetes import ClusterSettings, KubernetesBackend
+    from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
 
     return KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
 
@@ -93,7 +93,7 @@ def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trains
     }
     assert trainstack("status", "tj1") == 0
     assert "state      succeeded" in capsys.readouterr().out
-    from jobs.backends.kubernetes import to_status
+    from jobs.backends.kubernetes.backend import to_status
 
     assert to_status(job).finished_at  # from the Complete condition (a TrainJob has no time)
     # Trainer copies its JobSet's condition (kubeflow/trainer v2.3.0, plugins/jobset/jobset.go;
@@ -264,8 +264,8 @@ def test_deleting_a_trainjob_deletes_its_jobset_pods_and_config(apiserver, clust
     while len(apiserver.list("pods", NAMESPACE)) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(apiserver.list("pods", NAMESPACE)) == 2
-    from jobs.k8s.kinds import TRAINJOB as KIND
-    from jobs.k8s.submit import delete_job
+    from jobs.backends.kubernetes.client.kinds import TRAINJOB as KIND
+    from jobs.backends.kubernetes.client.submit import delete_job
 
     delete_job(cluster, "tj10", kind=KIND)
     for plural in ("trainjobs", "jobsets", "configmaps", "networkpolicies"):
@@ -274,7 +274,7 @@ def test_deleting_a_trainjob_deletes_its_jobset_pods_and_config(apiserver, clust
 
 
 def test_the_fake_trainer_refuses_what_the_crd_refuses(apiserver, cluster):
-    from jobs.k8s.api import ClusterError
+    from jobs.backends.kubernetes.client.api import ClusterError
 
     job = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -317,7 +317,7 @@ def test_a_failed_trainjob_never_runs_again_by_itself(apiserver, cluster, kubeco
     (kubeflow/trainer v2.3.0, pkg/controller/trainjob_controller.go), so a JobSet TTL on the
     runtime would start a failed training again once it deleted the JobSet. trainstack's
     runtimes set none; the finished TrainJob is deleted by trainstack after TRAINJOB_TTL_S."""
-    from jobs.runtimes import cluster_training_runtimes
+    from jobs.backends.kubernetes.runtimes import cluster_training_runtimes
 
     for runtime in cluster_training_runtimes([]):
         assert "ttlSecondsAfterFinished" not in runtime["spec"]["template"]["spec"]

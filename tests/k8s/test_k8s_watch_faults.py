@@ -8,10 +8,10 @@ from itertools import pairwise
 
 import pytest
 
-from jobs.k8s.api import ClusterError
-from jobs.k8s.state import job_state
-from jobs.k8s.submit import submit
-from jobs.k8s.watch import MAX_OUTAGE_S, follow_log, wait_for_end
+from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.state import job_state
+from jobs.backends.kubernetes.client.submit import submit
+from jobs.backends.kubernetes.client.watch import MAX_OUTAGE_S, follow_log, wait_for_end
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 
@@ -167,7 +167,7 @@ def test_an_ended_pod_is_read_once_while_its_successor_is_awaited(apiserver, clu
 def test_a_silently_dropped_log_stream_is_reopened_not_waited_on_forever(
     apiserver, cluster, monkeypatch
 ):
-    from jobs.k8s import watch
+    from jobs.backends.kubernetes.client import watch
 
     monkeypatch.setattr(watch, "LOG_READ_TIMEOUT_S", 0.5)
     apiserver.operator.default = JobPlan(steps=6, step_seconds=0.1)

@@ -80,7 +80,8 @@ def torchrun_node_rank(environ: dict[str, str], fqdns: list[str], fqdn: str) -> 
 
 
 def test_node_rank_is_the_pods_completion_index_with_12_nodes():
-    """`trainstack logs --rank N` reads the pod of completion index N (jobs/k8s/watch.py);
+    """`trainstack logs --rank N` reads the pod of completion index N
+    (jobs/backends/kubernetes/client/watch.py);
     the trainer's node rank N must run there. JobSet names the hosts
     `<jobset>-<replicated job>-<job index>-<pod index>.<subdomain>`; Trainer sets
     PET_NODE_RANK from the completion index (kubeflow/trainer v2.3.0, plugins/torch/torch.go)."""

@@ -28,12 +28,12 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, PeftSettings, TrainerJobConfig
+from contract.plan import tokenizer_source
 from contract.run_dir import CHECKPOINTS, METRICS_FILE
 from trainer.data import open_training_data
 from trainer.errors import ConfigError
 from trainer.faults import maybe_delay_step
 from trainer.hf.load import TOKENIZER_FILES, fetch_tokenizer, staging_dir
-from trainer.job_config import tokenizer_source
 from trainer.runners.hf import remote
 from trainer.runners.hf.checkpoints import COMPLETE, newest_complete
 from trainer.runners.hf.data import WindowDataset

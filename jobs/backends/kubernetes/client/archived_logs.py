@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from jobs.k8s.watch import CONTAINER
+from jobs.backends.kubernetes.client.watch import CONTAINER
 
 
 def stream_name(pod: str, container: str = CONTAINER) -> str:

@@ -1,7 +1,8 @@
 """The kubernetes backend: a job becomes a TrainJob or a PyTorchJob (`job.api`), with its
 ConfigMap, on the cluster.
 
-A thin adapter over `jobs.k8s`: `dryrun` is the manifests as YAML; `schedule` runs the
+A thin adapter over `jobs.backends.kubernetes.client`: `dryrun` is the manifests as YAML; `schedule`
+runs the
 preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read the
 job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
 TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the
@@ -38,8 +39,16 @@ from jobs.backends.base import (
     NoLogs,
     RunStatus,
 )
-from jobs.k8s import state as k8s_state
-from jobs.k8s.kinds import BY_KIND, JOBSET_GROUP, JOBSET_VERSION, JOBSETS, KINDS, JobKind, kind_of
+from jobs.backends.kubernetes.client import state as k8s_state
+from jobs.backends.kubernetes.client.kinds import (
+    BY_KIND,
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    JOBSETS,
+    KINDS,
+    JobKind,
+    kind_of,
+)
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -67,7 +76,7 @@ class ClusterSettings:
     context: str | None
     namespace: str
     node_groups: tuple[Any, ...] = ()
-    """jobs.k8s.preflight.NodeGroup entries from cluster.node_groups."""
+    """jobs.backends.kubernetes.client.preflight.NodeGroup entries from cluster.node_groups."""
     job_api: str = "trainjob"
     """`job.api`: the kind looked up first."""
     region: str | None = None
@@ -108,7 +117,8 @@ class KubernetesBackend:
     _kinds: ClassVar[dict[str, JobKind]] = {}
     """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
     _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
-    """(kubeconfig, context, namespace) -> jobs.k8s.api.Cluster, shared by this process's
+    """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster, shared by
+    this process's
     instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
     and a sweep makes several backends per point. Expired tokens are refreshed by the client."""
 
@@ -130,7 +140,7 @@ class KubernetesBackend:
     @classmethod
     def from_config(cls, cfg: Any, check_owner: bool | None = None) -> KubernetesBackend:
         """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`)."""
-        from jobs.k8s.preflight import NodeGroup
+        from jobs.backends.kubernetes.client.preflight import NodeGroup
 
         cluster = cfg.cluster
         groups = tuple(
@@ -157,7 +167,7 @@ class KubernetesBackend:
     @property
     def cluster(self):
         if self._cluster is None:
-            from jobs.k8s.api import connect
+            from jobs.backends.kubernetes.client.api import connect
 
             key = (self.settings.kubeconfig, self.settings.context, self.settings.namespace)
             if key not in self._connections:
@@ -167,7 +177,7 @@ class KubernetesBackend:
 
     # -- the backend verbs ---------------------------------------------------------------------
     def dryrun(self, job: MaterializedJob) -> DryRun:
-        from jobs.manifests import to_yaml
+        from jobs.backends.kubernetes.manifests import to_yaml
 
         if job.manifests is None:
             raise BackendError(f"{job.run_id}: no manifests were materialized for kubernetes")
@@ -178,13 +188,13 @@ class KubernetesBackend:
         return DryRun(backend=self.name, job=job, request=job.manifests, text=text)
 
     def schedule(self, dryrun: DryRun) -> str:
-        from jobs.k8s.ecr import pin_images
-        from jobs.k8s.submit import ALREADY_ACTIVE, submit
+        from jobs.backends.kubernetes.client.ecr import pin_images
+        from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, submit
         from jobs.workdir import store_code
 
         job: MaterializedJob = dryrun.job
         if self.check_owner:
-            from jobs.k8s.ownership import ensure_ours, ensure_owned_by
+            from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
 
             existing = self.find(job.run_id)
             kind = kind_of(existing) if existing else KINDS[job.spec.api]
@@ -204,11 +214,11 @@ class KubernetesBackend:
         return job.run_id
 
     def preflight(self, job: MaterializedJob) -> None:
-        from jobs.k8s.preflight import PreflightRequest, preflight
+        from jobs.backends.kubernetes.client.preflight import PreflightRequest, preflight
 
         spec = job.spec
         resources = spec.resources
-        from jobs.k8s.kueue import parse_quantity
+        from jobs.backends.kubernetes.client.kueue import parse_quantity
 
         request = PreflightRequest(
             service_account=spec.service_account,
@@ -256,7 +266,7 @@ class KubernetesBackend:
     def _jobset_restarts(self, job: dict) -> int:
         """How often a TrainJob's JobSet recreated its pods (its failure policy); 0 for a
         PyTorchJob, or when the JobSet is gone or may not be read."""
-        from jobs.k8s.api import status_of
+        from jobs.backends.kubernetes.client.api import status_of
 
         if kind_of(job).api != "trainjob":
             return 0
@@ -280,7 +290,7 @@ class KubernetesBackend:
 
     def _status(self, job: dict) -> RunStatus:
         """to_status, plus Kueue's reason for a queued job."""
-        from jobs.k8s.kueue import queue_reason, workload_of
+        from jobs.backends.kubernetes.client.kueue import queue_reason, workload_of
 
         status = to_status(job)
         if status.state == QUEUED:
@@ -291,7 +301,7 @@ class KubernetesBackend:
         """The runs; those past their time to live are deleted on the way (`k8s_state.expired`:
         cancelled ones, which the operator's TTL never counts as finished, and finished
         TrainJobs, which nothing else deletes)."""
-        from jobs.k8s.submit import delete_job
+        from jobs.backends.kubernetes.client.submit import delete_job
 
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
@@ -307,7 +317,7 @@ class KubernetesBackend:
         """Every job object of both kinds matching `selector` (the configured kind first). A
         kind the cluster does not serve (404: its operator is not installed) has none; when
         it serves neither, the configured kind's error is raised."""
-        from jobs.k8s.api import ClusterError, status_of
+        from jobs.backends.kubernetes.client.api import ClusterError, status_of
 
         jobs: list[dict] = []
         unserved: list[ClusterError] = []
@@ -325,8 +335,9 @@ class KubernetesBackend:
     def logs(self, run_id: str, rank: int = 0, follow: bool = False, cancel=None) -> Iterator[str]:
         """A rank's log. Following a run this backend scheduled also restarts it on failure
         (see the module docstring) and reports state changes as `[trainstack]` lines.
-        `cancel` (jobs.k8s.watch.Cancellation) set from another thread ends a follow."""
-        from jobs.k8s.watch import rank_pod, read_log
+        `cancel` (jobs.backends.kubernetes.client.watch.Cancellation) set from another thread ends a
+        follow."""
+        from jobs.backends.kubernetes.client.watch import rank_pod, read_log
 
         job = self.find(run_id)
         if job is None:
@@ -367,13 +378,13 @@ class KubernetesBackend:
         named pod (rank 0 master-0, rank N worker-(N-1)); a TrainJob's is the newest of its
         JobSet pods' streams. A run whose job is gone too is looked for as either kind, the
         configured one first."""
-        from jobs.k8s.archived_logs import (
+        from jobs.backends.kubernetes.client.archived_logs import (
             ArchiveError,
             archived_log,
             archived_log_by_prefix,
             jobset_pod_prefix,
         )
-        from jobs.trainjob import NODE
+        from jobs.backends.kubernetes.trainjob import NODE
 
         group, region = self.settings.log_group, self.settings.region
         found = None
@@ -403,7 +414,7 @@ class KubernetesBackend:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job
         ends; its final status is appended to `outcome`. Its two pumps stop when `cancel` is
         set or when the reader closes this generator."""
-        from jobs.k8s.watch import Cancellation, follow_log, wait_for_end
+        from jobs.backends.kubernetes.client.watch import Cancellation, follow_log, wait_for_end
 
         own = cancel is None
         cancel = cancel or Cancellation()
@@ -461,11 +472,12 @@ class KubernetesBackend:
 
         Under Kueue (job.queue) a suspend alone is undone (Kueue un-suspends a job whose
         Workload is admitted, or admits a waiting one later), so its Workload is deactivated:
-        Kueue stops the pods, releases the quota and never admits it again (jobs.k8s.kueue).
+        Kueue stops the pods, releases the quota and never admits it again
+        (jobs.backends.kubernetes.client.kueue).
         Where no Workload can be deactivated (none yet after a short wait, or no right to),
         the job is deleted instead: it can't start, and its run dir stays."""
-        from jobs.k8s.kueue import is_queued
-        from jobs.k8s.ownership import ensure_ours, ensure_owned_by
+        from jobs.backends.kubernetes.client.kueue import is_queued
+        from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
 
         job = self.find(run_id)
         kind_name = kind_of(job).kind if job else self.settings.kinds[0].kind
@@ -482,14 +494,14 @@ class KubernetesBackend:
             patch |= kind.suspend_patch()
         self.cluster.patch_job(run_id, patch, kind)
         if active and is_queued(job) and not self._deactivate_workload(job):
-            from jobs.k8s.submit import delete_job
+            from jobs.backends.kubernetes.client.submit import delete_job
 
             delete_job(self.cluster, run_id, wait=False, kind=kind)
 
     def _deactivate_workload(self, job: dict) -> bool:
         """Deactivate the job's Kueue Workload, waiting up to WORKLOAD_WAIT_S for Kueue to
         make one (a job just created); False when there is none or it may not be changed."""
-        from jobs.k8s.kueue import deactivate, workload_of
+        from jobs.backends.kubernetes.client.kueue import deactivate, workload_of
 
         for attempt in range(WORKLOAD_WAIT_S + 1):
             workload = workload_of(self.cluster, job)
@@ -503,7 +515,7 @@ class KubernetesBackend:
     def wait(self, run_id: str, on_line=print) -> RunStatus:
         """Block until the run ends, restarting it on failure if it was scheduled here;
         state changes and restarts go to `on_line` as `[trainstack]` lines."""
-        from jobs.k8s.watch import wait_for_end
+        from jobs.backends.kubernetes.client.watch import wait_for_end
 
         if run_id not in self._kinds:
             self.find(run_id)
@@ -528,7 +540,7 @@ class KubernetesBackend:
     def _restart(self, run_id: str, retries_so_far: int) -> Generator[str, None, bool]:
         """Back off, then resubmit unless the run was cancelled meanwhile. Yields progress
         lines; returns whether it resubmitted."""
-        from jobs.k8s.submit import submit
+        from jobs.backends.kubernetes.client.submit import submit
 
         manifests, max_retries = self._scheduled[run_id]
         delay = min(self.restart_backoff_s * 2**retries_so_far, 900.0)

@@ -1,12 +1,14 @@
 """trainstack's Kubeflow Trainer runtimes: one `ClusterTrainingRuntime` per GPU node group and
 a CPU one, built from the instance catalog. Pure; `infra/` installs what this returns (so the
-stack and the tests read one definition), and TrainJobs name them (jobs/trainjob.py).
+stack and the tests read one definition), and TrainJobs name them
+(jobs/backends/kubernetes/trainjob.py).
 
 A runtime carries what every job on its node group needs and no job should repeat: where the
 pods go (the group's node selector, the GPU taint's toleration), the node's EFA interfaces and
 2 MiB huge pages and its share of CPU and memory as default resources, a memory-backed
 /dev/shm, the `restricted` security contexts with a read-only root filesystem and the scratch
-emptyDir at /tmp that HOME and TMPDIR point into (the PyTorchJob pods' own, jobs/manifests.py),
+emptyDir at /tmp that HOME and TMPDIR point into (the PyTorchJob pods' own,
+jobs/backends/kubernetes/manifests.py),
 no service account token, NCCL/EFA environment, and the failure policy:
 
 - exit 1-127 (bad input, a bug) fails the node's Job through its pod failure policy, and the
@@ -19,7 +21,7 @@ no service account token, NCCL/EFA environment, and the failure policy:
 from __future__ import annotations
 
 from catalog import InstanceType
-from jobs.manifests import (
+from jobs.backends.kubernetes.manifests import (
     GPU_TOLERATION,
     INSTANCE_TYPE_LABEL,
     SHM_MOUNT,
@@ -28,6 +30,7 @@ from jobs.manifests import (
     security_contexts,
     shm_volume,
 )
+from jobs.backends.kubernetes.trainjob import API_VERSION, NODE, RUNTIME_KIND
 from jobs.spec import (
     CPU_RUNTIME,
     default_group_name,
@@ -35,7 +38,6 @@ from jobs.spec import (
     platform_env,
     pod_resources,
 )
-from jobs.trainjob import API_VERSION, NODE, RUNTIME_KIND
 
 NODE_GROUP_LABEL = "trainstack.io/node-group"
 """The label every node of a trainstack GPU node group carries (infra/gpu_nodes.py)."""
@@ -44,7 +46,8 @@ DEFAULT_MAX_RESTARTS = 3
 RUNTIME_GRACE_S = 600
 """SIGTERM to SIGKILL of a queued TrainJob's pods, and the most such a job may ask for
 (job.termination_grace_period_seconds, jobs/validate.py): Kueue rewrites a queued TrainJob
-with Trainer types whose pod patch has no grace period (jobs/trainjob.py), so the runtime's
+with Trainer types whose pod patch has no grace period (jobs/backends/kubernetes/trainjob.py), so
+the runtime's
 applies. It is a bound: the trainer exits as soon as its SIGTERM checkpoint is written. A
 TrainJob outside Kueue patches its own."""
 PERMANENT_EXIT_CODES = list(range(1, 128))
@@ -55,7 +58,8 @@ RUNTIME_LABELS = {
 }
 FAILURE_RULE_NAME = "PermanentExitCode"
 """The JobSet failure-policy rule that fails the JobSet on a permanent exit code. JobSet's
-webhook allows letters, digits, '_', ',' and ':' only (jobs/manifest_checks.py)."""
+webhook allows letters, digits, '_', ',' and ':' only
+(jobs/backends/kubernetes/manifest_checks.py)."""
 CPU_RESOURCES = {"cpu": "2", "memory": "8Gi"}
 """The CPU runtime's default per node; a TrainJob sets its own in `resourcesPerNode`."""
 
@@ -136,7 +140,8 @@ def _runtime(
         # missing one (kubeflow/trainer v2.3.0, pkg/controller/trainjob_controller.go:
         # `removeFailedCondition`, then `reconcileObjects` while not finished). A failed
         # JobSet deleted by a TTL would so start the training again. The JobSet stays while
-        # its TrainJob does; trainstack deletes finished TrainJobs (jobs.k8s.state.expired).
+        # its TrainJob does; trainstack deletes finished TrainJobs
+        # (jobs.backends.kubernetes.client.state.expired).
     }
     return {
         "apiVersion": API_VERSION,

@@ -1,10 +1,11 @@
 """Job spec -> a Kubeflow Trainer v2 `TrainJob` (trainer.kubeflow.org/v1alpha1), the sibling of
-jobs/manifests.py's PyTorchJob.
+jobs/backends/kubernetes/manifests.py's PyTorchJob.
 
 Runtimes are the platform's, jobs are the user's: what every job on a node group repeats (node
 selector and tolerations, EFA interfaces and huge pages, /dev/shm, the restricted security
 context, NCCL/EFA environment, the failure policy) lives in the ClusterTrainingRuntime that
-`pulumi up` installs (jobs/runtimes.py); the TrainJob names it (`runtimeRef`) and carries only
+`pulumi up` installs (jobs/backends/kubernetes/runtimes.py); the TrainJob names it (`runtimeRef`)
+and carries only
 the job's own parts: image, command, env, nodes, processes and resources per node, labels, and
 through one `runtimePatches` entry what the trainer API has no field for (the config
 ConfigMap's volume and mount, the runner's scratch and the FSx claim, `compute.capacity`'s node
@@ -15,7 +16,8 @@ A queued TrainJob (job.queue) carries only what the pinned Kueue's vendored Trai
 Kueue updates the whole job with them on admission and preemption, dropping any other field
 (kubernetes-sigs/kueue v0.19.2, pkg/controller/jobs/trainjob/trainjob_controller.go; its
 go.mod pins Trainer v2.2.1, whose `PodSpecPatch` has no `terminationGracePeriodSeconds`).
-So a queued job leaves the grace period to its runtime (jobs.runtimes.RUNTIME_GRACE_S);
+So a queued job leaves the grace period to its runtime
+(jobs.backends.kubernetes.runtimes.RUNTIME_GRACE_S);
 tests/k8s/test_k8s_kueue_trainer_fields.py checks every rendered field against those types.
 
 Pure, like the PyTorchJob: the same spec always gives the same dict.
@@ -23,8 +25,8 @@ Pure, like the PyTorchJob: the same spec always gives the same dict.
 
 from __future__ import annotations
 
-from jobs.k8s.kinds import TRAINJOB
-from jobs.manifests import (
+from jobs.backends.kubernetes.client.kinds import TRAINJOB
+from jobs.backends.kubernetes.manifests import (
     CONFIG_MOUNT,
     capacity_selector,
     config_volume,

@@ -1,4 +1,4 @@
-"""Supervisor of one local run: `python -m jobs.backends.local_runner STATE_DIR`.
+"""Supervisor of one local run: `python -m jobs.backends.local.supervisor STATE_DIR`.
 
 Started detached by the local backend. Runs torchrun with the request in job/request.json,
 appends its output to job/output.log and records pid, state and exit code in job/state.json,

@@ -11,7 +11,7 @@ import copy
 import re
 from collections.abc import Callable
 
-from jobs.k8s.api import ClusterError
+from jobs.backends.kubernetes.client.api import ClusterError
 
 ECR_IMAGE = re.compile(
     r"^(?P<registry>(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?)"

@@ -19,8 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import INSTANCE_TYPES
-from jobs.manifest_checks import ManifestError, check_restricted_pod, check_schema
-from jobs.manifests import INSTANCE_TYPE_LABEL, drop_none, scratch_volume, security_contexts
+from jobs.backends.kubernetes.manifest_checks import (
+    ManifestError,
+    check_restricted_pod,
+    check_schema,
+)
+from jobs.backends.kubernetes.manifests import (
+    INSTANCE_TYPE_LABEL,
+    drop_none,
+    scratch_volume,
+    security_contexts,
+)
 from jobs.naming import run_id_problem
 
 CONTAINER_NAME = "prepare"
@@ -75,7 +84,8 @@ def command(spec: PrepareJobSpec) -> list[str]:
 
 
 def indexed_job(spec: PrepareJobSpec) -> dict:
-    """The Indexed Job as the plain dict the API takes (like jobs/manifests.py: no client
+    """The Indexed Job as the plain dict the API takes (like jobs/backends/kubernetes/manifests.py:
+    no client
     models, so rendering needs no Kubernetes client)."""
     pod_security, container_security = security_contexts()
     scratch, scratch_mount, scratch_env = scratch_volume()

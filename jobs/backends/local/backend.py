@@ -2,7 +2,7 @@
 
 What the training operator would add on a cluster (PET_* variables torchrun reads: nodes,
 processes per node, rendezvous) the backend adds here the same way, with a standalone
-rendezvous on this host. A small supervisor process (`jobs.backends.local_runner`) owns
+rendezvous on this host. A small supervisor process (`jobs.backends.local.supervisor`) owns
 torchrun and records its state in `<run dir>/job/state.json`, so `status`, `logs` and `cancel`
 work from any shell while `trainstack launch` streams progress.
 """
@@ -34,9 +34,10 @@ from jobs.backends.base import (
     RunStatus,
     matching,
 )
-from jobs.manifests import trainer_config_yaml
+from jobs.backends.kubernetes.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
-from jobs.runner import SCRATCH_DIR, TRAINSTACK
+from jobs.runners import runner_named
+from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
 from jobs.workdir import store_code
 from trainer.launch import RESTARTS_FILE_ENV
@@ -117,12 +118,13 @@ class LocalBackend:
     def dryrun(self, job: MaterializedJob) -> DryRun:
         spec = job.spec
         state_dir = str(self.state_dir(spec.name))
-        if spec.runner != TRAINSTACK:
+        wrapped = not runner_named(spec.runner).builtin
+        if wrapped:
             state_dir = os.path.join(self.cwd, state_dir)
         config_path = f"{state_dir}/{CONFIG_FILE}"
         argv = [local_value(a, config_path, state_dir) for a in spec.command]
         env = {k: local_value(v, config_path, state_dir) for k, v in spec.env.items()}
-        if spec.runner != TRAINSTACK:
+        if wrapped:
             for key in CONTRACT_PATHS:
                 if key in env and "://" not in env[key]:
                     env[key] = os.path.join(self.cwd, env[key])
@@ -183,7 +185,7 @@ class LocalBackend:
         )
         # Detached: the run outlives this shell; the supervisor alone writes state from here.
         subprocess.Popen(
-            [sys.executable, "-m", "jobs.backends.local_runner", str(state_dir.resolve())],
+            [sys.executable, "-m", "jobs.backends.local.supervisor", str(state_dir.resolve())],
             cwd=request.cwd,
             start_new_session=True,
             stdin=subprocess.DEVNULL,

@@ -1,6 +1,7 @@
 """The two job kinds a run can be on the cluster (`job.api`): where each lives in the API, and
 the few things that differ between them (how to suspend one, which container is the trainer's,
-how its pods are labelled). Pure data; jobs/k8s/state.py reads the objects."""
+how its pods are labelled). Pure data; jobs/backends/kubernetes/client/state.py reads the
+objects."""
 
 from __future__ import annotations
 

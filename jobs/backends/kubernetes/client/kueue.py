@@ -11,7 +11,7 @@ suspended: pkg/controller/core/workload_controller.go) and never admitted again.
 
 from __future__ import annotations
 
-from jobs.k8s.api import Cluster, ClusterError, status_of
+from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
 from jobs.spec import QUEUE_LABEL
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"

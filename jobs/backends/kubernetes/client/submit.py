@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.k8s.api import Cluster, ClusterError, describe, status_of
-from jobs.k8s.kinds import BY_KIND, PYTORCHJOB, JobKind
-from jobs.k8s.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
-from jobs.k8s.state import RETRIES_ANNOTATION, is_final, job_state
+from jobs.backends.kubernetes.client.api import Cluster, ClusterError, describe, status_of
+from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, JobKind
+from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
+from jobs.backends.kubernetes.client.state import RETRIES_ANNOTATION, is_final, job_state
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
 COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")

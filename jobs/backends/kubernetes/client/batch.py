@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobs.k8s.api import Cluster, ClusterError, status_of
-from jobs.k8s.ownership import ensure_ours
+from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
+from jobs.backends.kubernetes.client.ownership import ensure_ours
 
 CREATED, ALREADY_SUBMITTED = "created", "already submitted"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobs.k8s.api import Cluster, ClusterError, status_of
-from jobs.k8s.kinds import PYTORCHJOB, RUNTIME_PLURAL, TRAINJOB, JobKind
+from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
+from jobs.backends.kubernetes.client.kinds import PYTORCHJOB, RUNTIME_PLURAL, TRAINJOB, JobKind
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -50,7 +50,7 @@ class PreflightRequest:
 
 
 TOLERATED_TAINTS = {("nvidia.com/gpu", "NoSchedule")}
-"""What the rendered pods tolerate (jobs/manifests.py)."""
+"""What the rendered pods tolerate (jobs/backends/kubernetes/manifests.py)."""
 
 
 def preflight(cluster: Cluster, request: PreflightRequest) -> list[str]:
@@ -148,8 +148,8 @@ PART_OF = "app.kubernetes.io/part-of"
 
 
 def _check_runtime(cluster: Cluster, name: str) -> str | None:
-    from jobs.k8s.ownership import labels_of
-    from jobs.runtimes import RUNTIME_LABELS
+    from jobs.backends.kubernetes.client.ownership import labels_of
+    from jobs.backends.kubernetes.runtimes import RUNTIME_LABELS
 
     found = cluster.call_or_none(
         f"get ClusterTrainingRuntime {name}",
@@ -274,7 +274,11 @@ def _requested_per_node(cluster: Cluster, warnings: list[str]) -> dict[str, dict
 def _check_queue(cluster: Cluster, request: PreflightRequest, warnings: list[str]) -> str | None:
     """The LocalQueue exists; the job fits its ClusterQueue's nominal quota at all (else
     Kueue would hold it forever)."""
-    from jobs.k8s.kueue import get_cluster_queue, get_local_queue, nominal_quota
+    from jobs.backends.kubernetes.client.kueue import (
+        get_cluster_queue,
+        get_local_queue,
+        nominal_quota,
+    )
 
     if request.queue is None:
         return None

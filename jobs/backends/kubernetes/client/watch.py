@@ -13,14 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from jobs.k8s.api import (
+from jobs.backends.kubernetes.client.api import (
     Cluster,
     ClusterError,
     describe,
     is_transient,
     status_of,
 )
-from jobs.k8s.kinds import (
+from jobs.backends.kubernetes.client.kinds import (
     COMPLETION_INDEX_LABEL,
     JOBSET_NAME_LABEL,
     PYTORCHJOB,
@@ -28,7 +28,7 @@ from jobs.k8s.kinds import (
     JobKind,
     kind_of,
 )
-from jobs.k8s.state import check_rank, is_final, job_state, pod_for_rank
+from jobs.backends.kubernetes.client.state import check_rank, is_final, job_state, pod_for_rank
 
 MAX_RECONNECTS = 5
 """Consecutive failed log connections (no line in between) before giving up."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from jobs.k8s.kinds import kind_of
+from jobs.backends.kubernetes.client.kinds import kind_of
 
 RETRIES_ANNOTATION = "trainstack.io/retries"
 """Auto-restarts so far (resubmissions of the same run id after Failed)."""
@@ -30,7 +30,8 @@ suspended job Cancelled."""
 _PRECEDENCE = ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created")
 TRAINJOB_TTL_S = 7 * 24 * 3600
 """A finished or cancelled TrainJob is deleted this long after, by trainstack (`expired`): its
-runtime's JobSet has no TTL, since Trainer would recreate a deleted one (jobs.runtimes)."""
+runtime's JobSet has no TTL, since Trainer would recreate a deleted one
+(jobs.backends.kubernetes.runtimes)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def expired(job: dict, now: datetime) -> bool:
     older than its `ttlSecondsAfterFinished` (the operator's TTL only counts Succeeded and
     Failed jobs; a cancelled, suspended one is never finished to it), and a TrainJob that
     finished or was cancelled more than TRAINJOB_TTL_S ago (no TTL deletes it or its JobSet:
-    jobs.runtimes says why)."""
+    jobs.backends.kubernetes.runtimes says why)."""
     state = job_state(job)
     if kind_of(job).api == "trainjob":
         ttl = TRAINJOB_TTL_S

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from jobs.backends.kubernetes.client.kinds import PYTORCHJOB, JobKind
 from jobs.errors import BackendError
-from jobs.k8s.kinds import PYTORCHJOB, JobKind
 
 T = TypeVar("T")
 

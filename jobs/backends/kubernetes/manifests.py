@@ -1,8 +1,10 @@
 """Job spec -> Kubernetes manifests: a `kubeflow.org/v1` PyTorchJob (or, for
-`job.api=trainjob`, the TrainJob of jobs/trainjob.py) and the ConfigMap holding the trainer's
+`job.api=trainjob`, the TrainJob of jobs/backends/kubernetes/trainjob.py) and the ConfigMap holding
+the trainer's
 config, as the plain dicts the API server takes (the fields of the official client models,
 camelCase, unset ones left out), checked before returning against the Kubernetes schemas and
-the operators' webhook rules (jobs/manifest_checks.py). The pieces both job kinds share
+the operators' webhook rules (jobs/backends/kubernetes/manifest_checks.py). The pieces both job
+kinds share
 (container env and resources, volumes, security contexts) are the functions here.
 
 Pure: the same spec always gives the same dicts (golden tests pin them).
@@ -14,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from jobs.manifest_checks import check_manifests
-from jobs.network_policy import job_network_policy
-from jobs.runner import SCRATCH_DIR as RUNNER_DIR
-from jobs.runner import TRAINSTACK
+from jobs.backends.kubernetes.manifest_checks import check_manifests
+from jobs.backends.kubernetes.network_policy import job_network_policy
+from jobs.runners import runner_named
+from jobs.runners.program import SCRATCH_DIR as RUNNER_DIR
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
 
 CONTAINER_NAME = "pytorch"
@@ -117,7 +119,7 @@ def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
     """(volumes, mounts) of this job's own beyond the config: the runner's scratch for another
     runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
     volumes, mounts = [], []
-    if spec.runner != TRAINSTACK:
+    if not runner_named(spec.runner).builtin:
         # The workdir is unpacked, and an s3:// run's metrics and runner=command checkpoints
         # kept, here (trainer.runner_exec).
         volumes.append({"emptyDir": {}, "name": "runner"})
@@ -296,12 +298,13 @@ def config_map(spec: JobSpec) -> dict:
 
 def to_manifests(spec: JobSpec, schemas: bool = True) -> list[dict]:
     """[ConfigMap, TrainJob or PyTorchJob (`job.api`), NetworkPolicy] as plain dicts, validated
-    (raises `ManifestError`; `schemas`: jobs.manifest_checks.check_manifests); the policy
-    (jobs/network_policy.py) lets only this run's pods in.
+    (raises `ManifestError`; `schemas`: jobs.backends.kubernetes.manifest_checks.check_manifests);
+    the policy
+    (jobs/backends/kubernetes/network_policy.py) lets only this run's pods in.
     The submitter creates it before the job; applied in file order it lands after the job,
     which the namespace's default deny keeps closed meanwhile."""
     if spec.api == "trainjob":
-        from jobs.trainjob import train_job
+        from jobs.backends.kubernetes.trainjob import train_job
 
         job = train_job(spec)
     else:
