@@ -250,7 +250,7 @@ class TrainerConfig:
     """torch.compile each transformer block."""
     peak_tflops: float | None = None
     """Peak TFLOP/s (dense bf16) of one device for MFU; null uses the exact GPU table
-    (`trainer/gpu_peaks.py`). A CPU or an unknown GPU without it logs MFU as null (one note
+    (`contract/gpu_peaks.py`). A CPU or an unknown GPU without it logs MFU as null (one note
     at start-up): no table states a CPU's peak."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
