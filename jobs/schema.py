@@ -1,7 +1,7 @@
 """Structured-config schema of a job: the top-level keys users compose with Hydra.
 
 The `model`, `data` and `trainer` sections are the trainer's own dataclasses (the job writes
-exactly that file), so their defaults live in `trainer/config.py` only. Everything else here
+exactly that file), so their defaults live in `contract/config.py` only. Everything else here
 is what the launcher needs to place and run the trainer. `register()` puts the schema and one
 `compute` option per catalog instance type into Hydra's ConfigStore, so a typo or a wrong
 type fails at compose time with Hydra's own message.
@@ -16,10 +16,10 @@ from omegaconf import MISSING, OmegaConf
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
+from contract.config import DataConfig, ModelConfig, TrainerConfig
+from contract.model.args import ARCH_FIELDS
 from jobs import runners
 from jobs.runners.base import RunnerOptions
-from trainer.config import DataConfig, ModelConfig, TrainerConfig
-from trainer.model.args import ARCH_FIELDS
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"

@@ -35,6 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
+from contract.run_dir import METRICS_FILE
 from jobs.backends.run_state import write_atomic
 from jobs.errors import one_line
 from jobs.materialize import materialize
@@ -221,7 +222,7 @@ def _task_config(cfg: Any) -> Any:
 
 def last_loss(run_dir: str) -> float | None:
     """The last `loss` in a local run's logs/metrics.jsonl."""
-    path = Path(run_dir) / "logs" / "metrics.jsonl"
+    path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return None
     loss = None

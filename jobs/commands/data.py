@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _here(args: argparse.Namespace, data: dict) -> int:
-    from trainer.config import DataConfig  # lazy: completion loads this module
+    from contract.config import DataConfig  # lazy: completion loads this module
     from trainer.data.prepare import PrepareRequest, prepare  # lazy: tokenizers, for local only
     from trainer.storage import (
         StorageError,

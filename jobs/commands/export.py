@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import EXIT_BAD_INPUT  # lazy: completion loads this module
+    from contract.config import EXIT_BAD_INPUT  # lazy: completion loads this module
     from trainer.errors import ConfigError  # lazy: completion loads this module
     from trainer.hf.export import export_run  # lazy: torch, for the export alone
     from trainer.storage import StorageError  # lazy: completion loads this module

@@ -18,11 +18,9 @@ from typing import Any
 
 import yaml
 
+from contract.run_dir import CONFIG_FILE, METRICS_FILE
 from trainer.storage import open_run_storage
 from trainer.storage.base import RangeRead
-
-METRICS_FILE = "logs/metrics.jsonl"
-CONFIG_FILE = "config.yaml"
 
 
 @dataclass

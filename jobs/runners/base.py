@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
+from contract.plan import model_label
 from jobs.errors import JobConfigError
 from jobs.runners.program import (
     FRESH_STORE_ENV,
@@ -25,7 +26,6 @@ from jobs.runners.program import (
     exec_wrapper,
     launcher,
 )
-from trainer.job_config import model_label
 
 SCHEMA_PREFIX = "trainstack_runner_"
 """ConfigStore name of a runner's options (`conf/runner/<name>.yaml` starts from it)."""

@@ -28,7 +28,7 @@ def test_defaults_compose_to_exactly_the_interface_keys():
 def test_jobs_validate_against_the_version_new_clusters_run():
     """Without a stack, pod templates are checked against the default cluster version: the one
     constant infra creates clusters at, and one kubernetes-validate bundles schemas for."""
-    from infra.versions import KUBERNETES_VERSION as cluster_default
+    from infra.settings.versions import KUBERNETES_VERSION as cluster_default
     from jobs.backends.kubernetes.manifest_checks import _schema_version
 
     assert compose().cluster.kubernetes_version == KUBERNETES_VERSION == cluster_default

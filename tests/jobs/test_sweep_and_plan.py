@@ -9,11 +9,11 @@ import shutil
 import pytest
 import yaml
 
+from contract.config import TrainerConfig
 from jobs import sweep_workers
 from jobs.sweep import BatchPreparation, expand
 from jobs.sweep_points import SweepPointsLost, check_one_per_point
 from tests.jobs.conftest import CLUSTER, OWN_DATA, SAMPLE_DATA, build, files_under
-from trainer.config import TrainerConfig
 
 
 def test_render_sweep_one_job_per_point(cli, workdir):
@@ -41,7 +41,7 @@ def test_render_sweep_one_job_per_point(cli, workdir):
         lr = yaml.safe_load(docs[0]["data"]["config.yaml"])["trainer"]["lr"]
         seen.add((lr, job["metadata"]["annotations"]["trainstack.io/model"]))
     assert seen == {(1e-4, "tiny"), (3e-4, "tiny"), (1e-4, "llama3_1b"), (3e-4, "llama3_1b")}
-    # The default max_steps (trainer/config.py) x 2 s on one p4d.24xlarge, four times.
+    # The default max_steps (contract/config.py) x 2 s on one p4d.24xlarge, four times.
     each = TrainerConfig().max_steps * 2.0 / 3600 * 21.958
     assert summary["total_estimated_cost_usd"] == pytest.approx(4 * each, abs=0.02)
     assert {r["state"] for r in summary["runs"]} == {"rendered"}
