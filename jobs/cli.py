@@ -13,7 +13,6 @@ import sys
 
 from jobs.commands import COMMANDS
 from jobs.commands.launch import LAUNCH_ENV
-from jobs.completion import query
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["-sc"], ["--shell-completion"]):
         # The completion script Hydra installed asks `trainstack -sc query=<shell>`: answered
         # here for every line but `trainstack launch ...`, which is Hydra's (jobs/completion.py).
+        from jobs.completion import query  # lazy: start-up time; only the completion asks
+
         answer = query(argv, os.environ.get("COMP_LINE"), os.environ.get("COMP_POINT"))
         if answer is not None:
             print(answer)
