@@ -29,7 +29,7 @@ def resume_from_path(cfg: Any) -> str | None:
     run_dir = run_dir_for(cfg.storage.root, match["run"])
     if match["step"] is None:
         return run_dir
-    from trainer.checkpoint.layout import step_dir
+    from contract.checkpoints import step_dir
 
     return f"{run_dir}/{step_dir(int(match['step']))}"
 

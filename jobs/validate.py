@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
+from contract.model.args import ARCH_FIELDS
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem, sweep_id_problem
@@ -39,7 +40,6 @@ from jobs.validate_targets import (
     check_priority_approved,
     check_secrets_approved,
 )
-from trainer.model.args import ARCH_FIELDS
 
 __all__ = ["JobConfigError", "validate_job"]
 
@@ -186,7 +186,7 @@ def check_trainer(cfg: Any) -> TrainerPlan:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from trainer.config import TrainerJobConfig
+    from contract.config import TrainerJobConfig
     from trainer.errors import ConfigError
     from trainer.hf.config import read_hf_config
     from trainer.job_config import data_parallel_mesh, grad_accum_steps, make_plan

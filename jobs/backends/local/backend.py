@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contract import run_dir as run_layout
+from contract.run_dir import JOB_DIR
 from jobs.backends import run_state
 from jobs.backends.base import (
     FAILED,
@@ -40,10 +42,10 @@ from jobs.spec import POD_CONFIG_PATH
 from jobs.workdir import store_code
 from trainer.launch import RESTARTS_FILE_ENV
 
-REQUEST_FILE = "job/request.json"
-CONFIG_FILE = "job/config.yaml"
-LAUNCH_FILE = "job/launch.yaml"
-RESTARTS_FILE = "job/restarts"
+REQUEST_FILE = f"{JOB_DIR}/request.json"
+CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"
+LAUNCH_FILE = f"{JOB_DIR}/launch.yaml"
+RESTARTS_FILE = f"{JOB_DIR}/restarts"
 """torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
 LOCAL_STATE_ROOT = "runs"
 """Where state lives when the run dir itself is remote (storage.root=s3://...)."""
