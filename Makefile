@@ -39,7 +39,7 @@ $(RUN_STAMP): pyproject.toml constraints.txt
 # `trainstack` start compiles the project's modules again when PYTHONDONTWRITEBYTECODE is set.
 # A module edited later just compiles in memory until the next `make bytecode`.
 bytecode:
-	$(BIN)/python -m compileall -q -j 0 catalog hydra_plugins infra jobs trainer
+	$(BIN)/python -m compileall -q -j 0 catalog contract hydra_plugins infra jobs trainer
 
 # `trainstack` lives in the venv: the last lines say how to put it on PATH (also after a
 # failed run, which is when `trainstack logs` is wanted).

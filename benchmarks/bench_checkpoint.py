@@ -218,8 +218,8 @@ def _worker(out: Path) -> None:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     from benchmarks.bench_trainer import _build, _step
+    from contract.config import CheckpointConfig
     from trainer.checkpoint import Checkpointer
-    from trainer.config import CheckpointConfig
     from trainer.distributed import init_distributed
     from trainer.storage import open_run_storage
 

@@ -87,7 +87,7 @@ def _measure(kind: str, work: Path) -> dict:
         return {"seconds": seconds, "tokens": sum(len(e.ids) for e in encoded)}
     import shutil
 
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
     from trainer.data.prepare import PrepareRequest, prepare
 
     out = work / "prepared"

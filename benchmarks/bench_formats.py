@@ -97,11 +97,11 @@ def _worker(work: Path, out: Path) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
+    from contract.model.args import MODEL_PRESETS
     from trainer.data import IGNORE_INDEX, PackedSequences, TrainBatches, load_corpus
     from trainer.distributed import init_distributed, shutdown
     from trainer.job_config import Plan
-    from trainer.model.args import MODEL_PRESETS
     from trainer.model.model import Transformer
     from trainer.parallelize import parallelize
     from trainer.tokenizer import ByteTokenizer

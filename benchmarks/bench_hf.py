@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
+from contract.model.args import ModelArgs
 from trainer.hf.weights import INDEX_FILE, expected_shape, hf_name, trainer_names
-from trainer.model.args import ModelArgs
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -144,8 +144,8 @@ def _ac_all() -> dict:
     import torch
     import torch.nn.functional as F
 
+    from contract.model.args import MODEL_PRESETS
     from trainer.distributed import init_distributed, shutdown
-    from trainer.model.args import MODEL_PRESETS
     from trainer.model.model import Transformer
     from trainer.parallelize import parallelize
 

@@ -130,7 +130,7 @@ def _run(cmd: list[str]) -> None:
 def _build(model_overrides: dict, env):
     import torch
 
-    from trainer.model.args import MODEL_PRESETS
+    from contract.model.args import MODEL_PRESETS
     from trainer.model.model import Transformer
     from trainer.parallelize import parallelize
 
@@ -228,8 +228,9 @@ def _checkpoint(env) -> dict:
     import torch
     import torch.distributed as dist
 
-    from trainer.checkpoint import Checkpointer, step_dir
-    from trainer.config import CheckpointConfig
+    from contract.checkpoints import step_dir
+    from contract.config import CheckpointConfig
+    from trainer.checkpoint import Checkpointer
     from trainer.storage import open_run_storage
 
     model, optimizer = _trained_big_model(env)

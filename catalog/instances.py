@@ -20,7 +20,7 @@ class InstanceType:
     gpus: int
     """NVIDIA GPUs per instance."""
     gpu_model: str
-    """A model name of `trainer.gpu_peaks` (its one table of peaks)."""
+    """A model name of `contract.gpu_peaks` (its one table of peaks)."""
     gpu_memory_gib: int
     """Memory of one GPU."""
     vcpus: int

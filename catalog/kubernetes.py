@@ -1,10 +1,10 @@
 """Kubernetes facts both sides read.
 
 The Kubernetes minor version a new cluster runs: `infra` creates EKS clusters at it
-(`trainstack:kubernetesVersion` default, infra/versions.py) and `jobs` validates pod templates
-against its schemas (`cluster.kubernetes_version` default, before a stack's outputs set the
-cluster's real version in the stack file). One constant, so a job composed without a stack is
-checked against the version its cluster will run.
+(`trainstack:kubernetesVersion` default, infra/settings/versions.py) and `jobs` validates pod
+templates against its schemas (`cluster.kubernetes_version` default, before a stack's outputs
+set the cluster's real version in the stack file). One constant, so a job composed without a
+stack is checked against the version its cluster will run.
 
 In EKS standard support until 2027-03 (1.34's ends 2026-12); kubernetes-validate (constraints.txt)
 must bundle its schemas.

@@ -10,10 +10,8 @@ from infra.bucket_layout import DATA_PREPARE, TRAINING, published_grants
 from infra.ci import ImageBuild
 from infra.cluster import Cluster
 from infra.cluster_addons import ClusterAddons
-from infra.config import load_stack_config
 from infra.container_logs import ContainerLogs
 from infra.costs import group_summary, hourly_usd
-from infra.deploy_runner import DeployRunner
 from infra.github_deploy import github_deploy_role
 from infra.gpu_health import GpuHealth
 from infra.gpu_nodes import GpuNodeGroup
@@ -22,9 +20,11 @@ from infra.kubeflow_trainer import TRAINJOB_API, KubeflowTrainer
 from infra.kueue import Kueue
 from infra.network import Network
 from infra.registry import Registry
+from infra.settings.stack import load_stack_config
 from infra.shared_fs import KeyOwner, SharedFileSystem
 from infra.storage import RunStorage
 from infra.training_api import TrainingApi
+from infra.vpc_deploy import VpcDeploy
 
 config = load_stack_config()  # raises ConfigError before any resource exists
 name = config.cluster.name
@@ -55,7 +55,7 @@ gpu_groups = [
     for group in config.gpu_node_groups
 ]
 deploy = (
-    DeployRunner(
+    VpcDeploy(
         name,
         config.deploy,
         config.region,

@@ -1,5 +1,6 @@
-"""cluster-autoscaler (Helm, pinned in `infra.versions`): grows a GPU node group when pods of a
-job cannot be scheduled and shrinks it when its nodes idle, so a stack rests at zero GPU nodes.
+"""cluster-autoscaler (Helm, pinned in `infra.settings.versions`): grows a GPU node group when
+pods of a job cannot be scheduled and shrinks it when its nodes idle, so a stack rests at zero
+GPU nodes.
 
 It finds the managed node groups by the tags EKS puts on their Auto Scaling groups and learns
 what an empty group's nodes would offer from the node-template tags `infra.gpu_nodes` adds.
@@ -18,8 +19,8 @@ import pulumi_kubernetes as k8s
 from infra.cluster_addons import helm_release
 from infra.iam import pod_identity_role
 from infra.policies import policy_document
-from infra.settings import AutoscalerConfig
-from infra.versions import CLUSTER_AUTOSCALER
+from infra.settings.types import AutoscalerConfig
+from infra.settings.versions import CLUSTER_AUTOSCALER
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"

@@ -26,7 +26,7 @@ from infra.ci_policies import (
 from infra.github_oidc import GithubRoles
 from infra.iam import service_role
 from infra.policies import BUILD_ARTIFACTS_PREFIX, start_build_policy
-from infra.settings import CiConfig
+from infra.settings.types import CiConfig
 
 BUILDSPEC = "images/buildspec.yml"
 BUILD_IMAGE = "aws/codebuild/standard:7.0"

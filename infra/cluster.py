@@ -17,8 +17,8 @@ from infra.kubeconfig import eks_kubeconfig
 from infra.launch_template import metadata_options, root_volume
 from infra.policies import kms_key_policy
 from infra.protection import stateful
-from infra.settings import ClusterConfig, DataProtection, SystemNodeGroupConfig
-from infra.versions import EKS_ADDONS
+from infra.settings.types import ClusterConfig, DataProtection, SystemNodeGroupConfig
+from infra.settings.versions import EKS_ADDONS
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Managed add-ons installed before nodes join (networking, credentials) and after (they need

@@ -14,8 +14,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.gpu_nodes import EFA_LABEL, GPU_LABEL, GPU_TAINT
+from infra.settings.versions import (
+    EFA_DEVICE_PLUGIN,
+    NVIDIA_DEVICE_PLUGIN,
+    TRAINING_OPERATOR_OVERLAY,
+)
 from infra.training_operator import init_container_configmap, operator_deployment_patch
-from infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR_OVERLAY
 
 POD_SECURITY_LABELS = {
     # Training pods run as the image's non-root uid with every capability dropped, no
@@ -69,7 +73,7 @@ def helm_release(
     opts: pulumi.ResourceOptions,
     create_namespace: bool | None = None,
 ) -> k8s.helm.v3.Release:
-    """One pinned chart from `infra.versions`, released under the chart's own name."""
+    """One pinned chart from `infra.settings.versions`, released under the chart's own name."""
     return k8s.helm.v3.Release(
         f"{name}-{chart['chart']}",
         name=chart["chart"],

@@ -1,6 +1,7 @@
 """Logs that outlive pods: Fluent Bit (AWS's `aws-for-fluent-bit` chart, pinned in
-`infra.versions`) on every node ships the training namespace's container logs to one CloudWatch
-Logs group that this stack owns, with the stack's retention (`trainstack:logRetentionDays`).
+`infra.settings.versions`) on every node ships the training namespace's container logs to one
+CloudWatch Logs group that this stack owns, with the stack's retention
+(`trainstack:logRetentionDays`).
 
 Fluent Bit, not the CloudWatch Observability add-on: the add-on also runs the CloudWatch agent
 (Container Insights metrics, Application Signals) and ships host and data-plane logs to groups
@@ -22,7 +23,7 @@ import pulumi_kubernetes as k8s
 from infra.cluster_addons import GPU_TOLERATION, helm_release
 from infra.iam import pod_identity_role
 from infra.policies import policy_document
-from infra.versions import FLUENT_BIT
+from infra.settings.versions import FLUENT_BIT
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-for-fluent-bit"

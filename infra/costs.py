@@ -8,7 +8,7 @@ The autoscaler moves each group between its minSize (idle: no job wants it) and 
 
 from __future__ import annotations
 
-from infra.settings import GpuNodeGroupConfig
+from infra.settings.types import GpuNodeGroupConfig
 
 
 def group_summary(group: GpuNodeGroupConfig) -> dict:

@@ -18,9 +18,9 @@ import pulumi_aws as aws
 
 from infra.ci_policies import github_trust_policy, in_vpc_deploy_policy, runner_deploy_policy
 from infra.cluster import Cluster
-from infra.deploy_runner import DeployRunner, deploy_access
 from infra.github_oidc import repository_slug
-from infra.settings import StackConfig
+from infra.settings.types import StackConfig
+from infra.vpc_deploy import VpcDeploy, deploy_access
 
 RUNNER_ENVIRONMENT = "development"
 IN_VPC_ENVIRONMENT = "production"
@@ -80,7 +80,7 @@ def github_deploy_role(
     provider_arn: pulumi.Input[str],
     repository_arn: pulumi.Input[str],
     cluster: Cluster,
-    deploy: DeployRunner | None,
+    deploy: VpcDeploy | None,
 ) -> GithubDeployRole | None:
     """The stack's deploy role for its path; None for a runner-deployed stack without
     `ci.deployPolicyArns` (deployed by hand, as the admin role)."""

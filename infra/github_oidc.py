@@ -23,7 +23,7 @@ from infra.ci_policies import (
     preview_policy,
     start_release_build_policy,
 )
-from infra.settings import CiConfig
+from infra.settings.types import CiConfig
 
 
 def repository_slug(github_url: str) -> str:

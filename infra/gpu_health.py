@@ -1,7 +1,8 @@
-"""GPU health you can see: NVIDIA's DCGM exporter (Helm, pinned in `infra.versions`) on every GPU
-node, serving GPU metrics, including Xid errors (`DCGM_FI_DEV_XID_ERRORS`), on port 9400 for any
-Prometheus-style scraper. The EKS node monitoring agent (a managed add-on, `infra.cluster`) turns
-the same faults into node conditions that the node groups' auto repair acts on."""
+"""GPU health you can see: NVIDIA's DCGM exporter (Helm, pinned in `infra.settings.versions`) on
+every GPU node, serving GPU metrics, including Xid errors (`DCGM_FI_DEV_XID_ERRORS`), on port
+9400 for any Prometheus-style scraper. The EKS node monitoring agent (a managed add-on,
+`infra.cluster`) turns the same faults into node conditions that the node groups' auto repair
+acts on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pulumi_kubernetes as k8s
 
 from infra.cluster_addons import GPU_TOLERATION, helm_release
 from infra.gpu_nodes import GPU_LABEL
-from infra.versions import DCGM_EXPORTER
+from infra.settings.versions import DCGM_EXPORTER
 
 NAMESPACE = "kube-system"
 METRICS_PORT = 9400

@@ -20,7 +20,7 @@ from infra.launch_template import (
     metadata_options,
     root_volume,
 )
-from infra.settings import GpuNodeGroupConfig
+from infra.settings.types import GpuNodeGroupConfig
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_LABEL = "nvidia.com/gpu.present"

@@ -14,8 +14,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cluster_addons import helm_release
-from infra.settings import GpuNodeGroupConfig
-from infra.versions import KUBEFLOW_TRAINER
+from infra.settings.types import GpuNodeGroupConfig
+from infra.settings.versions import KUBEFLOW_TRAINER
 from jobs.backends.kubernetes.manifest_checks import check_jobset_webhook
 from jobs.backends.kubernetes.runtimes import cluster_training_runtimes
 

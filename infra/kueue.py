@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from infra.cluster_addons import helm_release
 from infra.gpu_nodes import GPU_TAINT, GROUP_LABEL
 from infra.launch_template import HUGEPAGES_2MI
-from infra.settings import GpuNodeGroupConfig, KueueConfig
-from infra.versions import KUEUE
+from infra.settings.types import GpuNodeGroupConfig, KueueConfig
+from infra.settings.versions import KUEUE
 
 # What each EFA node reserves (infra/launch_template.py), so the quota is what the nodes hold.
 _HUGEPAGES_MI = int(HUGEPAGES_2MI.removesuffix("Mi"))
@@ -101,8 +102,6 @@ def manager_config(training_operator: str) -> dict:
 
 
 def kueue_values(training_operator: str) -> dict:
-    import yaml
-
     config = yaml.safe_dump(manager_config(training_operator), sort_keys=False)
     return {"managerConfig": {"controllerManagerConfigYaml": config}}
 

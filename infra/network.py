@@ -16,7 +16,7 @@ import ipaddress
 import pulumi
 import pulumi_aws as aws
 
-from infra.settings import NetworkConfig
+from infra.settings.types import NetworkConfig
 
 MAX_ZONES = 7
 """The VPC is cut into 8 equal blocks: one private block per AZ, the last for public subnets."""

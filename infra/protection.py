@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
-from infra.settings import DataProtection
+from infra.settings.types import DataProtection
 
 
 def stateful(

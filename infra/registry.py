@@ -17,7 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.protection import stateful
-from infra.settings import DataProtection
+from infra.settings.types import DataProtection
 
 BUILD_CACHE_TAG = "buildcache"
 """The cache repository's one tag: must match BUILD_CACHE_TAG in images/build.sh."""

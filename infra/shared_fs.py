@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 
 from infra.policies import bucket_key_policy
 from infra.protection import stateful
-from infra.settings import DataProtection, FsxConfig
+from infra.settings.types import DataProtection, FsxConfig
 from infra.storage import BUCKET_KEYS
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))

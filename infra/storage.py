@@ -10,7 +10,7 @@ import pulumi_aws as aws
 from infra.bucket_layout import RUNS
 from infra.policies import tls_only_policy
 from infra.protection import stateful
-from infra.settings import DataProtection
+from infra.settings.types import DataProtection
 
 NONCURRENT_DAYS = 30
 MULTIPART_DAYS = 7

@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 from infra.bucket_layout import RUNS
 from infra.iam import pod_identity_role
 from infra.policies import training_api_policy
-from infra.settings import TrainingApiConfig
+from infra.settings.types import TrainingApiConfig
 
 PORT = 8080
 TOKEN_DIR = "/etc/trainstack/token-hashes"

@@ -1,8 +1,7 @@
 """`trainstack <command> ...`: a small dispatcher; each command lives in jobs/commands/.
 
-A command module defines `add_arguments(parser)` and `run(args) -> int` (or `main(argv) -> int`
-when it parses its own arguments, as `launch`, a Hydra app, does); register it with one line
-in COMMANDS. Modules load only when their command runs, so start-up stays light.
+Commands are registered in jobs/commands/__init__.py (COMMANDS). Modules load only when their
+command runs, so start-up stays light.
 """
 
 from __future__ import annotations
@@ -12,25 +11,13 @@ import importlib
 import os
 import sys
 
-COMMANDS: dict[str, str] = {
-    "launch": "compose, validate and run a job (or a -m sweep)",
-    "runs": "list runs (--sweep ID, --state S)",
-    "status": "show one run",
-    "logs": "print a run's logs (-f to follow, --rank N)",
-    "cancel": "cancel a run or a whole --sweep",
-    "checkpoints": "list a run's checkpoints: committed, size, files complete",
-    "export": "write a run's checkpoint as a Hugging Face model directory",
-    "plot": "loss, throughput, MFU and memory of runs or a --sweep, to PNG or HTML",
-    "serve": "the Training API and dashboard (HTTP)",
-    "data": "data prepare: tokenize JSONL into shards + manifest (here, render or kubernetes)",
-}
+from jobs.commands import COMMANDS
+from jobs.commands.launch import LAUNCH_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.app import LAUNCH_ENV
-
     if LAUNCH_ENV in os.environ:  # `trainstack launch` exec'd this process as its Hydra app
-        from jobs.app import run_app
+        from jobs.app import run_app  # lazy: Hydra and the launch pipeline, for launch alone
 
         return run_app()
     argv = sys.argv[1:] if argv is None else argv
@@ -41,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["-sc"], ["--shell-completion"]):
         # The completion script Hydra installed asks `trainstack -sc query=<shell>`: answered
         # here for every line but `trainstack launch ...`, which is Hydra's (jobs/completion.py).
-        from jobs.completion import query
+        from jobs.completion import query  # lazy: start-up time; only the completion asks
 
         answer = query(argv, os.environ.get("COMP_LINE"), os.environ.get("COMP_POINT"))
         if answer is not None:

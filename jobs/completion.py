@@ -23,6 +23,8 @@ import importlib
 import json
 from pathlib import Path
 
+from jobs.commands import COMMANDS
+
 RUN_COMMANDS = ("status", "logs", "cancel", "checkpoints", "export", "plot")
 """Commands whose positional argument is a run id."""
 ROOT_KEYS = ("storage.root=", "backend.output_root=")
@@ -46,8 +48,6 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 def candidates(line: str) -> list[str] | None:
     """What to offer for the last word of `line` (the word being typed, or a new one after
     a space); None: the line is `trainstack launch ...`, which Hydra completes."""
-    from jobs.cli import COMMANDS
-
     words = line.split()
     typing = "" if not words or line[-1:].isspace() else words.pop()
     if len(words) <= 1:
@@ -94,7 +94,7 @@ def positionals(words: list[str], options: dict[str, argparse.Action]) -> list[s
 def roots(words: list[str]) -> list[Path]:
     """Where runs are listed from: runs/, or what storage.root / backend.output_root on the
     line say (an s3:// storage root keeps its local state under runs/)."""
-    from jobs.run_dirs import LOCAL_STATE_ROOT
+    from jobs.run_dirs import LOCAL_STATE_ROOT  # lazy: ~0.27 s on every <TAB>
 
     found = []
     for word in words:
@@ -106,7 +106,7 @@ def roots(words: list[str]) -> list[Path]:
 
 
 def states(words: list[str]) -> list[dict]:
-    from jobs.backends.run_state import STATE_FILE
+    from jobs.backends.run_state import STATE_FILE  # lazy: ~0.06 s on every <TAB>
 
     found = []
     for root in roots(words):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+
+from hydra import compose as hydra_compose
+from hydra import initialize
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
 
 from jobs.config_path import SHIPPED_CONF_DIR
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
+from jobs.schema import register
 
 CONF_DIR = SHIPPED_CONF_DIR
 """The shipped config tree (package data)."""
@@ -25,10 +27,6 @@ HYDRA_VERSION_BASE = "1.3"
 @contextmanager
 def composer() -> Iterator[object]:
     """Initialize Hydra once for many `compose` calls (benchmarks, services)."""
-    from hydra import initialize
-
-    from jobs.schema import register
-
     register()
     # config_path=None: no directory of this module's; the search-path plugin adds the user's
     # directories and the shipped tree.
@@ -38,9 +36,6 @@ def composer() -> Iterator[object]:
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:
     """The composed job config for `overrides` (Hydra's errors name a bad key or option)."""
-    from hydra import compose as hydra_compose
-    from hydra.core.global_hydra import GlobalHydra
-
     if GlobalHydra.instance().is_initialized():
         return hydra_compose(CONFIG_NAME, overrides=list(overrides))
     with composer():

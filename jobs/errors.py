@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+
+from omegaconf import DictConfig
+
+from jobs.config_path import user_config_dir
+
 EXIT_BAD_INPUT = 2
 
 
@@ -15,7 +21,10 @@ class JobConfigError(ValueError):
 
 def one_line(err: BaseException) -> str:
     """A Hydra/OmegaConf composition error as `<key>: <problem>[; allowed: ...]`."""
-    from hydra.errors import InstantiationException, MissingConfigException
+    from hydra.errors import (  # lazy: hydra; the API's models read this module without it
+        InstantiationException,
+        MissingConfigException,
+    )
 
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, option = err.missing_cfg_file.rpartition("/")
@@ -43,10 +52,6 @@ def one_line(err: BaseException) -> str:
 
 def nearest(name: str, section: object) -> str | None:
     """The key of `section` (a DictConfig) closest to the mistyped `name`, if one is close."""
-    import difflib
-
-    from omegaconf import DictConfig
-
     if not isinstance(section, DictConfig):
         return None
     keys = [str(k) for k in section]
@@ -56,8 +61,6 @@ def nearest(name: str, section: object) -> str | None:
 
 def missing_stack(name: str, options: list[str]) -> str:
     """A stack file is generated from the Pulumi stack's outputs: say how, and where to."""
-    from jobs.config_path import user_config_dir
-
     have = ", ".join(repr(o) for o in options) or "none"
     return (
         f"stack: no stack file {name!r} (options: {have}); write it with "

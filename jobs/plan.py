@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from catalog import SPOT_DISCOUNT, get_instance_type
-from trainer.gpu_peaks import gpu_peak_flops
+from contract.gpu_peaks import gpu_peak_flops
+from contract.model.args import MODEL_PRESETS, stated_args
+from contract.model.families import PROJECTIONS
+from contract.plan import model_label, tokenizer_source
+from jobs.runners import runner_for
+from jobs.validate_inputs import inside_image
+from trainer.errors import ConfigError
+from trainer.hf.config import model_args_from_hf, unsupported
 
 if TYPE_CHECKING:
     from jobs.spec import JobSpec
@@ -133,8 +140,6 @@ def make_plan(
     """`trainer_plan`: the trainer's own figures (model, tokens per step) at the job's size,
     from validation; None for other runners (no size or step estimate: the price per hour).
     `hf_config`: runner=hf's checkpoint config.json where validation read it (LoRA's count)."""
-    from jobs.runners import runner_for
-
     args = trainer_plan.model if trainer_plan else None
     world = spec.nodes * spec.nproc_per_node
     tokens = trainer_plan.tokens_per_step if trainer_plan else None
@@ -219,11 +224,6 @@ def hf_lora_trained(cfg: Any, hf_config: dict | None) -> str:
     """The plan's note of what runner=hf's LoRA (runner.peft) trains: counted from the
     checkpoint's config.json as the built-in trainer's would be, where launch read it and the
     architecture is one the trainer knows; otherwise the note says why there is no count."""
-    # Lazy, as make_plan's: the Hugging Face config mapping serves only runner=hf.
-    from trainer.errors import ConfigError
-    from trainer.hf.config import model_args_from_hf, unsupported
-    from trainer.model.families import PROJECTIONS
-
     peft = cfg.runner.get("peft")  # runner=hf's LoRA; no other runner has one
     if peft is None or not peft.r:
         return ""
@@ -253,8 +253,6 @@ def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
     """A tokenizer read only in the pods (s3://, hf://) for a model whose vocabulary is smaller
     than any released tokenizer's: the job would fail there, after the nodes started. (A local
     tokenizer is loaded at launch and checked against the model's vocabulary.)"""
-    from trainer.job_config import tokenizer_source
-
     source = tokenizer_source(cfg)
     if args is None or "://" not in source or args.vocab_size >= SMALL_VOCAB:
         return []
@@ -268,9 +266,6 @@ def tokenizer_fit_warnings(cfg: Any, args: Any) -> list[str]:
 def toy_data_warnings(cfg: Any, where: str) -> list[str]:
     """GPU nodes given the bundled sample corpus or the byte tokenizer: the defaults of a CPU
     demo, almost never what a cluster job means to train on."""
-    from jobs.validate_inputs import inside_image
-    from trainer.job_config import tokenizer_source
-
     toy = []
     if cfg.data.path is not None and inside_image(cfg.data.path):
         toy.append(f"data.path={cfg.data.path} is the bundled sample corpus (a few MB)")
@@ -287,9 +282,6 @@ def toy_data_warnings(cfg: Any, where: str) -> list[str]:
 def model_description(cfg: Any) -> str:
     """The model's label, and for a preset some of whose architecture keys were changed,
     which: `tiny (modified: dim, n_layers)` — the name alone would claim the preset's size."""
-    from trainer.job_config import model_label
-    from trainer.model.args import MODEL_PRESETS, stated_args
-
     label = model_label(cfg)
     preset = MODEL_PRESETS.get(cfg.model.name)
     if preset is None:

@@ -21,6 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from jobs.compose import compose
 from jobs.errors import JobConfigError
 from jobs.runners import recorded_runner
 
@@ -88,9 +94,7 @@ def state_dir(cfg: Any) -> Path:
 def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     """(where, record) of the run `cfg.run_id` names: the whole job, or its trainer sections;
     None for a new run."""
-    import yaml
-
-    from jobs.backends.local.backend import CONFIG_FILE, LAUNCH_FILE
+    from jobs.backends.local.backend import CONFIG_FILE, LAUNCH_FILE  # lazy: as in state_dir
 
     here = state_dir(cfg)
     run_dir = None if cfg.storage.root.startswith("s3://") else here / "config.yaml"
@@ -116,11 +120,6 @@ def typed_scopes(overrides: list[str], composed: dict[str, Any]) -> list[str]:
     key, or a section for a group (`model=tiny`); for a group of the global package
     (`experiment=...`, `stack=...`) the keys its option sets, found by composing without it.
     Hydra's own (`hydra/...`) set nothing of the job."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    from jobs.compose import compose
-
     scopes: list[str] = []
     for index, override in enumerate(OverridesParser.create().parse_overrides(overrides)):
         key = override.key_or_group
@@ -149,9 +148,6 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     """(config to launch, where its record was read or None for a new run). For an existing
     run: the record, with each typed key that changes it applied when `mutable`, else
     JobConfigError naming it."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     if cfg.run_id is None or cfg.sweep_id is not None:
         return cfg, None
     found = read_record(cfg)
@@ -201,8 +197,6 @@ ABSENT = object()
 def free_maps(cfg: Any, prefix: str = "") -> list[str]:
     """Dotted paths of the sections typed `dict[str, ...]` in the schema (runner.args,
     runner.env): their keys are data, so the record's own keys merge into them."""
-    from omegaconf import DictConfig, OmegaConf
-
     found = []
     for name in cfg:
         node = cfg._get_node(name)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from contract.checkpoints import step_dir
 from jobs.backends import traits_of
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem
 from jobs.run_dirs import on_fsx, run_dir_for
 from jobs.runners import runner_for
-from trainer.checkpoint.layout import committed_steps, step_dir
+from trainer.checkpoint.layout import committed_steps
 from trainer.checkpoint.source import locate
 from trainer.errors import ConfigError
 from trainer.storage import StorageError, open_run_storage

@@ -1,7 +1,7 @@
 """Structured-config schema of a job: the top-level keys users compose with Hydra.
 
 The `model`, `data` and `trainer` sections are the trainer's own dataclasses (the job writes
-exactly that file), so their defaults live in `trainer/config.py` only. Everything else here
+exactly that file), so their defaults live in `contract/config.py` only. Everything else here
 is what the launcher needs to place and run the trainer. `register()` puts the schema and one
 `compute` option per catalog instance type into Hydra's ConfigStore, so a typo or a wrong
 type fails at compose time with Hydra's own message.
@@ -12,15 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
+from contract.config import DataConfig, ModelConfig, TrainerConfig
+from contract.model.args import ARCH_FIELDS
 from jobs import runners
 from jobs.runners.base import RunnerOptions
-from trainer.config import DataConfig, ModelConfig, TrainerConfig
-from trainer.model.args import ARCH_FIELDS
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
@@ -220,7 +219,7 @@ class ClusterConfig:
 
 
 @dataclass
-class JobsConfig:
+class LaunchConfig:
     """The composed config: `conf/config.yaml` builds on this."""
 
     run_id: str | None = None
@@ -277,9 +276,12 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    # lazy: hydra (~0.14 s) only where a config is composed; infra and the API read the schema
+    from hydra.core.config_store import ConfigStore
+
     OmegaConf.register_new_resolver("required", _required, replace=True)
     store = ConfigStore.instance()
-    store.store(name=SCHEMA_NAME, node=JobsConfig)
+    store.store(name=SCHEMA_NAME, node=LaunchConfig)
     runners.register(store)
     for name in INSTANCE_TYPES:
         store.store(group="compute", name=name, node=gpu_compute_option(name))

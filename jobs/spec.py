@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import InstanceType, get_instance_type
+from contract.run_dir import CONFIG_FILE
 from jobs.resume_from import resume_from_path
 from jobs.run_dirs import run_dir_for
 from jobs.runners import runner_for
@@ -20,7 +21,6 @@ from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
 from trainer.hf.hub import parse_hub
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
-CONFIG_FILE = "config.yaml"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
 LABEL_PREFIX = "trainstack.io"
 OWNER_LABEL = f"{LABEL_PREFIX}/owner"
@@ -122,7 +122,7 @@ class JobSpec:
     labels: dict[str, str]
     annotations: dict[str, str]
     trainer_config: dict[str, Any]
-    """Exactly the file the trainer reads (`trainer.config.TrainerJobConfig`)."""
+    """Exactly the file the trainer reads (`contract.config.TrainerJobConfig`)."""
     config_hash: str
     kubernetes_version: str
     api: str = "trainjob"

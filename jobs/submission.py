@@ -14,10 +14,14 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from jobs.materialize import MaterializedJob
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from jobs.backends.kubernetes.manifest_checks import ManifestError
+from jobs.compose import compose
+from jobs.errors import JobConfigError, one_line
+from jobs.materialize import MaterializedJob, materialize
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 GIT_SHA_ENV = "TRAINSTACK_GIT_SHA"
@@ -61,15 +65,6 @@ def prepare(
 
     `compose_lock` is held around composition alone (Hydra's state is process-global); the
     checks after it may wait on the network (S3, the Hub) and hold nobody else up."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from jobs.backends.kubernetes.manifest_checks import ManifestError
-    from jobs.compose import compose
-    from jobs.errors import one_line
-    from jobs.materialize import materialize
-    from jobs.validate import JobConfigError
-
     try:
         with compose_lock or nullcontext():
             cfg = compose(list(overrides))

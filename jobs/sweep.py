@@ -3,132 +3,48 @@
 One path for every backend: Hydra's sweeper (the basic one, or any sweeper plugin such as
 Optuna's) expands the points and hands them in batches to a launcher, `hydra/launcher=
 backend_<backend>` by default (hydra_plugins/trainstack_launcher for local and render,
-hydra_plugins/pytorchjob_launcher for kubernetes). Before a batch's first point is written or
+hydra_plugins/kubernetes_launcher for kubernetes). Before a batch's first point is written or
 run, the launcher composes and materializes every point of it (`prepare_points`): one bad
 point, or one run id shared by several, and nothing happens (a big batch is prepared in
-worker processes: jobs.sweep_workers). Every point carries the sweep id
+worker processes: jobs.sweep_workers). The prepared jobs go to the task object Hydra handed
+the launcher (jobs.app.LaunchTask), whose points schedule them. Every point carries the sweep id
 (`sweep_id=`, else a new one); `SweepSummary` (a Hydra callback, conf/config.yaml) writes
 `<backend.output_root>/sweeps/<sweep_id>/summary.yaml` from the job returns.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
+import itertools
 import json
-import math
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra.errors import CompactHydraException
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobStatus
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
+from omegaconf import open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
 
+from contract.run_dir import METRICS_FILE
 from jobs.backends.run_state import write_atomic
+from jobs.errors import one_line
+from jobs.materialize import materialize
 from jobs.naming import new_sweep_id, sweep_point_run_id
+from jobs.submission import git_sha
+from jobs.sweep_points import PointResult, SweepPointError, SweepPointsLost, check_one_per_point
+from jobs.sweep_workers import prepared_in_workers
 
 SUMMARY_FILE = "summary.yaml"
-
-
-@dataclass
-class PointResult:
-    """One sweep point: what the task function returns (and Hydra's JobReturn carries)."""
-
-    index: int
-    overrides: list[str]
-    run_id: str | None = None
-    sweep_id: str | None = None
-    state: str | None = None
-    plan: dict[str, Any] = field(default_factory=dict)
-    exit_code: int | None = None
-    error: str | None = None
-    loss: float | None = None
-    """The run's last logged training loss (local runs that ran)."""
-
-    def __float__(self) -> float:
-        """The objective an optimizing sweeper (Optuna) minimizes: the final loss of a local
-        run, else the estimated cost in USD; NaN when neither is known."""
-        if self.loss is not None:
-            return float(self.loss)
-        cost = self.plan.get("estimated_cost_usd")
-        return float(cost) if cost is not None else math.nan
-
-
-class SweepPointError(CompactHydraException, ValueError):
-    """A point that cannot run; raised before any point of its batch is written or run."""
-
-    def __init__(self, index: int, overrides: Sequence[str], message: str):
-        super().__init__(f"sweep point {index} ({_shown(overrides)}): {message}")
-        self.reason = message
-
-
-class SweepPointsLost(CompactHydraException, RuntimeError):
-    """A batch's preparation, or its run, gave back other than one point per point asked for:
-    a fault in trainstack, not in the sweep. The sweep exits 1 naming the points, never 0
-    without some of them."""
-
-
-def _shown(overrides: Sequence[str]) -> str:
-    return " ".join(o for o in overrides if not o.startswith("sweep_id="))
-
-
-def check_one_per_point(
-    numbered: Sequence[tuple[int, Sequence[str]]], indices: list[int], *, ran: bool = False
-) -> None:
-    """`indices` (of the points prepared, or of the results of those that ran, in the order
-    they came) are exactly those of `numbered` ((Hydra job number, overrides) of the batch),
-    in order; else SweepPointsLost naming the points missing, repeated or not of the batch."""
-    expected = [index for index, _ in numbered]
-    if indices == expected:
-        return
-    count = Counter(indices)
-    # A point is named by what sets it apart: the overrides every point shares are left out.
-    shared = set.intersection(*(set(overrides) for _, overrides in numbered)) if numbered else set()
-    missing = [
-        f"{index} ({_shown([o for o in overrides if o not in shared])})"
-        for index, overrides in numbered
-        if not count[index]
-    ]
-    problems = []
-    if missing:
-        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        problems.append(f"missing {len(missing)}: " + ", ".join(missing[:10]) + more)
-    repeated = sorted(index for index, times in count.items() if times > 1)
-    if repeated:
-        problems.append(f"repeated: {', '.join(map(str, repeated))}")
-    strangers = sorted(set(count) - set(expected))
-    if strangers:
-        problems.append(f"not of the batch: {', '.join(map(str, strangers))}")
-    stage = "results" if ran else "prepared"
-    after = "its results are incomplete" if ran else "nothing was written or run"
-    span = f"{expected[0]}..{expected[-1]}" if expected else "(none)"
-    raise SweepPointsLost(
-        f"sweep points {span}: {len(indices)} {stage} for "
-        f"{len(expected)}, {'; '.join(problems or ['out of order'])}; {after}"
-    )
-
-
-def indices_of_returns(points: Sequence[Any], returns: Sequence[Any]) -> list[int]:
-    """The point each JobReturn is for, found by the task overrides it records (Hydra's
-    `run_job` copies them from the point's config); -1 for one of no point."""
-    by_overrides: dict[tuple[str, ...], list[int]] = {}
-    for point in points:
-        by_overrides.setdefault(tuple(point.cfg.hydra.overrides.task), []).append(point.index)
-    indices = []
-    for ret in returns:
-        candidates = by_overrides.get(tuple(ret.overrides or ()), [])
-        indices.append(candidates.pop(0) if candidates else -1)
-    return indices
-
-
-class PointFailed(CompactHydraException):
-    """The JobReturn value of a point that could not be submitted or did not succeed (compact:
-    Hydra prints its message alone, not a traceback); the sweep exits 1."""
 
 
 def summary_path(output_root: str, sweep_id: str) -> Path:
@@ -181,11 +97,6 @@ class PreparedPoint:
     """Its MaterializedJob."""
 
 
-PREPARED: dict[tuple[str, int], Any] = {}
-"""Materialized jobs of the batch being launched, by (sweep id, Hydra job number): the task
-function schedules these instead of materializing each point a second time."""
-
-
 @contextmanager
 def kept_out_of_gc() -> Iterator[Callable[[], None]]:
     """For a launch that keeps every point until the last one ran: `keep()` after each point
@@ -220,9 +131,6 @@ def prepare_points(
     point of a batch, calling `keep()` after each; in `workers` processes when more than one
     (jobs.sweep_workers). Raises SweepPointError on the first bad one, SweepPointsLost unless
     every point came back once, in order; nothing is written."""
-    from jobs.submission import git_sha
-    from jobs.sweep_workers import prepared_in_workers
-
     batch = BatchPreparation(hydra_context, config, sweep_id, datetime.now(UTC), git_sha())
     numbered = [(initial_job_idx + offset, list(o)) for offset, o in enumerate(job_overrides)]
     if workers > 1:
@@ -242,8 +150,6 @@ def prepare_points(
             "run_id: the same run id for several points; "
             "allowed in a multirun: unset (points get <sweep_id>-<n>)",
         )
-    PREPARED.clear()
-    PREPARED.update({(sweep_id, p.index): p.job for p in points})
     return points
 
 
@@ -258,13 +164,6 @@ class BatchPreparation:
     git_sha: str | None
 
     def prepare(self, index: int, overrides: list[str]) -> PreparedPoint:
-        from hydra.errors import HydraException
-        from omegaconf import open_dict
-        from omegaconf.errors import OmegaConfBaseException
-
-        from jobs.errors import one_line
-        from jobs.materialize import materialize
-
         overrides = with_sweep_id(overrides, self.sweep_id)
         try:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -315,10 +214,6 @@ def discard_sweep_dir(sweep_dir: Path) -> None:
 
 def _task_config(cfg: Any) -> Any:
     """The config the task function sees: the point's without `hydra` (as Hydra's run_job)."""
-    import copy
-
-    from omegaconf import open_dict, read_write
-
     task_cfg = copy.deepcopy(cfg)
     with read_write(task_cfg), open_dict(task_cfg):
         del task_cfg["hydra"]
@@ -327,7 +222,7 @@ def _task_config(cfg: Any) -> Any:
 
 def last_loss(run_dir: str) -> float | None:
     """The last `loss` in a local run's logs/metrics.jsonl."""
-    path = Path(run_dir) / "logs" / "metrics.jsonl"
+    path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return None
     loss = None
@@ -341,28 +236,18 @@ def last_loss(run_dir: str) -> float | None:
 
 
 class SweepSummary(Callback):
-    """Hydra callback: collect each point's PointResult, write the summary at the end."""
-
-    failed_points = 0
-    """Points of the last sweep that failed (read by the `trainstack launch` app)."""
+    """Hydra callback: collect each point's PointResult, write the summary at the end. (The
+    points that failed are counted by the task function, jobs/app.py `LaunchTask`.)"""
 
     def __init__(self) -> None:
         self.results: list[PointResult] = []
 
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        SweepSummary.failed_points = 0
-
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        from hydra.core.utils import JobStatus
-
         if job_return.status != JobStatus.COMPLETED:
-            SweepSummary.failed_points += 1
             return
         value = job_return.return_value
         if isinstance(value, PointResult):
             self.results.append(value)
-            if value.error or value.exit_code:
-                SweepSummary.failed_points += 1
             if value.error:
                 print(f"sweep point {value.index}: {value.error}", file=sys.stderr)
 
@@ -381,12 +266,6 @@ def expand(overrides: Sequence[str], config_loader: Any = None) -> list[list[str
     """Every point of a grid sweep as plain override lists, with Hydra's public override
     grammar (`a,b`, `range()`, `choice()`, `glob()` over a group's options): the basic
     sweeper's grid, for the `trainstack` sweeper and the Training API."""
-    import itertools
-
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     hydra = GlobalHydra.instance()
     loader = config_loader or (hydra.config_loader() if hydra.is_initialized() else None)
     axes: dict[str, list[str]] = {}

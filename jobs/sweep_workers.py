@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import gc
 import math
-import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
+
+from jobs.sweep_points import SweepPointError
 
 PARALLEL_FROM = 32
 """Batches smaller than this are prepared in the launcher's process: starting workers and
@@ -45,7 +45,8 @@ Numbered = list[tuple[int, list[str]]]
 
 def prepared_in_workers(batch: Any, numbered: Numbered, workers: int) -> Iterator:
     """PreparedPoints of `numbered` ((index, overrides) in order), in order."""
-    from jobs.sweep import SweepPointError
+    import multiprocessing  # lazy: start-up time; worker processes for a batch of 32+ only
+    from concurrent.futures import ProcessPoolExecutor  # lazy: as multiprocessing
 
     global _BATCH
     size = max(1, math.ceil(len(numbered) / (workers * 4)))  # a few runs per worker: balance
@@ -72,8 +73,6 @@ def prepared_in_workers(batch: Any, numbered: Numbered, workers: int) -> Iterato
 def _prepare_run(run: Numbered) -> tuple[list, tuple | None]:
     """In a worker: the run's points up to its first bad one, and that one's (index,
     overrides, message) — sent back as data, the exception's own arguments being its text."""
-    from jobs.sweep import SweepPointError
-
     points = []
     for index, overrides in run:
         try:

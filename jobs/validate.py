@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from omegaconf import OmegaConf
 
+from contract.model.args import ARCH_FIELDS
 from jobs.backends import NAMES as BACKENDS
 from jobs.backends.kubernetes.checks import (
     check_cluster_names,
@@ -42,7 +43,6 @@ from jobs.validate_targets import (
     check_output_root,
 )
 from jobs.validate_trainer import check_trainer
-from trainer.model.args import ARCH_FIELDS
 
 __all__ = ["JobConfigError", "validate_job"]
 

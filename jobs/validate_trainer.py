@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from contract.config import TrainerJobConfig
 from jobs.errors import JobConfigError
 from jobs.run_dirs import on_fsx
 from jobs.spec import procs_per_node
 from trainer import job_config as trainer_plans  # looked up per call: tests count the plans
-from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import read_hf_config
 from trainer.hf.hub import check_access

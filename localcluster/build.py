@@ -91,7 +91,7 @@ def _download(component: Component) -> dict:
     if done.returncode or info.get("Error"):
         raise SystemExit(
             f"localcluster: {wanted} could not be downloaded: {info.get('Error')}\n"
-            f"(the pin is infra/versions.py's; TRAINSTACK_KUBE_OVERRIDE_"
+            f"(the pin is infra/settings/versions.py's; TRAINSTACK_KUBE_OVERRIDE_"
             f"{component.name.upper().replace('-', '_')}=<version> tries another)"
         )
     return info

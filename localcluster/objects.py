@@ -15,7 +15,6 @@ from typing import Any
 
 from infra.bucket_layout import published_grants
 from infra.cluster_addons import DEFAULT_DENY_POLICY, DEFAULT_DENY_SPEC, POD_SECURITY_LABELS
-from infra.config import parse_stack_config
 from infra.gpu_nodes import GPU_TAINT, node_labels
 from infra.kubeflow_trainer import runtime_objects
 from infra.kueue import (
@@ -27,7 +26,8 @@ from infra.kueue import (
     priority_class,
     resource_flavor_spec,
 )
-from infra.settings import StackConfig
+from infra.settings.stack import parse_stack_config
+from infra.settings.types import StackConfig
 from infra.stack_defaults import job_defaults, render
 from infra.training_api import RBAC_RULES, api_labels, api_name, network_policy_spec
 from jobs.backends.kubernetes.manifests import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL

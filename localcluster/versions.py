@@ -1,5 +1,5 @@
 """What the local cluster builds, each at one version: the training stack's from
-infra/versions.py (a repin there rebuilds only that component), the rest pinned here.
+infra/settings/versions.py (a repin there rebuilds only that component), the rest pinned here.
 
 The cache key of a component is its name and version, so two pins never share binaries.
 """
@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from catalog.kubernetes import KUBERNETES_VERSION
-from infra import versions as stack
+from infra.settings import versions as stack
 
 KUBERNETES_PATCH = "v1.35.4"
 """The patch of the cluster's minor (catalog/kubernetes.py) the control plane is built at."""

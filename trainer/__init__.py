@@ -1,5 +1,5 @@
 """trainstack's trainer: the FSDP2 program every job runs.
 
-Importing this package must stay cheap and torch-free: `jobs` reads `trainer.config` and
-`trainer.model.args` to plan and validate jobs without loading torch.
+Importing this package must stay cheap and torch-free: `jobs` reads `contract.model.args` to
+plan and validate jobs without loading torch (the config schema is `contract.config`).
 """

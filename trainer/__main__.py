@@ -1,6 +1,6 @@
 """`torchrun --nproc_per_node=N -m trainer --config PATH [key=value ...]` (or `python -m trainer`).
 
-Exit codes (trainer.config): 0 done, 2 bad input (one line on stderr, nothing written),
+Exit codes (contract.config): 0 done, 2 bad input (one line on stderr, nothing written),
 143 stopped by SIGTERM after writing a checkpoint (run again to resume), 1 a failure — among
 them checkpoints that fail to save or to load (one line on stderr).
 """
@@ -14,8 +14,10 @@ import signal
 import sys
 import time
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
 from trainer.errors import ConfigError
+from trainer.job_config import load_config
+from trainer.lifeline import AGENT_PID_ENV, die_with_parent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,13 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. trainer.max_steps=100")
     args = parser.parse_args(argv)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: never outlive the agent
-        from trainer.lifeline import AGENT_PID_ENV, die_with_parent
-
         die_with_parent(parent=int(os.environ.get(AGENT_PID_ENV) or 0) or None)
-    from trainer.checkpoint import CheckpointError
-    from trainer.distributed import env_rank  # torch: after the lifeline, it takes seconds
-    from trainer.job_config import load_config
-    from trainer.train import run
+    from trainer.checkpoint import CheckpointError  # lazy: torch, after die_with_parent
+    from trainer.distributed import env_rank  # lazy: torch, after die_with_parent
+    from trainer.train import run  # lazy: torch, after die_with_parent
 
     try:
         return run(load_config(args.config, args.overrides))

@@ -21,11 +21,12 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from trainer.config import CHOICES, TrainerJobConfig
+from contract.config import CHOICES, TrainerJobConfig
+from contract.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config
+from contract.model.families import PROJECTIONS
+from contract.plan import model_label
 from trainer.errors import ConfigError
 from trainer.hf.config import resolve_init_from_args
-from trainer.model.args import MODEL_PRESETS, ModelArgs, family_problem, model_args_from_config
-from trainer.model.families import PROJECTIONS
 
 
 def load_config(path: str, overrides: list[str]) -> TrainerJobConfig:
@@ -193,20 +194,6 @@ def data_parallel_mesh(cfg: TrainerJobConfig, world_size: int) -> tuple[int, int
             "allowed: a product equal to it (dp_shard=-1: world size / dp_replicate)"
         )
     return replicate, shard
-
-
-def model_label(cfg: TrainerJobConfig) -> str:
-    """What the plan calls the model: the preset name, else the checkpoint's directory."""
-    if cfg.model.name is not None:
-        return cfg.model.name
-    return (cfg.model.init_from or "").rstrip("/").rsplit("/", 1)[-1]
-
-
-def tokenizer_source(cfg: TrainerJobConfig) -> str:
-    """`data.tokenizer`, defaulting to the init_from checkpoint's tokenizer (else `byte`)."""
-    if cfg.data.tokenizer is not None:
-        return cfg.data.tokenizer
-    return cfg.model.init_from or "byte"
 
 
 def _model_args(cfg: TrainerJobConfig, hf_config: dict[str, Any] | None) -> ModelArgs:

@@ -43,7 +43,8 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PEER_LOST, EXIT_PREEMPTED
+from contract.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PEER_LOST, EXIT_PREEMPTED
+from trainer.lifeline import AGENT_PID_ENV
 
 
 def exit_code_for(first_failure_code: int) -> int:
@@ -139,14 +140,20 @@ def _tell_workers_the_round(agent_class: type) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed import DistNetworkError
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.run import main as torchrun
-
-    from trainer.lifeline import AGENT_PID_ENV
+    from torch.distributed import DistNetworkError  # lazy: torch; jobs imports this module
+    from torch.distributed.elastic.agent.server.local_elastic_agent import (
+        LocalElasticAgent,  # lazy: torch; jobs imports this module
+    )
+    from torch.distributed.elastic.multiprocessing.api import (
+        SignalException,  # lazy: torch; jobs imports this module
+    )
+    from torch.distributed.elastic.multiprocessing.errors import (
+        ChildFailedError,  # lazy: torch; jobs imports this module
+    )
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousError,  # lazy: torch; jobs imports this module
+    )
+    from torch.distributed.run import main as torchrun  # lazy: torch; jobs imports this module
 
     os.environ.update(rendezvous_env(os.environ))
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers' parent: see trainer.lifeline

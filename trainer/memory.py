@@ -10,6 +10,7 @@ out of memory is the one that matters, not rank 0.
 from __future__ import annotations
 
 import contextlib
+import resource
 from pathlib import Path
 
 import torch
@@ -46,7 +47,6 @@ def _peak_rss_bytes() -> int:
                 return int(line.split()[1]) * 1024  # kB
     except OSError:
         pass
-    import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 

@@ -12,11 +12,10 @@ import os
 import sys
 from typing import Any
 
-from trainer.config import MetricsConfig
+from contract.config import MetricsConfig
+from contract.run_dir import METRICS_FILE
 from trainer.errors import warn
 from trainer.storage import RunStorage
-
-METRICS_FILE = "logs/metrics.jsonl"
 
 
 class MetricsLogger:
@@ -37,7 +36,7 @@ class MetricsLogger:
         if not enabled:
             return
         if sys.stdout.isatty():
-            from rich.progress import Progress
+            from rich.progress import Progress  # lazy: rich, on a terminal only
 
             self._progress = Progress(*Progress.get_default_columns(), "{task.fields[info]}")
             self._task = self._progress.add_task(
@@ -113,7 +112,7 @@ class _Sink:
 
 def _tensorboard(storage: RunStorage) -> list[_Sink]:
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # lazy: optional; absent: a warning
     except ImportError:
         warn("trainer.metrics.tensorboard is on but `tensorboard` is not installed; skipped")
         return []
@@ -132,7 +131,7 @@ def _tensorboard(storage: RunStorage) -> list[_Sink]:
 
 def _wandb(project: str, run_config: dict[str, Any]) -> list[_Sink]:
     try:
-        import wandb
+        import wandb  # lazy: optional; absent: a warning
     except ImportError:
         warn("trainer.metrics.wandb_project is set but `wandb` is not installed; skipped")
         return []
@@ -155,7 +154,7 @@ def _wandb(project: str, run_config: dict[str, Any]) -> list[_Sink]:
 
 def _mlflow(uri: str, run_config: dict[str, Any]) -> list[_Sink]:
     try:
-        import mlflow
+        import mlflow  # lazy: optional; absent: a warning
     except ImportError:
         warn("trainer.metrics.mlflow_tracking_uri is set but `mlflow` is not installed; skipped")
         return []

@@ -1,7 +1,7 @@
 """Peak FLOP/s of one device for MFU, always labelled with where it came from.
 
 Sources, in order: `trainer.peak_tflops` ("config"); the exact table of GPU models
-(`trainer.gpu_peaks`, "table:<model>"). A device without either — an unknown GPU, or a CPU,
+(`contract.gpu_peaks`, "table:<model>"). A device without either — an unknown GPU, or a CPU,
 whose peak no table states and a start-up measurement only guesses (it read 30-40% on one run
 and 119.6% on another here) — gets no MFU (null, and one note at start-up) rather than a
 number that is noise.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.gpu_peaks import gpu_peak_flops
+from contract.gpu_peaks import gpu_peak_flops
 
 
 def peak_flops(

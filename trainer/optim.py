@@ -9,7 +9,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer.config import TrainerConfig
+from contract.config import TrainerConfig
 
 
 def adamw_implementation(device_type: str) -> dict[str, bool]:

@@ -31,10 +31,11 @@ from pathlib import Path
 
 import yaml
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_FAILED
+from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
+from contract.run_dir import CONFIG_FILE
 from trainer.runner_sync import CheckpointMirror, run_syncing, syncs_for
+from trainer.storage import StorageNotFoundError, open_run_storage, read_uri_bytes
 
-RECORD = "config.yaml"
 MARKER = ".trainstack-code"
 """Inside the unpacked tree: the sha256 it was unpacked from."""
 
@@ -60,11 +61,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def write_record(config_text: str, run_dir: str) -> None:
     """Node 0 only (PET_NODE_RANK is the operator's; absent here: one node)."""
-    from trainer.storage import open_run_storage
-
     if os.environ.get("PET_NODE_RANK", "0") != "0":
         return
-    open_run_storage(run_dir).write_text(RECORD, config_text)
+    open_run_storage(run_dir).write_text(CONFIG_FILE, config_text)
 
 
 class CodeError(Exception):
@@ -72,8 +71,6 @@ class CodeError(Exception):
 
 
 def fetch(uri: str, sha256: str) -> bytes:
-    from trainer.storage import StorageNotFoundError, read_uri_bytes
-
     try:
         data = read_uri_bytes(uri)
     except (StorageNotFoundError, FileNotFoundError):
@@ -128,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_record(config_text, run_dir)
     except Exception as exc:  # storage trouble: transient more often than not
-        _say(f"could not write {run_dir}/{RECORD}: {exc}")
+        _say(f"could not write {run_dir}/{CONFIG_FILE}: {exc}")
         return EXIT_FAILED
     try:
         make_contract_paths(os.environ)

@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from contract.run_dir import CHECKPOINTS, METRICS_FILE
 from trainer.storage import RunStorage, open_run_storage
 
-RUN_DIR_METRICS = "logs/metrics.jsonl"
-RUN_DIR_CHECKPOINTS = "checkpoints"
 SYNC_INTERVAL_ENV = "TRAINSTACK_SYNC_INTERVAL_S"
 SYNC_INTERVAL_S = 15.0
 
@@ -51,10 +50,10 @@ class MetricsCopy:
             return
         if size != self.size:
             try:
-                self.storage.upload_file(self.metrics, RUN_DIR_METRICS)
+                self.storage.upload_file(self.metrics, METRICS_FILE)
                 self.size = size
             except Exception as exc:  # progress is decoration; the next sync tries again
-                _say(f"could not copy metrics to {self.storage.uri(RUN_DIR_METRICS)}: {exc}")
+                _say(f"could not copy metrics to {self.storage.uri(METRICS_FILE)}: {exc}")
 
 
 Signature = tuple[int, int]
@@ -87,9 +86,9 @@ class CheckpointMirror:
     def restore(self) -> int:
         """The run dir's checkpoints/ into the local directory; how many files."""
         self.local.mkdir(parents=True, exist_ok=True)
-        if not self.storage.file_sizes(RUN_DIR_CHECKPOINTS):
+        if not self.storage.file_sizes(CHECKPOINTS):
             return 0
-        self.storage.download_dir(RUN_DIR_CHECKPOINTS, self.local)
+        self.storage.download_dir(CHECKPOINTS, self.local)
         self.synced = self._local_files()
         return len(self.synced)
 
@@ -100,16 +99,16 @@ class CheckpointMirror:
                 if self.synced.get(rel) == sig:
                     continue
                 try:
-                    self.storage.upload_file(self.local / rel, f"{RUN_DIR_CHECKPOINTS}/{rel}")
+                    self.storage.upload_file(self.local / rel, f"{CHECKPOINTS}/{rel}")
                 except FileNotFoundError:  # renamed or deleted since listed: the next sync
                     continue
                 if _signature(self.local / rel) == sig:  # not rewritten while uploaded
                     self.synced[rel] = sig
             for rel in sorted(set(self.synced) - set(present)):
-                self.storage.delete_tree(f"{RUN_DIR_CHECKPOINTS}/{rel}")
+                self.storage.delete_tree(f"{CHECKPOINTS}/{rel}")
                 del self.synced[rel]
         except Exception as exc:  # the next sync (or the final one) tries again
-            _say(f"could not sync checkpoints to {self.storage.uri(RUN_DIR_CHECKPOINTS)}: {exc}")
+            _say(f"could not sync checkpoints to {self.storage.uri(CHECKPOINTS)}: {exc}")
             if final:
                 raise
 

@@ -25,14 +25,21 @@ expectations in (see images/trainer/Dockerfile) and a pod can still override the
 from __future__ import annotations
 
 import argparse
+import getpass
 import glob
 import importlib.metadata
 import os
+import pkgutil
+import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+import trainer
+from contract.model.args import MODEL_PRESETS
 
 EXIT_FAILED = 1
 EFA_DEVICE_GLOB = "/dev/infiniband/uverbs*"
@@ -95,7 +102,7 @@ def _installed_nccl_wheel() -> tuple[str, str] | None:
 
 
 def check_versions(opts: SmokeOptions) -> str:
-    import torch
+    import torch  # lazy: a broken torch fails this check only
 
     built_for = torch.version.cuda  # None on CPU-only builds
     if opts.expect_cuda is not None:
@@ -121,7 +128,7 @@ def check_versions(opts: SmokeOptions) -> str:
 
 
 def check_nccl(opts: SmokeOptions) -> str:
-    import torch
+    import torch  # lazy: a broken torch fails this check only
 
     nccl_version = getattr(torch._C, "_nccl_version", None)
     if nccl_version is None:
@@ -144,10 +151,6 @@ def check_nccl(opts: SmokeOptions) -> str:
 
 
 def check_trainer_imports(opts: SmokeOptions) -> str:
-    import pkgutil
-
-    import trainer
-
     skipped = {"trainer.__main__", "trainer.smoke"}  # the entry point runs on import; this file
     names = [
         module.name
@@ -220,8 +223,6 @@ def check_efa(opts: SmokeOptions) -> str:
 
 def locked_memory_limit() -> int:
     """This process's soft RLIMIT_MEMLOCK in bytes (resource.RLIM_INFINITY: unlimited)."""
-    import resource
-
     return resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
 
 
@@ -229,8 +230,6 @@ def check_memlock(opts: SmokeOptions) -> str:
     """libfabric's EFA provider pins (mlocks) its buffers; a finite limit fails registration
     at scale. Pods get the node's container-runtime default (EKS AMIs: unlimited), since they
     drop every capability and cannot raise it themselves."""
-    import resource
-
     reason = _efa_expected(opts)
     if reason is None:
         return "no EFA on this node: skipped"
@@ -244,7 +243,7 @@ def check_memlock(opts: SmokeOptions) -> str:
 
 
 def _pick_device(opts: SmokeOptions):
-    import torch
+    import torch  # lazy: a broken torch fails this check only
 
     if opts.device == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
@@ -252,7 +251,7 @@ def _pick_device(opts: SmokeOptions):
 
 
 def check_device(opts: SmokeOptions) -> str:
-    import torch
+    import torch  # lazy: a broken torch fails this check only
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise SmokeFailure(
@@ -269,9 +268,7 @@ def check_device(opts: SmokeOptions) -> str:
 
 
 def check_train_step(opts: SmokeOptions) -> str:
-    import torch
-
-    from trainer.model.args import MODEL_PRESETS
+    import torch  # lazy: a broken torch fails this check only
 
     device = _pick_device(opts)
     torch.manual_seed(0)
@@ -294,9 +291,9 @@ def check_train_step(opts: SmokeOptions) -> str:
 
 
 def _build_model(args, device):
-    import torch
+    import torch  # lazy: a broken torch fails this check only
 
-    from trainer.model.model import Transformer
+    from trainer.model.model import Transformer  # lazy: a broken torch fails this check only
 
     # The trainer's own path: build on meta, allocate, then fill deterministically.
     with torch.device("meta"):
@@ -307,8 +304,8 @@ def _build_model(args, device):
 
 
 def check_collective(opts: SmokeOptions) -> str:
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: a broken torch fails this check only
+    import torch.distributed as dist  # lazy: a broken torch fails this check only
 
     device = _pick_device(opts)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -328,9 +325,6 @@ def cache_dirs() -> dict[str, str]:
     """Where the trainer and its libraries write at run time, as this environment resolves it:
     temporary files (tokenizer staging), torch.compile's and Triton's caches, the Hugging Face
     cache, CUDA's JIT cache."""
-    import getpass
-    import tempfile
-
     home = os.path.expanduser("~")
     env = os.environ.get
     try:

@@ -13,13 +13,15 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
+from contract.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.plan import tokenizer_source
+from contract.run_dir import CONFIG_FILE
 from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.checkpoint.checkpointer import FAILED, CheckpointError, describe, format_failures
 from trainer.checkpoint.fit import check_checkpoints_fit
 from trainer.checkpoint.layout import committed_steps
 from trainer.checkpoint.source import KEY as RESUME_FROM
 from trainer.checkpoint.source import ResumeSource, check_fits, locate
-from trainer.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
 from trainer.data import (
     IGNORE_INDEX,
     Batch,
@@ -35,7 +37,7 @@ from trainer.hf.config import read_hf_config
 from trainer.hf.export import export_run
 from trainer.hf.hub import download, is_hub
 from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
-from trainer.job_config import Plan, make_plan, tokenizer_source
+from trainer.job_config import Plan, make_plan
 from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
@@ -114,7 +116,7 @@ def run(cfg: TrainerJobConfig) -> int:
         optimizer = build_optimizer(model, cfg.trainer)
         scheduler = build_scheduler(optimizer, cfg.trainer)
         if env.is_main:
-            storage.write_text("config.yaml", OmegaConf.to_yaml(resolved))
+            storage.write_text(CONFIG_FILE, OmegaConf.to_yaml(resolved))
             keep_model_files(storage, init_from, None if tokenizer_dir == "byte" else tokenizer_dir)
         if started_from:
             metrics.note(started_from)

@@ -36,9 +36,9 @@ from typing import Any
 from benchmarks.gpu import fixtures
 from benchmarks.gpu.plan import BY_NAME, GPU, SMOKE, TRAIN_ROWS, Sizes
 from benchmarks.gpu.procs import kill_tree
-from trainer.checkpoint.layout import MARKER, step_dir
-from trainer.gpu_peaks import gpu_peak_flops
-from trainer.model.args import ModelArgs
+from contract.checkpoints import MARKER, step_dir
+from contract.gpu_peaks import gpu_peak_flops
+from contract.model.args import ModelArgs
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER_TIMEOUT_S = 900  # the orchestrator's per-case timeout is the real bound

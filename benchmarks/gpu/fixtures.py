@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.gpu.plan import Sizes
+from contract.model.args import ModelArgs, model_args_from_config
 from trainer.hf.config import hf_config_from_args
-from trainer.model.args import ModelArgs, model_args_from_config
 
 SEED = 0
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}

@@ -2,7 +2,7 @@
 and materialized before the first one is written or run (jobs.sweep.prepare_points). Then,
 like the basic launcher, each point runs through Hydra's `run_job` (so callbacks see it), one
 after another; the task function schedules the job already materialized for it. A point lost
-on the way (prepared or run) is an error naming it (jobs.sweep.SweepPointsLost). With
+on the way (prepared or run) is an error naming it (jobs.sweep_points.SweepPointsLost). With
 `--dryrun` each point's request is printed and nothing is written (no job dirs either).
 """
 
@@ -11,8 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
+
+from jobs import backends, run
+from jobs.app import LaunchTask
+from jobs.sweep import (
+    PreparedPoint,
+    kept_out_of_gc,
+    prepare_or_discard,
+    sweep_id_for,
+)
+from jobs.sweep_points import PointResult, check_one_per_point, indices_of_returns
+from jobs.sweep_workers import workers_for
 
 
 class TrainstackLauncher(Launcher):
@@ -23,10 +34,18 @@ class TrainstackLauncher(Launcher):
                 "for a big batch) or the number of processes preparing the points"
             )
         self.workers = workers
-        self.config = self.task_function = self.hydra_context = None
+        self.config = self.hydra_context = None
+        self.task_function: LaunchTask | None = None
         self.sweep_id: str | None = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        """`task_function` is the `trainstack launch` app's task object (jobs.app.LaunchTask):
+        the launch's flags, and where each batch's prepared jobs are handed over."""
+        if not isinstance(task_function, LaunchTask):
+            raise TypeError(
+                "hydra.launcher: trainstack's launchers run the `trainstack launch` app's task "
+                f"(jobs.app.LaunchTask), not {task_function!r}"
+            )
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def prepared(
@@ -34,19 +53,14 @@ class TrainstackLauncher(Launcher):
         job_overrides: Sequence[Sequence[str]],
         initial_job_idx: int,
         keep: Callable[[], None] = lambda: None,
-    ) -> list:
+    ) -> list[PreparedPoint]:
         """Every point of the batch composed and materialized (one sweep id for all batches),
-        `keep()` after each (jobs.sweep.kept_out_of_gc); raises on the first bad point, having
-        written nothing."""
-        from hydra.core.utils import setup_globals
-
-        from jobs.sweep import prepare_or_discard, sweep_id_for
-        from jobs.sweep_workers import workers_for
-
+        `keep()` after each (jobs.sweep.kept_out_of_gc), and handed to the task; raises on the
+        first bad point, having written nothing."""
         setup_globals()
         self.sweep_id = self.sweep_id or sweep_id_for(self.config)
         workers = workers_for(len(job_overrides), self.workers)
-        return prepare_or_discard(
+        points = prepare_or_discard(
             self.hydra_context,
             self.config,
             job_overrides,
@@ -55,6 +69,8 @@ class TrainstackLauncher(Launcher):
             keep,
             workers,
         )
+        self.task_function.hand_over({point.index: point.job for point in points})
+        return points
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -62,12 +78,9 @@ class TrainstackLauncher(Launcher):
         """Prepare the batch, then run its points one after another (`run_point`), keeping
         each out of the collector's sight until the batch is done; `finish` then sees them
         all. A dry run prints each point's request instead."""
-        from jobs.app import FLAGS
-        from jobs.sweep import check_one_per_point, indices_of_returns, kept_out_of_gc
-
         with kept_out_of_gc() as keep:
             points = self.prepared(job_overrides, initial_job_idx, keep)
-            if FLAGS.dryrun:
+            if self.task_function.flags.dryrun:
                 return [dry_run(point) for point in points]
             returns = []
             for point in points:
@@ -79,10 +92,8 @@ class TrainstackLauncher(Launcher):
         check_one_per_point(numbered, indices_of_returns(points, returns), ran=True)
         return returns
 
-    def run_point(self, point: Any) -> JobReturn:
+    def run_point(self, point: PreparedPoint) -> JobReturn:
         """Like the basic launcher: through Hydra's `run_job`, so callbacks see the point."""
-        from hydra.core.utils import run_job
-
         return run_job(
             hydra_context=self.hydra_context,
             task_function=self.task_function,
@@ -91,19 +102,15 @@ class TrainstackLauncher(Launcher):
             job_subdir_key="hydra.sweep.subdir",
         )
 
-    def finish(self, points: list, returns: list[JobReturn]) -> list[JobReturn]:
+    def finish(self, points: list[PreparedPoint], returns: list[JobReturn]) -> list[JobReturn]:
         return returns
 
 
-def dry_run(point: Any) -> JobReturn:
+def dry_run(point: PreparedPoint) -> JobReturn:
     """Print one point's plan and request; write nothing."""
-    from jobs.backends import backend_for
-    from jobs.run import run_job
-    from jobs.sweep import PointResult
-
     job = point.job
     print(f"\n== point {point.index}: {' '.join(point.cfg.hydra.overrides.task)}", flush=True)
-    run_job(backend_for(job.cfg), job, dryrun=True)
+    run.run_job(backends.backend_for(job.cfg), job, dryrun=True)
     overrides = list(point.cfg.hydra.overrides.task)
     ret = JobReturn(overrides=overrides, cfg=point.cfg, status=JobStatus.COMPLETED)
     ret.return_value = PointResult(

@@ -10,13 +10,13 @@ tab completion."""
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
+from jobs.config_path import SHIPPED_CONF_MODULE, user_config_dirs
+
 APP_PACKAGE = "pkg://jobs"
 
 
 class TrainstackSearchPathPlugin(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from jobs.config_path import SHIPPED_CONF_MODULE, user_config_dirs
-
         path = search_path.get_path()
         path[:] = [e for e in path if not (e.provider == "main" and e.path == APP_PACKAGE)]
         for directory in user_config_dirs():

@@ -14,8 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.plugins.sweeper import Sweeper
+from omegaconf import OmegaConf
+
+from jobs.sweep import expand
 
 
 class TrainstackSweeper(Sweeper):
@@ -24,18 +28,12 @@ class TrainstackSweeper(Sweeper):
         self.config = self.launcher = self.hydra_context = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        from hydra.core.plugins import Plugins
-
         self.config, self.hydra_context = config, hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
     def sweep(self, arguments: list[str]) -> Sequence[JobReturn]:
-        from omegaconf import OmegaConf
-
-        from jobs.sweep import expand
-
         axes = [f"{key}={value}" for key, value in self.params.items()]
         points = expand([*axes, *arguments], config_loader=self.hydra_context.config_loader)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from swagger_ui_bundle import swagger_ui_path
 
 from jobs.api.auth import Identity, TokenHashes
+from jobs.api.dashboard import add_dashboard
 from jobs.api.follow import END, Follower
 from jobs.api.models import (
     Cancelled,
@@ -231,8 +236,6 @@ def create_app(
     @app.get("/v1/runs/{run_id}", response_model=Run, **common)
     async def get_run(run_id: str) -> Run:
         """State, retries, timestamps, last step and loss, progress and cost so far."""
-        from datetime import UTC, datetime
-
         return to_run(service.view(run_id, await service.views_async()), datetime.now(UTC))
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
@@ -242,8 +245,6 @@ def create_app(
     @app.get("/docs", include_in_schema=False, dependencies=auth)
     async def docs() -> HTMLResponse:
         """Swagger UI from the swagger-ui-bundle package (served below): no CDN."""
-        from fastapi.openapi.docs import get_swagger_ui_html
-
         return get_swagger_ui_html(
             openapi_url="/openapi.json",
             title=f"{TITLE} - docs",
@@ -251,9 +252,6 @@ def create_app(
             swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
         )
-
-    from fastapi.staticfiles import StaticFiles
-    from swagger_ui_bundle import swagger_ui_path
 
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
 
@@ -322,8 +320,6 @@ def create_app(
         the run's owner or an admin (403 otherwise)."""
         state, outcome = service.cancel(run_id, who)
         return Cancelled(run_id=run_id, state=state, outcome=outcome)
-
-    from jobs.api.dashboard import add_dashboard
 
     add_dashboard(app, service, tokens, sessions, login_limiter, metrics_files)
     return app

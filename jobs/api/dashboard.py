@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from jobs.api.auth import TokenHashes, token_hash
 from jobs.api.service import ApiError, Service, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
+from jobs.plot.charts import figure as make_figure
 from jobs.plot.metrics import MetricsFiles, RunMetrics
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -228,8 +229,6 @@ def add_dashboard(
     ):
         """The figure with each series cut to about `width` pixels' worth of points; each
         poll reads only what the runs' metrics files gained."""
-        from jobs.plot.charts import figure as make_figure
-
         if not signed_in(request):
             return JSONResponse({"detail": "sign in at /login"}, status_code=401)
         try:

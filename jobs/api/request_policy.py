@@ -9,8 +9,13 @@ the override; it never says whether some file exists.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, QuotedString, RangeSweep
+from hydra.errors import HydraException
 
 REQUEST_GROUPS = ("model", "data", "trainer", "runner", "compute", "experiment")
 """Config groups whose options a request may select (`model=llama3_8b`)."""
@@ -63,9 +68,6 @@ def check_text(field: str, value: str) -> None:
 
 def check_overrides(overrides: list[str], sweep: bool = False) -> None:
     """Raise Refused for the first override a request may not give (see the module doc)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     parser = OverridesParser.create()
     points = 1
     for index, text in enumerate(overrides):
@@ -100,10 +102,6 @@ def check_overrides(overrides: list[str], sweep: bool = False) -> None:
 
 def _sweep_values(key: str, value: Any) -> int:
     """How many values a sweep override gives, without listing them."""
-    import math
-
-    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
-
     if isinstance(value, ChoiceSweep):
         return len(value.list)
     if isinstance(value, RangeSweep):
@@ -122,8 +120,6 @@ def _settable(key: str) -> bool:
 
 
 def _check_option(group: str, value: Any) -> None:
-    from hydra.core.override_parser.types import ChoiceSweep
-
     names = value.list if isinstance(value, ChoiceSweep) else [value]
     for name in names:
         if not (isinstance(name, str) and OPTION_NAME.match(name) and ".." not in name):
@@ -135,8 +131,6 @@ def _check_option(group: str, value: Any) -> None:
 
 def _check_value(key: str, value: Any, depth: int = 0) -> None:
     """Parsed values too: quoted strings, lists, dicts and sweeps hold strings."""
-    from hydra.core.override_parser.types import ChoiceSweep, QuotedString
-
     if depth > MAX_DEPTH:
         raise Refused(f"{key}: values nested too deeply; allowed: at most {MAX_DEPTH} levels")
     if isinstance(value, QuotedString):

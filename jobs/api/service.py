@@ -9,16 +9,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from starlette.concurrency import run_in_threadpool
 
+from jobs import submission
 from jobs.api.auth import Identity
 from jobs.api.follow import MAX_FOLLOWS_PER_CALLER, Follower, LogHub, TooManyFollowers
 from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, override_value, to_overrides
 from jobs.api.request_policy import Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
 from jobs.backends.base import BackendError
+from jobs.backends.kubernetes.backend import MANAGED_SELECTOR, KubernetesBackend
+from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.kinds import kind_of
+from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
+from jobs.backends.kubernetes.client.preflight import PreflightError
+from jobs.backends.kubernetes.client.submit import delete_job
+from jobs.compose import compose
+from jobs.naming import new_sweep_id, sweep_point_run_id
+from jobs.resume_from import resume_from_path
+from jobs.spec import LABEL_PREFIX, OWNER_LABEL
+from jobs.submission import BadInput
+from jobs.sweep import expand
 
 
 class ApiError(Exception):
@@ -57,8 +73,6 @@ def override_keys(overrides: list[str]) -> set[str]:
 def private_values(cfg) -> list[str]:
     """The service's settings that error lines must not echo: its storage root and bucket,
     registry and account id, kubeconfig and context; longest first."""
-    import re
-
     values = {
         OmegaConf.select(cfg, key, throw_on_missing=False)
         for key in (
@@ -83,9 +97,6 @@ def private_values(cfg) -> list[str]:
 
 
 def _backend_error(err: BackendError) -> ApiError:
-    from jobs.backends.kubernetes.client.api import ClusterError
-    from jobs.backends.kubernetes.client.preflight import PreflightError
-
     if isinstance(err, PreflightError):
         return ApiError(422, str(err))  # this cluster cannot run the request; nothing created
     if isinstance(err, ClusterError):
@@ -117,9 +128,6 @@ class Service:
     """user -> the lock their requests take before `_hydra` (`_composing`)."""
 
     def __post_init__(self) -> None:
-        from jobs.backends.kubernetes.backend import KubernetesBackend
-        from jobs.compose import compose
-
         self.overrides = [*self.overrides, "backend=kubernetes"]
         with self._hydra:
             cfg = compose(self.overrides)
@@ -160,8 +168,6 @@ class Service:
             yield
 
     def _list_jobs(self) -> list[dict]:
-        from jobs.backends.kubernetes.backend import MANAGED_SELECTOR
-
         return self.backend.job_objects(MANAGED_SELECTOR)
 
     def redact(self, line: str) -> str:
@@ -172,21 +178,31 @@ class Service:
         return _URL.sub(REDACTED, line)
 
     # -- writes --------------------------------------------------------------------------------
-    def _composed(self, request_overrides: list[str], who: Identity) -> list[str]:
-        """The request's overrides, then the service's (which win), then who asked."""
-        return [*request_overrides, *self.overrides, f"job.owner={override_value(who.name)}"]
+    def _composed(
+        self, request_overrides: list[str], who: Identity, sweep_id: str | None = None
+    ) -> list[str]:
+        """The one place the service writes override strings: the request's (its typed fields
+        through `to_overrides`), the sweep's id, then the service's (which win), then who
+        asked; a sweep point's run id is `point_overrides`'."""
+        swept = [] if sweep_id is None else [f"sweep_id={override_value(sweep_id)}"]
+        return [
+            *request_overrides,
+            *swept,
+            *self.overrides,
+            f"job.owner={override_value(who.name)}",
+        ]
 
     def submit_run(
         self, request: RunRequest, who: Identity, dryrun: bool = False
     ) -> tuple[int, Submitted]:
-        from jobs.submission import BadInput, prepare
-
         overrides = to_overrides(request)
         fields = request.model_dump(exclude={"overrides"})
         _refuse_bad(lambda: check_request(fields, overrides))
         self._refuse_service_keys(overrides)
         try:
-            job = prepare(self._composed(overrides, who), compose_lock=self._composing(who))
+            job = submission.prepare(
+                self._composed(overrides, who), compose_lock=self._composing(who)
+            )
         except BadInput as err:
             raise ApiError(422, str(err)) from err
         self._check_service_wins(job.cfg)
@@ -198,29 +214,22 @@ class Service:
         return self._submit(checked)
 
     def submit_sweep(self, request: SweepRequest, who: Identity) -> tuple[str, list[Submitted]]:
-        from hydra.errors import HydraException
-
-        from jobs.naming import new_sweep_id, sweep_point_run_id
-        from jobs.submission import BadInput, prepare, utc_now
-        from jobs.sweep import expand
-
         fields = {"sweep_id": request.sweep_id}
         _refuse_bad(lambda: check_request(fields, request.overrides, sweep=True))
         self._refuse_service_keys(request.overrides)
-        now = utc_now()
+        now = submission.utc_now()
         sweep_id = request.sweep_id or new_sweep_id(now)
-        overrides = self._composed(
-            [*request.overrides, f"sweep_id={override_value(sweep_id)}"], who
-        )
+        overrides = self._composed(request.overrides, who, sweep_id)
         jobs = []
         try:
             with self._composing(who):
                 points = expand(overrides)
             for index, point in enumerate(points):
-                run_id = sweep_point_run_id(sweep_id, index)
-                named = [*point, f"run_id={override_value(run_id)}"]
+                named = point_overrides(point, sweep_id, index)
                 try:
-                    jobs.append(prepare(named, now=now, compose_lock=self._composing(who)))
+                    jobs.append(
+                        submission.prepare(named, now=now, compose_lock=self._composing(who))
+                    )
                 except BadInput as err:
                     shown = " ".join(p for p in point if _key(p) not in self._service_keys)
                     raise BadInput(f"sweep point {index} ({shown}): {err}") from err
@@ -258,11 +267,6 @@ class Service:
         """Delete the jobs (their ConfigMaps go with them: owner references) this request
         created, and only those: the job must still be the one it created (uid), trainstack's,
         this user's and of this sweep. Returns the run ids left in place."""
-        from jobs.backends.kubernetes.client.kinds import kind_of
-        from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, labels_of
-        from jobs.backends.kubernetes.client.submit import delete_job
-        from jobs.spec import LABEL_PREFIX, OWNER_LABEL
-
         cluster = self.backend.cluster
         left = []
         for point in submitted:
@@ -314,8 +318,6 @@ class Service:
         """A storage root a request chose (the service pins none): s3://, or local under the
         service's own root. The API reads run dirs (metrics), so a request's local root would
         make it read wherever the request pointed on the API's host."""
-        from pathlib import Path
-
         ours = self.cfg.storage.root
         if root == ours:
             return True
@@ -330,9 +332,6 @@ class Service:
 
     def _check(self, job, who: Identity, resume: bool = True, dryrun: bool = False) -> Checked:
         """Everything short of writing: the request, the preflight, and the run id's owner."""
-        from jobs.backends.kubernetes.client.kinds import kind_of
-        from jobs.backends.kubernetes.client.ownership import ensure_ours
-
         backend = self.backend
         self._check_sweep_owner(job, who)
         self._check_resume_from_owner(job, who)
@@ -391,8 +390,6 @@ class Service:
         checkpoints (its weights, possibly trained on data only its owner may read): only
         the run's owner or an admin may, and only while the cluster lists the run (an
         unlisted run has nobody to attribute it to)."""
-        from jobs.resume_from import resume_from_path
-
         path = resume_from_path(job.cfg)
         root = str(job.cfg.storage.root).rstrip("/") + "/"
         if who.admin or path is None or not path.startswith(root):
@@ -447,8 +444,6 @@ class Service:
     async def views_async(self) -> dict[str, RunView]:
         """`views()` for the event loop: from memory, or in a thread when it must wait."""
         if self.snapshot.must_wait():
-            from starlette.concurrency import run_in_threadpool
-
             return await run_in_threadpool(self.views)
         return self.views()
 
@@ -504,10 +499,13 @@ class Service:
         return self.backend.logs(run_id, rank=rank, follow=True, cancel=cancel)
 
 
+def point_overrides(point: list[str], sweep_id: str, index: int) -> list[str]:
+    """A sweep point's overrides (from `expand`), named `<sweep_id>-<index>` as the CLI's."""
+    return [*point, f"run_id={override_value(sweep_point_run_id(sweep_id, index))}"]
+
+
 def log_error(err: BaseException) -> ApiError:
     """A log read's failure as a status: the cluster's is 503, a bad rank or pod 400."""
-    from jobs.backends.kubernetes.client.api import ClusterError
-
     if isinstance(err, ClusterError):
         return _backend_error(err)
     return ApiError(400, str(err) if isinstance(err, BackendError) else "log follow failed")

@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from catalog import get_instance_type
 from jobs.backends.base import BackendError, RunStatus
+from jobs.backends.kubernetes.backend import to_status
+from jobs.backends.kubernetes.manifests import INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
 from jobs.plot.metrics import max_steps, read_config
 
 CONFIG_RETRY_S = 30.0
@@ -49,9 +53,6 @@ def _parse(stamp: str | None) -> datetime | None:
 
 
 def instance_type_of(job: dict) -> str | None:
-    from jobs.backends.kubernetes.manifests import INSTANCE_TYPE_LABEL
-    from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
-
     annotated = ((job.get("metadata") or {}).get("annotations") or {}).get(INSTANCE_TYPE_ANNOTATION)
     if annotated:  # a TrainJob (its pods' node selector is the runtime's)
         return annotated
@@ -64,8 +65,6 @@ def instance_type_of(job: dict) -> str | None:
 
 
 def hourly_usd(instance_type: str | None, nodes: int) -> float | None:
-    from catalog import get_instance_type
-
     try:
         return get_instance_type(instance_type).hourly_usd * nodes if instance_type else None
     except (KeyError, ValueError):
@@ -114,8 +113,6 @@ class RunsSnapshot:
 
     def refresh_run(self, run_id: str, get_job: Callable[[str], dict | None]) -> None:
         """After a write: re-read that one run (a GET) into the snapshot."""
-        from jobs.backends.kubernetes.backend import to_status
-
         job = get_job(run_id)
         runs = dict(self._runs)
         if job is None:
@@ -131,8 +128,6 @@ class RunsSnapshot:
             self._lock.release()
 
     def _refresh(self) -> None:
-        from jobs.backends.kubernetes.backend import to_status
-
         self.lists += 1
         try:
             jobs = self.list_jobs()

@@ -9,12 +9,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from contract.run_dir import JOB_DIR
 from jobs.backends.base import UNKNOWN, RunStatus
 from jobs.plot.metrics import LAST_METRICS
 
-STATE_FILE = "job/state.json"
-OUTPUT_LOG = "job/output.log"
-CANCEL_MARKER = "job/cancel-requested"
+STATE_FILE = f"{JOB_DIR}/state.json"
+OUTPUT_LOG = f"{JOB_DIR}/output.log"
+CANCEL_MARKER = f"{JOB_DIR}/cancel-requested"
 
 
 def utc_now() -> str:

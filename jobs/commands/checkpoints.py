@@ -36,11 +36,11 @@ def size(nbytes: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: completion loads this module
+    from rich.table import Table  # lazy: completion loads this module
 
-    from trainer.checkpoint import list_checkpoints
-    from trainer.storage import StorageError, open_run_storage
+    from trainer.checkpoint import list_checkpoints  # lazy: torch, for this command alone
+    from trainer.storage import StorageError, open_run_storage  # lazy: completion loads this module
 
     try:
         storage = open_run_storage(existing_run_dir(args.run, args.overrides))

@@ -12,7 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobs.errors import EXIT_BAD_INPUT
+from jobs.backends.base import BackendError
+from jobs.backends.kubernetes.client.api import connect
+from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job
+from jobs.backends.kubernetes.client.ecr import resolve_digest
+from jobs.errors import EXIT_BAD_INPUT, JobConfigError, one_line
+from jobs.grants import check_urls
+from trainer.errors import ConfigError
 
 DEFAULT_SLICES = 16
 
@@ -43,12 +49,15 @@ def fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra.errors import (
+        HydraException,
+    )  # lazy: completion loads this module
+    from omegaconf.errors import (
+        OmegaConfBaseException,
+    )  # lazy: completion loads this module
 
-    from jobs.compose import compose
-    from jobs.errors import one_line
-    from jobs.schema import plain
+    from jobs.compose import compose  # lazy: completion loads this module
+    from jobs.schema import plain  # lazy: completion loads this module
 
     try:
         cfg = compose(list(args.overrides))
@@ -58,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
     data["tokenizer"] = data["tokenizer"] or "byte"
     if cfg.backend.name == "local":
         return _here(args, data)
-    from jobs.backends.base import BackendError
-    from jobs.backends.kubernetes.manifest_checks import ManifestError
+    from jobs.backends.kubernetes.manifest_checks import (
+        ManifestError,
+    )  # lazy: completion loads this module
 
     try:
         return _on_cluster(args, cfg, data)
@@ -68,10 +78,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _here(args: argparse.Namespace, data: dict) -> int:
-    from trainer.config import DataConfig
-    from trainer.data.prepare import PrepareRequest, prepare
-    from trainer.errors import ConfigError
-    from trainer.storage import StorageError
+    from contract.config import DataConfig  # lazy: completion loads this module
+    from trainer.data.prepare import PrepareRequest, prepare  # lazy: tokenizers, for local only
+    from trainer.storage import (
+        StorageError,
+    )  # lazy: completion loads this module
 
     request = PrepareRequest(
         DataConfig(**data), args.to, args.slices or 1, args.workers, args.chunk_mb
@@ -85,9 +96,14 @@ def _here(args: argparse.Namespace, data: dict) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
-    from jobs.backends.kubernetes.data_prepare import PrepareJobSpec, job_name, to_manifests
-    from jobs.backends.kubernetes.manifests import to_yaml
-    from jobs.submission import git_sha
+    from jobs.backends.kubernetes.data_prepare import (
+        PrepareJobSpec,
+        job_name,
+        to_manifests,
+    )  # lazy: completion loads this module
+    from jobs.backends.kubernetes.manifests import to_yaml  # lazy: completion loads this module
+    from jobs.schema import plain  # lazy: completion loads this module
+    from jobs.submission import git_sha  # lazy: completion loads this module
 
     for key, value in (("--to", args.to), ("data.path", data["path"])):
         if not str(value).startswith("s3://"):
@@ -96,10 +112,6 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
                 "and write shards through s3:// URIs only"
             )
     tokenizer = data["tokenizer"]
-    from jobs.errors import JobConfigError
-    from jobs.grants import check_urls
-    from jobs.schema import plain
-
     urls = [("--to", args.to, True), ("data.path", data["path"], False)]
     urls.append(("data.tokenizer", tokenizer, False))
     try:
@@ -120,8 +132,6 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
             "(job.image_repository)"
         )
     if cfg.backend.name == "kubernetes" and not args.dryrun:
-        from jobs.backends.kubernetes.client.ecr import resolve_digest
-
         # Pinned as a training job's pods are: every index and retry runs the same bits.
         image = resolve_digest(image)
     slices = args.slices or DEFAULT_SLICES
@@ -157,9 +167,6 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
 
 
 def _submit(cfg, job: dict, wait: bool) -> int:
-    from jobs.backends.kubernetes.client.api import connect
-    from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job
-
     cluster = connect(cfg.cluster.kubeconfig, cfg.cluster.context, cfg.cluster.namespace)
     outcome, submitted = submit_job(cluster, job)
     name = job["metadata"]["name"]

@@ -39,10 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.config import EXIT_BAD_INPUT
-    from trainer.errors import ConfigError
-    from trainer.hf.export import export_run
-    from trainer.storage import StorageError
+    from contract.config import EXIT_BAD_INPUT  # lazy: completion loads this module
+    from trainer.errors import ConfigError  # lazy: completion loads this module
+    from trainer.hf.export import export_run  # lazy: torch, for the export alone
+    from trainer.storage import StorageError  # lazy: completion loads this module
 
     if args.max_shard_gb <= 0:
         return fail("export", "--max-shard-gb: must be > 0", EXIT_BAD_INPUT)

@@ -14,6 +14,10 @@ from pathlib import Path
 
 from jobs.backends.base import BackendError
 from jobs.commands.run_lookup import add_common_arguments, backends_for, existing_run_dir, fail
+from jobs.plot.charts import figure
+from jobs.plot.metrics import MetricsFile, RunMetrics
+from jobs.plot.page import standalone_html
+from jobs.plot.png import write_png
 
 FORMATS = (".png", ".html")
 PLOT_WIDTH = 2000
@@ -47,9 +51,6 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or Path(f"{args.sweep or Path(names[0].rstrip('/')).name}.png")
     if output.suffix not in FORMATS:
         return fail("plot", f"-o {output}: unknown format; allowed: {', '.join(FORMATS)}", 2)
-    from jobs.plot.charts import figure
-    from jobs.plot.metrics import MetricsFile, RunMetrics
-
     try:
         targets = run_dirs(args, names)
     except BackendError as err:
@@ -69,12 +70,8 @@ def run(args: argparse.Namespace) -> int:
     drawn = figure(runs, sweep=args.sweep is not None)
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix == ".png":
-        from jobs.plot.png import write_png
-
         write_png(drawn, output, title)
     else:
-        from jobs.plot.page import standalone_html
-
         output.write_text(standalone_html(drawn, title))
     for run_id in empty:
         print(f"{run_id}: no metrics yet")

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from jobs.errors import EXIT_BAD_INPUT
+from jobs.errors import EXIT_BAD_INPUT, one_line
 
 TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
 ADMINS_ENV = "TRAINSTACK_API_ADMINS"
@@ -78,7 +78,12 @@ def fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.api.auth import MIN_TOKEN_CHARS, TokenConfigError, TokenHashes, token_hash
+    from jobs.api.auth import (  # lazy: fastapi, for serve alone
+        MIN_TOKEN_CHARS,
+        TokenConfigError,
+        TokenHashes,
+        token_hash,
+    )
 
     if args.hash_token:
         token = sys.stdin.readline().strip()
@@ -113,11 +118,11 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(err))
     if tokens is not None and tokens.empty:
         return fail(f"--token-hashes {args.token_hashes}: no token hashes in it")
-    import uvicorn
+    import uvicorn  # lazy: the server, for serve alone
 
-    from jobs.api.app import SERVER_OPTIONS, create_app
-    from jobs.api.service import Service
-    from jobs.submission import BadInput
+    from jobs.api.app import SERVER_OPTIONS, create_app  # lazy: fastapi, for serve alone
+    from jobs.api.service import Service  # lazy: fastapi, for serve alone
+    from jobs.submission import BadInput  # lazy: fastapi, for serve alone
 
     extra = {} if args.max_follows is None else {"max_follows_per_caller": args.max_follows}
     try:
@@ -125,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
     except BadInput as err:
         return fail(str(err))
     except Exception as err:  # Hydra composition errors of the server's own overrides
-        from jobs.errors import one_line
-
         return fail(one_line(err))
     tls = args.tls_cert is not None
     uvicorn.run(

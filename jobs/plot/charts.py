@@ -110,7 +110,7 @@ def _hex(rgba: tuple[float, ...]) -> str:
 
 def run_colors(runs: list[RunMetrics], sweep: bool) -> dict[str, tuple[str, str]]:
     """run id -> (colour, label)."""
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # lazy: matplotlib, for charts alone
 
     if not sweep:
         palette = colormaps["tab10"]

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-METRICS_FILE = "logs/metrics.jsonl"
-CONFIG_FILE = "config.yaml"
+import yaml
+
+from contract.run_dir import CONFIG_FILE, METRICS_FILE
+from trainer.storage import open_run_storage
+from trainer.storage.base import RangeRead
 
 
 @dataclass
@@ -46,8 +52,6 @@ def parse_lines(text: str) -> list[dict[str, Any]]:
 
 
 def _read_text(run_dir: str, path: str) -> str | None:
-    from trainer.storage import open_run_storage
-
     try:
         return open_run_storage(run_dir).read_text(path)
     except Exception:  # absent (not started yet) or unreadable from here
@@ -64,10 +68,6 @@ def read_config(run_dir: str) -> dict[str, Any]:
     """The run dir's config.yaml as plain dicts, lists and scalars; {} when it is absent,
     too large, not YAML, not a mapping, too deep or too big a tree (anchors that alias a
     node many times are counted each time, so no tree costs more than MAX_CONFIG_NODES)."""
-    import yaml
-
-    from trainer.storage import open_run_storage
-
     try:
         read = open_run_storage(run_dir).read_range(CONFIG_FILE, 0, end=MAX_CONFIG_BYTES + 1)
     except Exception:  # absent (not started yet) or unreadable from here
@@ -188,8 +188,6 @@ def read_appended(
     was replaced). The read starts one byte early and that byte must be `expect` (a newline:
     `consumed` ends a line); if not (or the file is shorter now) the file is another one (a
     new run in the same dir)."""
-    from trainer.storage.base import RangeRead
-
     begin = max(0, consumed - 1)
     end = None if limit is None else begin + limit + 1
     read = storage.read_range(METRICS_FILE, begin, end=end, tag=tag)
@@ -219,16 +217,11 @@ class LastMetrics:
     to `max_runs` run dirs."""
 
     def __init__(self, max_runs: int = 4096):
-        import threading
-        from collections import OrderedDict
-
         self.max_runs = max_runs
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, run_dir: str) -> tuple[int | None, float | None]:
-        from trainer.storage import open_run_storage
-
         with self._lock:
             tail = self._tails.pop(run_dir, None) or _Tail()
         storage = open_run_storage(run_dir)
@@ -292,10 +285,6 @@ class MetricsFile:
     lines that are not records (too long, malformed, a step that is no integer) are skipped."""
 
     def __init__(self, run_id: str, run_dir: str, refresh_bytes: int | None = None):
-        import threading
-
-        from trainer.storage import open_run_storage
-
         self.run_id = run_id
         self.run_dir = run_dir
         self.storage = open_run_storage(run_dir)
@@ -305,8 +294,6 @@ class MetricsFile:
         self._reset()
 
     def _reset(self) -> None:
-        from array import array
-
         self.consumed = 0
         self.last_byte = b"\n"
         """The byte before `consumed` (a newline unless inside a skipped line)."""
@@ -397,8 +384,6 @@ class MetricsFile:
     def _thin(self) -> None:
         """Halve the kept records: evaluation records stay (until they alone fill half),
         each group of 4 others keeps its lowest and highest loss."""
-        from array import array
-
         loss, evals = self.columns["loss"], self.columns["eval_loss"]
         rows = len(loss)
         eval_rows = [i for i in range(rows) if not math.isnan(evals[i])]
@@ -485,9 +470,6 @@ class MetricsFiles:
     """The MetricsFile of the runs looked at lately (a bounded number), refreshed on use."""
 
     def __init__(self, max_runs: int = 16, refresh_bytes: int | None = REFRESH_BYTES):
-        import threading
-        from collections import OrderedDict
-
         self.max_runs = max_runs
         self.refresh_bytes = refresh_bytes
         self._files: OrderedDict[str, MetricsFile] = OrderedDict()

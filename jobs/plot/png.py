@@ -13,10 +13,10 @@ def write_png(figure: dict[str, Any], path: Path, title: str) -> None:
 
 def draw(figure: dict[str, Any], title: str):
     """The matplotlib Figure (tests read its lines)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib, for PNG output alone
 
     matplotlib.use("Agg")  # no display; also safe in threads of a server
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib, for PNG output alone
 
     charts = figure["charts"]
     columns = 3

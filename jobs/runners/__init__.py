@@ -72,7 +72,7 @@ def check_runner(cfg: Any) -> dict[str, Any] | None:
             f"with runner={runner.name} (the group), not runner.name",
         )
     for key in options:  # `+runner.<key>=` adds what no option has: refuse, not ignore
-        if key not in runner.options.__dataclass_fields__:
+        if key not in runner.options.fields():
             raise JobConfigError(f"runner.{key}", runner.options.unknown_key())
     if options.code is not None and options.get("workdir") is None:
         raise JobConfigError(
@@ -92,5 +92,5 @@ def recorded_runner(cfg: Any, record: dict[str, Any]) -> dict[str, Any]:
         return record  # not a runner we know: the merge and validation say so
     if OmegaConf.get_type(cfg.runner) is not runner.options:
         cfg.runner = runner.options()
-    fields = runner.options.__dataclass_fields__
+    fields = runner.options.fields()
     return {**record, "runner": {k: v for k, v in section.items() if k in fields}}

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
+from contract.plan import model_label
 from jobs.errors import JobConfigError
 from jobs.runners.program import (
     FRESH_STORE_ENV,
@@ -25,7 +26,6 @@ from jobs.runners.program import (
     exec_wrapper,
     launcher,
 )
-from trainer.job_config import model_label
 
 SCHEMA_PREFIX = "trainstack_runner_"
 """ConfigStore name of a runner's options (`conf/runner/<name>.yaml` starts from it)."""
@@ -47,6 +47,11 @@ class RunnerOptions:
 
     name: str = MISSING
     """The runner (the group's option sets it)."""
+
+    @classmethod
+    def fields(cls) -> frozenset[str]:
+        """Every key of the section, `code` included."""
+        return frozenset(f.name for f in dataclasses.fields(cls))
 
     @classmethod
     def keys(cls) -> list[str]:

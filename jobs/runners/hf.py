@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract.config import PeftSettings
 from jobs.errors import JobConfigError
 from jobs.runners.base import Runner, RunnerOptions, check_env
 from trainer.errors import ConfigError
 from trainer.hf.config import read_hf_config
-from trainer.runners.hf.settings import PeftSettings
 
 
 @dataclass

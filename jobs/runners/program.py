@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.plot.metrics import METRICS_FILE
+from contract.run_dir import CHECKPOINTS, METRICS_FILE
+from contract.run_dir import CODE_DIR as CODE_PREFIX
 
 SCRATCH_DIR = "/opt/trainstack"
 """An emptyDir in the pod (wrapped runners): the unpacked workdir and the metrics file."""
@@ -32,8 +33,6 @@ FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 (every restart) gets a new store on worker rank 0, so a restarted program never reads the
 process-group keys of the round before (a dead peer's address: it would hang connecting).
 The built-in trainer prefixes its keys per round instead (trainer.distributed)."""
-CHECKPOINTS = "checkpoints"
-CODE_PREFIX = "code"
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class FakeOperator(FakeController):
         if not suspended and not running:
             # Unsuspended (Kueue admitted it): pods again; the trainer resumes.
             if name in self._plans_in_use and _condition_true(job, "Suspended"):
+                self._condition(
+                    name, namespace, "Suspended", "PyTorchJobResumed", "resumed", true=False
+                )
                 self._start(job)
         elif suspended and running:
             self._stop(self._runs[name])
@@ -145,8 +148,13 @@ class FakeOperator(FakeController):
         self._log(pod_name, namespace, "resumed from latest checkpoint")
         self._condition(job_name, namespace, "Running", "PyTorchJobRunning", "running")
 
-    def _condition(self, name: str, namespace: str, kind: str, reason: str, message: str) -> None:
-        """Append a condition the way the operator does (Running flips off when it ends)."""
+    def _condition(
+        self, name: str, namespace: str, kind: str, reason: str, message: str, true: bool = True
+    ) -> None:
+        """Append a condition the way the operator does (Running flips off when it ends).
+        Suspending turns Running off with the suspension's reason, resuming turns Suspended
+        off with reason PyTorchJobResumed (kubeflow/training-operator v1.9.4,
+        pkg/controller.v1/common/job.go, ReconcileJobs)."""
 
         def mutate(job: dict) -> None:
             status = job.setdefault("status", {})
@@ -157,11 +165,14 @@ class FakeOperator(FakeController):
                     break
             for cond in conditions:
                 if cond["type"] in ("Running", "Restarting") and kind != "Created":
+                    if kind == "Suspended" and cond["status"] == "True":
+                        cond["reason"] = reason
                     cond["status"] = "False"
                 if cond["type"] == "Suspended" and kind == "Running":
                     cond["status"] = "False"
             conditions.append(
-                {"type": kind, "status": "True", "reason": reason, "message": message}
+                {"type": kind, "status": "True" if true else "False", "reason": reason}
+                | {"message": message}
                 | {"lastUpdateTime": now(), "lastTransitionTime": now()}
             )
             if kind == "Running":

@@ -120,8 +120,8 @@ def test_hugging_face_batch_encoding_frames_documents_like_the_trainer(tmp_path,
 
 @pytest.mark.parametrize("data_format", ["chat", "prompt_completion"])
 def test_instruction_formats_keep_their_loss_mask_bits(tmp_path, capsys, data_format):
+    from contract.config import DataConfig
     from tests.trainer.hf_tokenizers import mistral_style
-    from trainer.config import DataConfig
     from trainer.data.formats import build_format
     from trainer.tokenizer import build_tokenizer
 
@@ -206,7 +206,7 @@ def test_s3_prefix_in_and_out_and_an_idempotent_rerun(tmp_path, capsys, s3_direc
 
 
 def test_slices_commit_only_once_every_slice_landed(tmp_path, capsys):
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
     from trainer.data.prepare import PrepareRequest, prepare, run_slice
 
     for index in range(4):

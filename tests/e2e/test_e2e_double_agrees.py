@@ -1,7 +1,7 @@
 """The double (tests/k8s: fake apiserver, operator and Kueue) against the real components: one
-scenario — a low-priority TrainJob admitted, a second one held for quota, a high-priority one
-preempting the first — runs on both, and what each reports is compared: the Workload's
-conditions and the TrainJob's (type, status, reason), Kueue's messages (their shape), and what
+scenario — a low-priority job admitted, a second one held for quota, a high-priority one
+preempting the first — runs on both, for each job API, and what each reports is compared: the
+Workload's conditions and the job's (type, status, reason), Kueue's messages (their shape), and what
 trainstack's backend makes of them (state, finished).
 
 The double does not compute quota: the test drives it (admit, preempt) at the moments the real
@@ -28,6 +28,7 @@ from testing_support.k8s.fake_kueue import PENDING_MESSAGE, FakeKueue
 from testing_support.k8s.fake_operator import FakeOperator, JobPlan
 from testing_support.k8s.fake_trainer import FakeTrainer, TrainPlan
 from tests.e2e.conftest import (
+    JOBS,
     NAMESPACE,
     admitted,
     conditions,
@@ -37,12 +38,12 @@ from tests.e2e.conftest import (
     workload_of,
 )
 
-KIND = "TrainJob"
-API_VERSION = "trainer.kubeflow.org/v1alpha1"
+PLURALS = {"TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs"}
 SHORT = r"insufficient unused quota for [\w./-]+ in flavor [\w-]+, \w+ more needed"
-PENDING = re.compile(rf"couldn't assign flavors to pod set [\w-]+: {SHORT}(, {SHORT})*")
+POD_SET = rf"couldn't assign flavors to pod set [\w-]+: {SHORT}(, {SHORT})*"
+PENDING = re.compile(rf"{POD_SET}(; {POD_SET})*")
 """Kueue's message names every covered resource that is short (the real one: cpu, hugepages,
-memory, GPUs and EFA), one clause each."""
+memory, GPUs and EFA), one clause each, for each pod set (a PyTorchJob: master; worker)."""
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 
 
@@ -59,11 +60,12 @@ SETTLE_S = 30.0
 """How long a comparison waits for the two sides to agree."""
 
 
-def submitted(cluster, run_id: str) -> list[dict]:
+def submitted(cluster, api: str, run_id: str) -> list[dict]:
     """What trainstack sent for `run_id`, read back without the server's fields."""
+    api_version, kind = JOBS[api]
     objs = [
         *cluster.items("v1", "ConfigMap", f"trainstack.io/run-id={run_id}"),
-        cluster.get(API_VERSION, KIND, run_id),
+        cluster.get(api_version, kind, run_id),
     ]
     for obj in objs:
         obj.pop("status", None)
@@ -71,15 +73,17 @@ def submitted(cluster, run_id: str) -> list[dict]:
         for key in (*SERVER_FIELDS, "managed_fields", "creation_timestamp", "resource_version"):
             meta.pop(key, None)
     # As trainstack sent it: created suspended for Kueue (an admitted one Kueue has un-suspended).
-    objs[-1]["spec"]["suspend"] = True
+    spec = objs[-1]["spec"]
+    (spec if kind == "TrainJob" else spec.setdefault("runPolicy", {}))["suspend"] = True
     return objs
 
 
 @pytest.fixture
 def double(tmp_path: Path):
     server = FakeKubeApiServer().start()
-    FakeOperator(server, JobPlan())
-    FakeTrainer(server, TrainPlan(hold=True))  # kwok's pods run until told to end
+    # Both hold, as kwok's pods do: they run until told to end.
+    FakeOperator(server, JobPlan(hold=True))
+    FakeTrainer(server, TrainPlan(hold=True))
     kueue = FakeKueue(server)
     seed_cluster(server)
     seed_trainer(server, "p5.48xlarge")
@@ -87,32 +91,32 @@ def double(tmp_path: Path):
     for runtime in runtime_objects(config.gpu_node_groups, config.service_account):
         server.put("clustertrainingruntimes", runtime)
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-    backend = KubernetesBackend(
-        ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="trainjob")
-    )
-    yield server, kueue, backend
+    yield server, kueue, kubeconfig
     server.operator.shutdown()
     server.trainer.shutdown()
     server.stop()
 
 
-def test_queue_and_preemption_read_the_same_on_both(local_cluster, double):
-    server, kueue, fake = double
+@pytest.mark.parametrize("api", sorted(JOBS))
+def test_queue_and_preemption_read_the_same_on_both(local_cluster, double, api):
+    server, kueue, kubeconfig = double
+    _, kind = JOBS[api]
+    fake = KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api=api))
     real = KubernetesBackend(
-        ClusterSettings(str(local_cluster.state.kubeconfig), None, NAMESPACE, "trainjob")
+        ClusterSettings(str(local_cluster.state.kubeconfig), None, NAMESPACE, api)
     )
-    low, held, high = "e2e-d-low", "e2e-d-held", "e2e-d-high"
-    two = ("compute=p5.48xlarge", "compute.nodes=2", "job.api=trainjob")
+    low, held, high = (f"e2e-d-{what}-{api[:3]}" for what in ("low", "held", "high"))
+    two = ("compute=p5.48xlarge", "compute.nodes=2", f"job.api={api}")
     diffs: list[str] = []
 
     def observed(run_id: str) -> dict[str, object]:
-        real_workload = workload_of(local_cluster, KIND, run_id) or {}
+        real_workload = workload_of(local_cluster, kind, run_id) or {}
         fake_workload = server.get("workloads", kueue.workload_name(run_id), NAMESPACE) or {}
-        real_job = local_cluster.get(API_VERSION, KIND, run_id)
-        fake_job = server.get("trainjobs", run_id, NAMESPACE) or {}
+        real_job = local_cluster.get(*JOBS[api], run_id)
+        fake_job = server.get(PLURALS[kind], run_id, NAMESPACE) or {}
         return {
             "Workload conditions": (shape(real_workload), shape(fake_workload)),
-            "TrainJob conditions": (shape(real_job), shape(fake_job)),
+            f"{kind} conditions": (shape(real_job), shape(fake_job)),
             "status": (seen(real, run_id), seen(fake, run_id)),
         }
 
@@ -128,29 +132,29 @@ def test_queue_and_preemption_read_the_same_on_both(local_cluster, double):
 
     try:
         local_cluster.launch(*two, "job.priority=low", f"run_id={low}")
-        eventually(lambda: admitted(local_cluster, KIND, low), f"{low} admitted")
+        eventually(lambda: admitted(local_cluster, kind, low), f"{low} admitted")
         eventually(lambda: len(pods_of(local_cluster, low, "Running")) == 2, f"{low} running")
-        submit(fake.cluster, submitted(local_cluster, low))
+        submit(fake.cluster, submitted(local_cluster, api, low))
         kueue.admit(low)
         compare("admitted and running", low)
 
         local_cluster.launch(*two, "job.priority=low", f"run_id={held}")
         message = eventually(
             lambda: (
-                conditions(workload_of(local_cluster, KIND, held) or {})
+                conditions(workload_of(local_cluster, kind, held) or {})
                 .get("QuotaReserved", {})
                 .get("message")
             ),
             "Kueue's reason for the held job",
         )
-        submit(fake.cluster, submitted(local_cluster, held))
+        submit(fake.cluster, submitted(local_cluster, api, held))
         assert PENDING.fullmatch(message), f"the real message changed shape: {message}"
         assert PENDING.fullmatch(PENDING_MESSAGE)
         compare("held for quota", held)
 
         local_cluster.launch(*two, "job.priority=high", f"run_id={high}")
-        eventually(lambda: admitted(local_cluster, KIND, high), f"{high} admitted")
-        submit(fake.cluster, submitted(local_cluster, high))
+        eventually(lambda: admitted(local_cluster, kind, high), f"{high} admitted")
+        submit(fake.cluster, submitted(local_cluster, api, high))
         kueue.preempt(low)
         kueue.admit(high)
         compare("preempted", low)

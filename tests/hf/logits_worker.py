@@ -17,8 +17,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
 )
 
+from contract.checkpoints import step_dir
 from testing_support.hf_models import fixed_batch
-from trainer.checkpoint import step_dir
 from trainer.distributed import init_distributed, shutdown
 from trainer.hf.config import model_args_from_hf, read_hf_config
 from trainer.hf.load import load_init_from

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from trainer.checkpoint import METADATA
+from contract.checkpoints import METADATA
 from trainer.hf.dcp_read import CheckpointTensors
 
 

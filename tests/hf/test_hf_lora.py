@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from contract.model.arch import ModelArgs
 from jobs.cli import main
 from testing_support.hf_models import (
     assert_close,
@@ -25,7 +26,6 @@ from tests.hf.test_hf_finetune_export import finetune_args
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps, losses_by_step
 from trainer.hf.export import export_run
-from trainer.model.arch import ModelArgs
 from trainer.model.lora import add_lora, is_adapter
 from trainer.model.model import Transformer
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import trainer.hf.export as export_module
+from contract.checkpoints import step_dir
 from testing_support.hf_models import assert_close, build_llama, fixed_batch, hf_logits, word_corpus
 from testing_support.s3_server import FaultProxy, s3_env
 from tests.hf.test_hf_finetune_export import finetune_args
 from tests.hf.test_hf_load import trainer_logits
-from trainer.checkpoint import step_dir
 from trainer.hf.export import export_run
 from trainer.hf.s3_weights import HEADER_PROBE
 from trainer.storage import S3Storage

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from infra.config import ConfigError, parse_stack_config
+from infra.settings.stack import ConfigError, parse_stack_config
 from tests.infra.iam_eval import allowed, s3_access
 from tests.infra.pulumi_harness import REPO, run_program, stack_file_config
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from infra import versions
+from infra.settings import versions
 from tests.infra.iam_eval import allowed
 from tests.infra.pulumi_harness import ACCOUNT, stack_file_config
 

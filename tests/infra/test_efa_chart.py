@@ -20,7 +20,7 @@ import yaml
 
 from infra.cluster_addons import efa_plugin_values
 from infra.gpu_nodes import EFA_LABEL
-from infra.versions import EFA_DEVICE_PLUGIN
+from infra.settings.versions import EFA_DEVICE_PLUGIN
 
 CHART = Path(__file__).parent / "charts" / "aws-efa-k8s-device-plugin"
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from infra.config import ConfigError, parse_stack_config
+from infra.settings.stack import ConfigError, parse_stack_config
 from tests.infra.pulumi_harness import StackRun, run_program, stack_file_config
 
 SUB = "token.actions.githubusercontent.com:sub"

@@ -10,7 +10,7 @@ import pytest
 
 from infra.ci import PR_EVENTS, pull_request_filter_groups
 from infra.ci_policies import ECR_WRITE_ACTIONS, only_writer_repository_policy
-from infra.config import ConfigError, parse_stack_config
+from infra.settings.stack import ConfigError, parse_stack_config
 from tests.infra.iam_eval import allowed
 from tests.infra.pulumi_harness import REPO, StackRun, run_program, stack_file_config
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from infra.config import ConfigError, parse_stack_config
+from infra.settings.stack import ConfigError, parse_stack_config
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 
 

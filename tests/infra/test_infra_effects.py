@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from infra import versions
+from infra.settings import versions
 from tests.infra.pulumi_harness import ACCOUNT, REPO, StackRun, run_program, stack_file_config
 from tests.infra.test_infra_stack import by_id, gpu_node_groups
 
@@ -225,7 +225,7 @@ def test_deploy_gets_the_token_by_reference_only(stack_runs):
 
 
 def test_token_in_parameter_store_is_passed_by_name():
-    from infra.deploy_runner import token_variable
+    from infra.vpc_deploy import token_variable
 
     arn = "arn:aws:ssm:us-east-1:123456789012:parameter/trainstack/pulumi-token"
     assert token_variable(arn) == {

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from catalog import INSTANCE_TYPES
-from infra import versions
-from infra.config import ConfigError
+from infra.settings import versions
+from infra.settings.stack import ConfigError
 from infra.stack_defaults import job_defaults
 from jobs.backends.kubernetes.runtimes import NODE_GROUP_LABEL
 from testing_support import crd_schema

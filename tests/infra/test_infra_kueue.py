@@ -9,8 +9,8 @@ import copy
 import pytest
 
 from catalog import INSTANCE_TYPES
-from infra.config import ConfigError
 from infra.kueue import KUEUE_VERSION
+from infra.settings.stack import ConfigError
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 
 CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta1:"

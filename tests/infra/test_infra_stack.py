@@ -9,7 +9,7 @@ import re
 import pytest
 
 from catalog import INSTANCE_TYPES
-from infra import versions
+from infra.settings import versions
 from tests.infra.pulumi_harness import (
     REPO,
     StackRun,
@@ -216,8 +216,9 @@ def check_iam_scoped(run: StackRun) -> None:
 
 
 def check_helm_releases(run: StackRun) -> None:
-    """Every chart is the one pinned in infra.versions; the device plugins select GPU/EFA nodes
-    through values their templates read (EFA: see test_efa_chart) and tolerate the GPU taint."""
+    """Every chart is the one pinned in infra.settings.versions; the device plugins select GPU/EFA
+    nodes through values their templates read (EFA: see test_efa_chart) and tolerate the GPU
+    taint."""
     releases = {r.inputs["chart"]: r.inputs for r in run.of_type(RELEASE)}
     assert releases == {c["chart"]: releases[c["chart"]] for c in versions.HELM_CHARTS}
     for chart in versions.HELM_CHARTS:

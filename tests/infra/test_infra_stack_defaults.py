@@ -77,7 +77,7 @@ def test_jobs_schema_accepts_the_defaults(tmp_path, dev_outputs):
     schema = pytest.importorskip("jobs.schema")
     assert run(tmp_path, dev_outputs) == 0
     defaults = OmegaConf.load(tmp_path / "conf" / "dev.yaml")
-    merged = OmegaConf.merge(OmegaConf.structured(schema.JobsConfig), defaults)
+    merged = OmegaConf.merge(OmegaConf.structured(schema.LaunchConfig), defaults)
     assert merged.cluster.node_groups[0].instance_type == "g5.12xlarge"
     assert merged.cluster.kubeconfig.endswith("trainstack-dev.yaml")
     assert merged.cluster.log_group == "/aws/eks/trainstack-dev/containers"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from infra.config import ConfigError, parse_stack_config
+from infra.settings.stack import ConfigError, parse_stack_config
 from infra.training_api import RBAC_RULES
 from jobs.backends.kubernetes.client import submit
 from tests.infra.pulumi_harness import ACCOUNT, RecordingMocks, run_program, stack_file_config

@@ -15,7 +15,7 @@ import pytest
 
 from jobs.backends import run_state
 from jobs.backends.base import STATES
-from jobs.cli import COMMANDS
+from jobs.commands import COMMANDS
 
 BIN = Path(sys.executable).parent
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from contract.model.args import MODEL_PRESETS
 from jobs.validate import JobConfigError
 from testing_support.hf_models import build_llama
 from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build
 from trainer.hf.config import model_args_from_hf, read_hf_config
-from trainer.model.args import MODEL_PRESETS
 from trainer.storage.s3 import S3Storage
 
 S3_MODEL = "s3://models/Meta-Llama-3.1-8B-Instruct"

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.plan import tokenizer_source
 from jobs.validate import JobConfigError
 from testing_support.hf_models import build_llama, word_corpus
 from tests.jobs.conftest import build
-from trainer.job_config import load_config, tokenizer_source
+from trainer.job_config import load_config
 from trainer.tokenizer import build_tokenizer
 
 

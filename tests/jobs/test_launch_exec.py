@@ -1,5 +1,5 @@
 """`trainstack launch` as real processes: it execs the Hydra app with Hydra's arguments only,
-trainstack's flags in the environment (jobs.app.exec_launch). The rest of the suite runs that
+trainstack's flags in the environment (jobs.commands.launch.main). The rest of the suite runs that
 app in-process (the `exec_in_process` fixture); these run the exec itself."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_dry_run_sweep_leaves_no_scratch_dir_and_no_marker_in_children(tmp_pat
 def test_the_app_takes_its_flags_out_of_the_environment_its_children_inherit(cli):
     """The marker names the one process that is the Hydra app: a trainer it starts (or a
     `trainstack` a job runs) must not take itself for it."""
-    from jobs.app import DRYRUN_SWEEP_DIR_ENV, LAUNCH_ENV
+    from jobs.commands.launch import DRYRUN_SWEEP_DIR_ENV, LAUNCH_ENV
 
     result = cli("launch", "-m", "--dryrun", "trainer.lr=1e-4,2e-4", *RENDER)
     assert result.code == 0, result.err

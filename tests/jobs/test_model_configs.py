@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.model.args import ARCH_FIELDS, MODEL_PRESETS, ModelArgs, RopeScaling
+from contract.model.args import model_args_from_config as trainer_model_args
 from jobs.compose import CONF_DIR, compose
 from jobs.validate import JobConfigError
 from testing_support.hf_models import build_llama
 from tests.jobs.conftest import CLUSTER, build
 from trainer.hf.config import model_args_from_hf
-from trainer.model.args import ARCH_FIELDS, MODEL_PRESETS, ModelArgs, RopeScaling
-from trainer.model.args import model_args_from_config as trainer_model_args
 
 MODEL_OPTIONS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "hf")
 P5 = ["compute=p5.48xlarge", *CLUSTER]

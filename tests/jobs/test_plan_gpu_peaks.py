@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from catalog import INSTANCE_TYPES
+from contract.gpu_peaks import GPU_PEAK_FLOPS
+from contract.model.args import MODEL_PRESETS
 from tests.jobs.conftest import CLUSTER, build
-from trainer.gpu_peaks import GPU_PEAK_FLOPS
-from trainer.model.args import MODEL_PRESETS
 
 
 @pytest.mark.parametrize("instance_type", sorted(INSTANCE_TYPES))

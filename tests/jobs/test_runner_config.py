@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.config import EXIT_BAD_INPUT
 from jobs.runners.program import CODE_DIR, SCRATCH_DIR
 from tests.jobs.conftest import CLUSTER, build, files_under
-from trainer.config import EXIT_BAD_INPUT
 
 SCRIPT = ["runner=command", "runner.command=[python,-u,train.py]"]
 P5 = ["compute=p5.48xlarge", "compute.nodes=2"]

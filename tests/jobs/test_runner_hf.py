@@ -100,7 +100,7 @@ def test_hf_runner_finetunes_resumes_after_sigkill_and_exports(workdir, monkeypa
 def test_training_arguments_follow_the_built_in_keys(tmp_path):
     from omegaconf import OmegaConf
 
-    from trainer.config import TrainerJobConfig
+    from contract.config import TrainerJobConfig
 
     cfg = OmegaConf.to_object(
         OmegaConf.merge(

@@ -66,3 +66,14 @@ def test_a_relaunch_takes_the_recorded_runner_and_reads_a_record_of_every_runner
     assert record == {"seed": 1, "runner": {k: v for k, v in old.items() if k != "peft"}}
     merged = OmegaConf.merge(cfg, record)
     assert list(merged.runner.command) == ["python", "x.py"]
+
+
+def test_a_key_added_to_another_runners_options_is_refused_not_ignored():
+    """`+runner.command=` adds a key the trainstack options lack: compose lets it in,
+    validation names it."""
+    from jobs.runners import check_runner
+
+    cfg = compose(["+runner.command=[python,x.py]"])
+    with pytest.raises(JobConfigError) as caught:
+        check_runner(cfg)
+    assert str(caught.value) == "runner.command: is not a key of runner=trainstack; allowed: name"

@@ -9,7 +9,7 @@ from omegaconf.errors import OmegaConfBaseException
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from jobs.compose import CONF_DIR, compose
-from jobs.schema import JobsConfig
+from jobs.schema import LaunchConfig
 
 GROUP_OPTIONS = {
     group: sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
@@ -19,7 +19,7 @@ GROUP_OPTIONS = {
 
 def test_defaults_compose_to_exactly_the_interface_keys():
     cfg = compose()
-    assert list(cfg.keys()) == list(JobsConfig.__dataclass_fields__)
+    assert list(cfg.keys()) == list(LaunchConfig.__dataclass_fields__)
     assert cfg.compute.name == "local_cpu" and cfg.compute.procs_per_node == 2
     assert (cfg.backend.name, cfg.storage.root, cfg.model.name) == ("local", "runs", "tiny")
     assert cfg.cluster.namespace == "training"
@@ -28,7 +28,7 @@ def test_defaults_compose_to_exactly_the_interface_keys():
 def test_jobs_validate_against_the_version_new_clusters_run():
     """Without a stack, pod templates are checked against the default cluster version: the one
     constant infra creates clusters at, and one kubernetes-validate bundles schemas for."""
-    from infra.versions import KUBERNETES_VERSION as cluster_default
+    from infra.settings.versions import KUBERNETES_VERSION as cluster_default
     from jobs.backends.kubernetes.manifest_checks import _schema_version
 
     assert compose().cluster.kubernetes_version == KUBERNETES_VERSION == cluster_default

@@ -9,10 +9,11 @@ import shutil
 import pytest
 import yaml
 
+from contract.config import TrainerConfig
 from jobs import sweep_workers
-from jobs.sweep import BatchPreparation, SweepPointsLost, check_one_per_point, expand
+from jobs.sweep import BatchPreparation, expand
+from jobs.sweep_points import SweepPointsLost, check_one_per_point
 from tests.jobs.conftest import CLUSTER, OWN_DATA, SAMPLE_DATA, build, files_under
-from trainer.config import TrainerConfig
 
 
 def test_render_sweep_one_job_per_point(cli, workdir):
@@ -40,7 +41,7 @@ def test_render_sweep_one_job_per_point(cli, workdir):
         lr = yaml.safe_load(docs[0]["data"]["config.yaml"])["trainer"]["lr"]
         seen.add((lr, job["metadata"]["annotations"]["trainstack.io/model"]))
     assert seen == {(1e-4, "tiny"), (3e-4, "tiny"), (1e-4, "llama3_1b"), (3e-4, "llama3_1b")}
-    # The default max_steps (trainer/config.py) x 2 s on one p4d.24xlarge, four times.
+    # The default max_steps (contract/config.py) x 2 s on one p4d.24xlarge, four times.
     each = TrainerConfig().max_steps * 2.0 / 3600 * 21.958
     assert summary["total_estimated_cost_usd"] == pytest.approx(4 * each, abs=0.02)
     assert {r["state"] for r in summary["runs"]} == {"rendered"}
@@ -51,6 +52,56 @@ def test_sweep_dryrun_writes_nothing(cli, workdir):
     assert result.code == 0, result.err
     assert result.out.count("-m trainer --config") == 2
     assert files_under(workdir) == []
+
+
+def test_the_points_run_the_jobs_their_launcher_prepared(cli, workdir, monkeypatch):
+    """The launcher hands each batch's prepared jobs to the task object (jobs.app.LaunchTask,
+    the task function Hydra gives it); the points schedule those, never materializing twice."""
+    from jobs import app
+
+    def again(*args, **kwargs):
+        raise AssertionError("a point materialized a second time")
+
+    monkeypatch.setattr(app, "materialize", again)
+    result = cli("launch", "-m", "trainer.lr=1e-4,3e-4", "compute=p4d.24xlarge", *CLUSTER)
+    assert result.code == 0, result.err
+    assert len(list(workdir.glob("runs/*/manifests.yaml"))) == 2
+
+
+def test_a_point_that_fails_to_schedule_fails_the_sweep_and_the_others_go_on(
+    cli, workdir, monkeypatch
+):
+    """The task object counts the points that failed: the sweep exits 1, the others ran."""
+    from jobs import backends
+    from jobs.backends.base import BackendError
+
+    for_backend = backends.backend_for
+
+    def failing_the_second(cfg):
+        backend = for_backend(cfg)
+        schedule = backend.schedule
+
+        def scheduling(request):
+            if request.job.run_id.endswith("-1"):
+                raise BackendError("refused by the test")
+            return schedule(request)
+
+        backend.schedule = scheduling
+        return backend
+
+    monkeypatch.setattr(backends, "backend_for", failing_the_second)
+    result = cli("launch", "-m", "trainer.lr=1e-4,3e-4,1e-3", "compute=p4d.24xlarge", *CLUSTER)
+    assert result.code == 1, result.err
+    assert "sweep point 1: refused by the test" in result.err
+    assert len(list(workdir.glob("runs/*/manifests.yaml"))) == 2
+
+
+def test_trainstacks_launchers_take_the_launch_apps_task_only():
+    """What a launch carries (flags, prepared jobs) passes through the task object alone."""
+    from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher
+
+    with pytest.raises(TypeError, match="LaunchTask"):
+        TrainstackLauncher().setup(hydra_context=None, task_function=print, config=None)
 
 
 def test_expand_uses_hydras_sweep_grammar():

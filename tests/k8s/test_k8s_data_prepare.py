@@ -174,7 +174,7 @@ def test_submit_retries_a_killed_index_and_commits_after_the_last(
     assert keys == {"ds/manifest.json"} | {f"ds/{f}" for s in manifest.shards for f in s.files}
     assert len(manifest.sources) == 4 and sum(len(d) for d in train) > 0
 
-    from trainer.config import DataConfig
+    from contract.config import DataConfig
     from trainer.data.prepare import PrepareRequest, prepare
 
     env = s3_env(moto_s3.url)

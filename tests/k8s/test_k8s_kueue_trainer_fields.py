@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.versions import KUEUE
+from infra.settings.versions import KUEUE
 from testing_support.k8s import fake_kueue
 from tests.jobs.conftest import CLUSTER, build
 
@@ -47,7 +47,7 @@ def unknown_fields(value, tree, path: str = "") -> list[str]:
 
 def test_the_field_list_is_the_pinned_kueues():
     assert FIELDS["kueue_version"] == KUEUE["version"], (
-        "infra/versions.py's Kueue pin changed: re-vendor the field list "
+        "infra/settings/versions.py's Kueue pin changed: re-vendor the field list "
         "(testing_support/k8s/data/vendor_kueue_trainer_fields.py)"
     )
     assert FIELDS["source"]["repo"] == "kubernetes-sigs/kueue"

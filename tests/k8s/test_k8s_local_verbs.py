@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from contract.run_dir import METRICS_FILE
 from jobs.backends import run_state
 from jobs.cli import main
-from jobs.plot.metrics import METRICS_FILE
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`trainstack launch -m ... hydra/launcher=pytorchjob` through real Hydra multirun."""
+"""`trainstack launch -m ... hydra/launcher=kubernetes` through real Hydra multirun."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 from testing_support.k8s.cluster import NAMESPACE
 from testing_support.k8s.fake_operator import JobPlan
 
-SWEEP = ["-m", "hydra/launcher=pytorchjob", "trainer.lr=1e-4,3e-4,1e-3"]
+SWEEP = ["-m", "hydra/launcher=kubernetes", "trainer.lr=1e-4,3e-4,1e-3"]
 
 
 def test_submit_mode_survives_a_failed_point_and_skips_on_rerun(apiserver, trainstack, capsys):
@@ -58,12 +58,12 @@ def test_wait_mode_maps_final_states_onto_job_returns(apiserver, trainstack, cap
 
 
 def test_launcher_settings_are_checked():
-    from hydra_plugins.pytorchjob_launcher.launcher import PyTorchJobLauncher
+    from hydra_plugins.kubernetes_launcher.launcher import KubernetesLauncher
 
     with pytest.raises(ValueError, match=r"hydra.launcher.mode: 'later' is not allowed"):
-        PyTorchJobLauncher(mode="later")
+        KubernetesLauncher(mode="later")
     with pytest.raises(ValueError, match=r"hydra.launcher.max_parallel: 0 must be at least 1"):
-        PyTorchJobLauncher(max_parallel=0)
+        KubernetesLauncher(max_parallel=0)
 
 
 def test_a_sweep_loads_its_kubeconfig_credentials_once(apiserver, trainstack, kubeconfig, tmp_path):

@@ -73,7 +73,7 @@ def test_wheel_installs_and_runs_a_user_experiment_from_anywhere(tmp_path):
         "hydra_plugins/trainstack_searchpath/searchpath.py",
         "hydra_plugins/trainstack_launcher/launcher.py",
         "hydra_plugins/trainstack_sweeper/sweeper.py",
-        "hydra_plugins/pytorchjob_launcher/launcher.py",
+        "hydra_plugins/kubernetes_launcher/launcher.py",
         "jobs/api/static/charts.js",
     ):
         assert shipped in names, shipped

@@ -26,9 +26,9 @@ def damage(directory: Path, how: str) -> None:
 
 
 def main() -> int:
+    from contract.checkpoints import step_dir
     from trainer import __main__ as entry
     from trainer.checkpoint import checkpointer
-    from trainer.checkpoint.layout import step_dir
 
     plan = dict(item.split(":") for item in os.environ[DAMAGE_ENV].split(","))
     check = checkpointer.inspect_step

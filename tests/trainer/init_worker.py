@@ -19,7 +19,7 @@ ARGS = dict(dim=48, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=257, ffn_hid
 def main(out: str, seed: int) -> None:
     from dataclasses import replace
 
-    from trainer.model.args import MODEL_PRESETS
+    from contract.model.args import MODEL_PRESETS
 
     env = init_distributed()
     with torch.device("meta"):

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainer.config import TrainerConfig
-from trainer.model.args import MODEL_PRESETS
+from contract.config import TrainerConfig
+from contract.model.args import MODEL_PRESETS
 from trainer.model.model import Transformer, TransformerBlock, rope_tables
 from trainer.optim import adamw_implementation, build_optimizer
 from trainer.parallelize import checkpoint_block, checkpointed_blocks

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from contract.config import EXIT_BAD_INPUT, DataConfig
 from tests.trainer.harness import REPO
 from trainer import __main__ as trainer_main
 from trainer.__main__ import main, say_once
-from trainer.config import EXIT_BAD_INPUT, DataConfig
 from trainer.data import read_documents
 from trainer.errors import ConfigError
 from trainer.launch import exit_code_for

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contract.checkpoints import step_dir
 from tests.trainer.commit_check_worker import DAMAGE_ENV
 from tests.trainer.harness import committed_steps, losses_by_step, read_metrics
-from trainer.checkpoint import step_dir
 
 WORKER = "tests.trainer.commit_check_worker"
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from contract.checkpoints import step_dir
 from jobs.cli import main as trainstack
-from trainer.checkpoint import list_checkpoints, step_dir
+from trainer.checkpoint import list_checkpoints
 from trainer.storage import open_run_storage
 
 # dcp.save without a process group says it assumes one process: that is the intent here.

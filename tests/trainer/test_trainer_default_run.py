@@ -1,4 +1,4 @@
-"""The default job (trainer/config.py defaults, sample corpus, 2 CPU processes) learns: the
+"""The default job (contract/config.py defaults, sample corpus, 2 CPU processes) learns: the
 training loss falls from ~5.6 (uniform over 257 byte tokens) below 2.1, the held-out loss
 below 2.0, and the run leaves its resolved config, metrics and a final checkpoint."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.config import TrainerConfig
 from tests.trainer.harness import committed_steps, read_metrics
-from trainer.config import TrainerConfig
 
 pytestmark = pytest.mark.slow
 

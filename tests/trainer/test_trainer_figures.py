@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
+from contract.gpu_peaks import GPU_PEAK_FLOPS, gpu_peak_flops
 from tests.trainer.harness import BIN, REPO, read_metrics
-from trainer.gpu_peaks import GPU_PEAK_FLOPS, gpu_peak_flops
 from trainer.mfu import mfu_percent, peak_flops
 from trainer.step_timer import PHASES, StepTimer
 

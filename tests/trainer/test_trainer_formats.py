@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from contract.config import DataConfig
 from tests.trainer.hf_tokenizers import llama3_style, mistral_style
-from trainer.config import DataConfig
 from trainer.data import IGNORE_INDEX, Document, PackedSequences, TokenStream, read_documents
 from trainer.errors import ConfigError
 from trainer.tokenizer import build_tokenizer

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from contract.model.args import MODEL_PRESETS
 from tests.trainer.harness import BIN, REPO
 from tests.trainer.init_worker import ARGS
-from trainer.model.args import MODEL_PRESETS
 from trainer.model.model import Transformer
 
 

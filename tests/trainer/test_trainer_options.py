@@ -13,8 +13,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.distributed.device_mesh import init_device_mesh
 
+from contract.model.args import ModelArgs
 from tests.trainer.harness import launch_trainer, losses_by_step
-from trainer.model.args import ModelArgs
 from trainer.model.model import Transformer
 from trainer.parallelize import parallelize
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from contract.config import EXIT_BAD_INPUT
 from tests.trainer.harness import TrainerResult, launch_trainer, losses_by_step, read_metrics
 from tests.trainer.prepared import masked_documents, text_documents, write_prepared
-from trainer.config import EXIT_BAD_INPUT
 
 pytestmark = pytest.mark.slow
 

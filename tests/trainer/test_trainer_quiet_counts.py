@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
+from contract.config import DataConfig, MetricsConfig
 from tests.trainer.test_trainer_bad_input import GOOD, write_lines
-from trainer.config import DataConfig, MetricsConfig
 from trainer.data import open_training_data
 from trainer.metrics import MetricsLogger
 from trainer.storage import open_run_storage

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.config import EXIT_PREEMPTED
 from tests.trainer.harness import (
     TrainerResult,
     committed_steps,
@@ -16,7 +17,6 @@ from tests.trainer.harness import (
     losses_by_step,
     read_metrics,
 )
-from trainer.config import EXIT_PREEMPTED
 from trainer.faults import PAUSE_BEFORE_COMMIT_ENV, STEP_DELAY_ENV
 
 pytestmark = pytest.mark.slow

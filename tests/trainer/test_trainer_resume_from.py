@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from contract.config import EXIT_BAD_INPUT
 from tests.trainer.harness import (
     TrainerResult,
     committed_steps,
@@ -20,7 +21,6 @@ from tests.trainer.harness import (
     read_metrics,
 )
 from trainer.__main__ import main
-from trainer.config import EXIT_BAD_INPUT
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ from itertools import pairwise
 import pytest
 import torch
 
+from contract.config import TrainerConfig
 from tests.trainer.harness import read_metrics
-from trainer.config import TrainerConfig
 from trainer.mfu import device_peak_flops, mfu_percent, peak_flops
 from trainer.optim import lr_factor
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from contract.config import DataConfig
 from tests.trainer.hf_tokenizers import llama3_style, mistral_style, qwen_style
 from tests.trainer.test_trainer_formats import CONVERSATION, write_jsonl
-from trainer.config import DataConfig
 from trainer.data import read_documents
 from trainer.errors import ConfigError
 from trainer.tokenizer import build_tokenizer

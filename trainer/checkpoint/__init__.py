@@ -11,17 +11,10 @@ The layout (and `source`, what `trainer.resume_from` names) needs no torch: `job
 checkpoint at launch in the API image, which has none, so the torch-using parts load lazily.
 """
 
+import importlib
 from typing import Any
 
-from trainer.checkpoint.layout import (
-    CHECKPOINTS,
-    MARKER,
-    METADATA,
-    CheckpointReport,
-    list_checkpoints,
-    parse_step,
-    step_dir,
-)
+from trainer.checkpoint.layout import CheckpointReport, list_checkpoints
 
 _LAZY = {
     "Checkpointer": "trainer.checkpoint.checkpointer",
@@ -32,21 +25,14 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "CHECKPOINTS",
-    "MARKER",
-    "METADATA",
     "CheckpointError",
     "CheckpointReport",
     "Checkpointer",
     "list_checkpoints",
-    "parse_step",
     "resume_newest",
-    "step_dir",
 ]

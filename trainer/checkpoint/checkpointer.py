@@ -26,14 +26,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from trainer.checkpoint.layout import (
-    MARKER,
-    inspect_step,
-    read_metadata,
-    step_dir,
-    step_files,
-)
-from trainer.config import CheckpointConfig
+from contract.checkpoints import MARKER, step_dir
+from contract.config import CheckpointConfig
+from trainer.checkpoint.layout import inspect_step, read_metadata, step_files
 from trainer.distributed import Distributed
 from trainer.errors import warn
 from trainer.faults import maybe_pause_before_commit
@@ -110,7 +105,9 @@ class Checkpointer:
         if local is not None:
             dcp.load(state, checkpoint_id=str(local), process_group=group)
             return
-        from trainer.checkpoint.s3_io import s3_reader
+        from trainer.checkpoint.s3_io import (
+            s3_reader,  # lazy: s3torchconnector, for s3:// run dirs only
+        )
 
         dcp.load(state, storage_reader=s3_reader(self.storage, rel), process_group=group)  # type: ignore[arg-type]
 
@@ -142,7 +139,9 @@ class Checkpointer:
             target.mkdir(parents=True, exist_ok=True)
             where: dict[str, Any] = {"checkpoint_id": str(target)}
         else:
-            from trainer.checkpoint.s3_io import s3_writer
+            from trainer.checkpoint.s3_io import (
+                s3_writer,  # lazy: s3torchconnector, for s3:// run dirs only
+            )
 
             where = {"storage_writer": s3_writer(self.storage, rel)}  # type: ignore[arg-type]
         if asynchronous:

@@ -15,17 +15,16 @@ from typing import Any
 
 import yaml
 
+from contract.model.args import ARCH_FIELDS, ModelArgs
+from contract.run_dir import CONFIG_FILE
 from trainer.errors import ConfigError
-from trainer.model.args import ARCH_FIELDS, ModelArgs
 from trainer.storage import RunStorage, StorageError
-
-RECORD = "config.yaml"
 
 
 def recorded_model(storage: RunStorage) -> dict[str, Any] | None:
     """The `model` section of the run dir's record; None when there is none to read."""
     try:
-        record = yaml.safe_load(storage.read_text(RECORD))
+        record = yaml.safe_load(storage.read_text(CONFIG_FILE))
     except (StorageError, FileNotFoundError, yaml.YAMLError):
         return None
     model = record.get("model") if isinstance(record, dict) else None

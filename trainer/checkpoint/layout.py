@@ -13,25 +13,16 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.checkpoints import MARKER, METADATA, parse_step, step_dir
+from contract.run_dir import CHECKPOINTS
 from trainer.storage import RunStorage, StorageError
-
-CHECKPOINTS = "checkpoints"
-MARKER = "COMMITTED"
-METADATA = ".metadata"
-
-
-def step_dir(step: int) -> str:
-    return f"{CHECKPOINTS}/step-{step:08d}"
-
-
-def parse_step(name: str) -> int | None:
-    digits = name.removeprefix("step-")
-    return int(digits) if name.startswith("step-") and digits.isdigit() else None
 
 
 def read_metadata(storage: RunStorage, step: int):
     """DCP's Metadata of `step`; ValueError (or StorageError) when it does not read back."""
-    from torch.distributed.checkpoint.metadata import Metadata
+    from torch.distributed.checkpoint.metadata import (
+        Metadata,  # lazy: torch; jobs lists checkpoints without it
+    )
 
     try:
         metadata = pickle.loads(storage.read_bytes(f"{step_dir(step)}/{METADATA}"))

@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
+from contract.checkpoints import step_dir
+from contract.run_dir import CHECKPOINTS
 from trainer.checkpoint.checkpointer import (
     FAILED,
     Checkpointer,
@@ -23,7 +25,7 @@ from trainer.checkpoint.checkpointer import (
     describe,
     format_failures,
 )
-from trainer.checkpoint.layout import CHECKPOINTS, inspect_step, step_dir
+from trainer.checkpoint.layout import inspect_step
 from trainer.errors import warn
 
 T = TypeVar("T")

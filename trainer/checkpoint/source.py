@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.checkpoint.layout import CHECKPOINTS, MARKER, inspect_step, step_dir, step_files
+from contract.checkpoints import MARKER, step_dir
+from contract.run_dir import CHECKPOINTS
+from trainer.checkpoint.layout import inspect_step, step_files
 from trainer.errors import ConfigError
 from trainer.storage import RunStorage, StorageError, open_run_storage
 

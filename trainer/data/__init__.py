@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.config import DataConfig
+from contract.config import DataConfig
 from trainer.data.formats import FORMATS, Document, Format, build_format
 from trainer.data.order import TrainBatches, eval_batches
 from trainer.data.packing import IGNORE_INDEX, Batch, PackedSequences, TokenStream

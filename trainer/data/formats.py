@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from trainer.config import DataConfig
+from contract.config import DataConfig
 from trainer.data.records import BadRecord, string_field
 from trainer.errors import ConfigError
 from trainer.tokenizer import Tokenizer

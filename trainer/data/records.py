@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from trainer.config import DataConfig
+from contract.config import DataConfig
 from trainer.errors import ConfigError
 from trainer.storage import StorageError, read_uri_bytes
 

@@ -1,7 +1,7 @@
 """Hugging Face `config.json` <-> the trainer's `ModelArgs`, and what the trainer can load.
 
 torch-free on purpose: `jobs` reads a local checkpoint's config.json to plan a run. Supported:
-the `model_type`s of `trainer.model.families` (llama, qwen2, qwen3, mistral); anything that
+the `model_type`s of `contract.model.families` (llama, qwen2, qwen3, mistral); anything that
 would need other tensors or other arithmetic (experts, another RoPE or activation, a family's
 unsupported option) is refused with one line naming it and `runner=hf`, never loaded
 partially.
@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from contract.model.args import MODEL_PRESETS, ModelArgs, RopeScaling, stated_args
+from contract.model.families import BY_MODEL_TYPE, FAMILIES
 from trainer.errors import ConfigError
 from trainer.hf.hub import MAX_CONFIG_BYTES, is_hub, read_config_bytes
-from trainer.model.args import MODEL_PRESETS, ModelArgs, RopeScaling, stated_args
-from trainer.model.families import BY_MODEL_TYPE, FAMILIES
 from trainer.storage import StorageError, open_run_storage
 
 CONFIG_FILE = "config.json"

@@ -26,9 +26,11 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from trainer.checkpoint import METADATA, step_dir
+from contract import run_dir as run_layout
+from contract.checkpoints import METADATA, step_dir
+from contract.config import TrainerJobConfig
+from contract.model.args import ModelArgs, model_args_from_config
 from trainer.checkpoint.layout import committed_steps
-from trainer.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
 from trainer.hf.dcp_read import CheckpointTensors
@@ -41,7 +43,6 @@ from trainer.hf.export_lora import (
 )
 from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
 from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
-from trainer.model.args import ModelArgs, model_args_from_config
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -80,7 +81,7 @@ def run_model(storage: RunStorage) -> tuple[ModelArgs, dict | None]:
     if base is not None:
         return model_args_from_hf(base, storage.uri(RUN_HF_DIR)), base
     try:
-        saved = OmegaConf.create(storage.read_text("config.yaml"))
+        saved = OmegaConf.create(storage.read_text(run_layout.CONFIG_FILE))
     except StorageNotFoundError:
         raise ConfigError(f"RUN: {storage.root} has no config.yaml (not a run dir)") from None
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), saved))

@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
 
-from trainer.checkpoint import METADATA
+from contract.checkpoints import METADATA
+from contract.run_dir import CONFIG_FILE
 from trainer.errors import ConfigError
 from trainer.hf.dcp_read import CheckpointTensors
 from trainer.hf.hub import download, is_hub
@@ -49,7 +51,7 @@ class RunLora:
 def run_lora(storage: RunStorage) -> RunLora | None:
     """The run's LoRA settings from its config.yaml, or None for a full fine-tune."""
     try:
-        saved = OmegaConf.to_container(OmegaConf.create(storage.read_text("config.yaml")))
+        saved = OmegaConf.to_container(OmegaConf.create(storage.read_text(CONFIG_FILE)))
     except StorageNotFoundError:
         return None
     model: dict[str, Any] = saved.get("model") or {}  # type: ignore[union-attr, assignment]
@@ -86,8 +88,6 @@ def adapter_tensors(checkpoint: Path, dtype: torch.dtype) -> dict[str, torch.Ten
 def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """A safetensors file of an export, with the mode any new file gets here (safetensors
     creates its files 0600; the export's other files, and a downloaded model's, are not)."""
-    from safetensors.torch import save_file
-
     save_file(tensors, str(path), metadata={"format": "pt"})
     mask = os.umask(0)
     os.umask(mask)
@@ -121,8 +121,6 @@ def write_adapter(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path
 def write_merged(checkpoint: Path, lora: RunLora, dtype: torch.dtype, out: Path, work: Path) -> int:
     """The base's safetensors files with every adapted weight replaced by W + scale * B @ A;
     the index (same file names) into `out`. Returns the bytes of weights written."""
-    from safetensors.torch import load_file
-
     adapters = adapter_tensors(checkpoint, torch.float32)
     base = _local_base(lora.init_from, work)
     files = weight_map(base)

@@ -5,6 +5,7 @@ and HF_TOKEN are read when called, not at import."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -80,8 +81,8 @@ def _cache_dir() -> str:
 
 def check_access(source: str, has_token: bool) -> None:
     """At launch: the repo and revision exist, and a gated repo comes with a token."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub import HfApi  # lazy: huggingface_hub reads HF_* at import
+    from huggingface_hub.errors import HfHubHTTPError  # lazy: huggingface_hub reads HF_* at import
 
     model = parse_hub(source)
     try:
@@ -103,8 +104,11 @@ def check_access(source: str, has_token: bool) -> None:
 def download(source: str, local_dir: str | None = None) -> str:
     """The model's config, weights and tokenizer files in a local directory (the Hugging Face
     cache unless `local_dir`); returns it. Files already there are not fetched again."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+    from huggingface_hub import hf_hub_download  # lazy: huggingface_hub reads HF_* at import
+    from huggingface_hub.errors import (  # lazy: huggingface_hub reads HF_* at import
+        EntryNotFoundError,
+        HfHubHTTPError,
+    )
 
     model = parse_hub(source)
 
@@ -128,8 +132,6 @@ def download(source: str, local_dir: str | None = None) -> str:
     if index is None:
         fetch(SINGLE, True)
     else:
-        import json
-
         with open(index) as fh:
             shards = sorted(set(json.load(fh)["weight_map"].values()))
         for name in shards:
@@ -146,9 +148,13 @@ def read_config_bytes(source: str) -> bytes:
     """config.json alone, for planning a job at launch: streamed into memory, at most
     MAX_CONFIG_BYTES, within HUB_TIMEOUT_S per answer; nothing is written (the Training API's
     pod has a read-only root and no home: no Hub cache)."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.errors import HfHubHTTPError
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub import hf_hub_url  # lazy: huggingface_hub reads HF_* at import
+    from huggingface_hub.errors import HfHubHTTPError  # lazy: huggingface_hub reads HF_* at import
+    from huggingface_hub.utils import (  # lazy: huggingface_hub reads HF_* at import
+        build_hf_headers,
+        get_session,
+        hf_raise_for_status,
+    )
 
     model = parse_hub(source)
     url = hf_hub_url(model.repo_id, "config.json", revision=model.revision, endpoint=_endpoint())
@@ -183,9 +189,9 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     """Timeouts and refused connections (no HTTP answer at all), from the HTTP client
     huggingface_hub uses (httpx2 in 2.x, httpx before); imported when called."""
     try:
-        import httpx2 as client
+        import httpx2 as client  # lazy: huggingface_hub's HTTP client, with it
     except ImportError:
-        import httpx as client
+        import httpx as client  # lazy: huggingface_hub's HTTP client, with it
 
     return (client.TransportError, OSError)
 

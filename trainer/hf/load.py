@@ -16,11 +16,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from contract.model.args import ModelArgs
 from trainer.distributed import Distributed, env_rank
 from trainer.errors import ConfigError
 from trainer.hf.hub import MODEL_FILES, TOKENIZER_FILES
+from trainer.hf.s3_weights import S3Checkpoint
 from trainer.hf.weights import check_checkpoint, check_tensors, load_hf_weights, local_reader
-from trainer.model.args import ModelArgs
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
 STAGING_ENV = "TRAINSTACK_STAGING_DIR"
@@ -49,7 +50,6 @@ def load_init_from(model: nn.Module, source: str, args: ModelArgs, env: Distribu
     if not is_remote(source):
         checked = check_checkpoint(Path(source), args)
         return load_hf_weights(model, checked, local_reader(Path(source)))
-    from trainer.hf.s3_weights import S3Checkpoint
 
     # Every rank reads the (small) index and headers itself and checks them; all agree on
     # the outcome before any rank reads weights, so none waits on a peer that gave up.

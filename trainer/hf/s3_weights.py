@@ -35,7 +35,9 @@ class S3Checkpoint:
     """A Hugging Face directory under s3://bucket/prefix, read by ranges."""
 
     def __init__(self, source: str) -> None:
-        from trainer.checkpoint.s3_io import s3_client
+        from trainer.checkpoint.s3_io import (
+            s3_client,  # lazy: s3torchconnector, for s3:// weights only
+        )
 
         self.source = source.rstrip("/")
         self._bucket, self._prefix = split_s3_uri(self.source)
@@ -110,7 +112,9 @@ class S3Checkpoint:
 
     def _reader(self, file_name: str):
         if file_name not in self._readers:
-            from s3torchconnector import S3ReaderConstructor
+            from s3torchconnector import (
+                S3ReaderConstructor,  # lazy: s3torchconnector, for s3:// weights only
+            )
 
             key = str(PurePosixPath(self._prefix, file_name)) if self._prefix else file_name
             self._readers[file_name] = self._client.get_object(

@@ -1,5 +1,5 @@
 """Hugging Face tensors <-> the trainer's parameters, and loading them into FSDP2 shards.
-Each family's tensor names are in `trainer.model.families`.
+Each family's tensor names are in `contract.model.families`.
 
 Names: `hf_name` is the one mapping both ways (load and export use it). No q/k permutation is
 needed anywhere: `trainer.model.model.apply_rope` rotates the two halves of each head, which
@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+from contract.model.args import ModelArgs
+from contract.model.families import FAMILIES, LAYER_TENSORS, TOP_TENSORS
 from trainer.errors import ConfigError
-from trainer.model.args import ModelArgs
-from trainer.model.families import FAMILIES, LAYER_TENSORS, TOP_TENSORS
 from trainer.model.model import plain_name
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -109,8 +110,6 @@ def weight_map(directory: Path) -> dict[str, str]:
 def open_safetensors(path: Path):
     """A `safe_open` handle (memory-mapped; use as a context manager); one clear line for a
     missing, truncated or corrupt file."""
-    from safetensors import safe_open
-
     try:
         return safe_open(str(path), framework="pt")
     except Exception as exc:  # safetensors raises its own SafetensorError (or OSError)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.model.families import PROJECTIONS
+from contract.model.families import PROJECTIONS
 
 ADAPTER_MARK = ".lora_"
 """In every adapter parameter's name, and in no base parameter's."""

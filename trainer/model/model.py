@@ -1,6 +1,6 @@
 """Llama-style decoder: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention, with
 the traits other families switch on in `ModelArgs` (q/k/v biases, per-head q/k RMSNorm, a
-sliding attention window); each family's names and sizes are in `trainer.model.families`.
+sliding attention window); each family's names and sizes are in `contract.model.families`.
 
 Built on the meta device (no memory) and materialized after sharding: `parallelize` shards it,
 `to_empty` allocates the local shards, then `init_weights(seed)` fills them. Each parameter's
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from trainer.model.args import ModelArgs, RopeScaling
+from contract.model.args import ModelArgs, RopeScaling
 from trainer.model.lora import adapter_initial_value, is_adapter
 
 INIT_STD = 0.02

@@ -64,8 +64,8 @@ def make_s3_client() -> S3Client:
 
 @functools.lru_cache(maxsize=4)
 def _client_for(aws_env: tuple, retries: tuple, rank: str | None) -> S3Client:
-    import boto3
-    from botocore.config import Config
+    import boto3  # lazy: boto3; local runs never load it
+    from botocore.config import Config  # lazy: boto3; local runs never load it
 
     # The rank rides in the User-Agent, so S3 access logs (and the tests' proxy) can tell
     # which rank read or wrote what.
@@ -108,8 +108,11 @@ def _is_not_found(exc: BaseException) -> bool:
 @contextmanager
 def s3_errors(action: str, uri: str) -> Iterator[None]:
     """Translate botocore/boto3 errors at the boundary into one StorageError line."""
-    from boto3.exceptions import Boto3Error
-    from botocore.exceptions import BotoCoreError, ClientError
+    from boto3.exceptions import Boto3Error  # lazy: boto3; local runs never load it
+    from botocore.exceptions import (  # lazy: boto3; local runs never load it
+        BotoCoreError,
+        ClientError,
+    )
 
     try:
         yield
@@ -152,7 +155,7 @@ class S3Storage(RunStorage):
     ) -> RangeRead:
         """One ranged GET, conditional on the ETag (304: unchanged, no body); a start past
         the end (416) is read as nothing new, with the size from a HEAD."""
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError  # lazy: boto3; local runs never load it
 
         if start < 0:
             wanted = f"bytes={start}"
@@ -326,7 +329,10 @@ class S3Storage(RunStorage):
 
 
 def _transfer_manager(client: Any, config: Any = None) -> Any:
-    from boto3.s3.transfer import TransferConfig, create_transfer_manager
+    from boto3.s3.transfer import (  # lazy: boto3; local runs never load it
+        TransferConfig,
+        create_transfer_manager,
+    )
 
     return create_transfer_manager(client, config or TransferConfig())
 

@@ -14,6 +14,7 @@ import torch
 
 from trainer.errors import ConfigError
 from trainer.tokenizer.byte import ByteTokenizer
+from trainer.tokenizer.hugging_face import HuggingFaceTokenizer
 
 
 class Tokenizer(Protocol):
@@ -56,8 +57,6 @@ def build_tokenizer(name: str, model_vocab_size: int, eos_token: str | None = No
                 "allowed: null with data.tokenizer=byte"
             )
     else:
-        from trainer.tokenizer.hugging_face import HuggingFaceTokenizer
-
         tokenizer = HuggingFaceTokenizer(name, eos_token=eos_token)
     if tokenizer.vocab_size > model_vocab_size:
         raise ConfigError(

@@ -17,6 +17,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from jinja2 import TemplateError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 # A conversation's rendering must not change with the day it is tokenized on: a resumed run
 # re-tokenizes its data and must see the same tokens. Templates that print today's date
 # (Llama 3.2's "Today Date") get this fixed one, the default Llama 3.1's template falls back to.
@@ -29,10 +33,6 @@ class ChatTemplateError(ValueError):
 
 @lru_cache(maxsize=4)
 def compile_template(source: str) -> Any:
-    from jinja2 import TemplateError
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
@@ -61,8 +61,6 @@ def render_chat(
     *,
     add_generation_prompt: bool = False,
 ) -> str:
-    from jinja2 import TemplateError
-
     try:
         return compile_template(template).render(
             messages=messages,

@@ -33,7 +33,9 @@ _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
 class HuggingFaceTokenizer:
     def __init__(self, path: str, eos_token: str | None = None):
         try:
-            from tokenizers import Tokenizer as HFTokenizer
+            from tokenizers import (
+                Tokenizer as HFTokenizer,  # lazy: tokenizers, for a Hugging Face tokenizer only
+            )
         except ImportError:
             raise ConfigError(
                 f"data.tokenizer: {path!r} needs the `tokenizers` package; install it or use "

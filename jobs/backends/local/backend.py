@@ -24,6 +24,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from contract import run_dir as run_layout
+from contract.run_dir import JOB_DIR
 from jobs.backends import run_state
 from jobs.backends.base import (
     FAILED,
@@ -43,10 +45,10 @@ from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
 from trainer.launch import RESTARTS_FILE_ENV
 
-REQUEST_FILE = "job/request.json"
-CONFIG_FILE = "job/config.yaml"
-LAUNCH_FILE = "job/launch.yaml"
-RESTARTS_FILE = "job/restarts"
+REQUEST_FILE = f"{JOB_DIR}/request.json"
+CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"
+LAUNCH_FILE = f"{JOB_DIR}/launch.yaml"
+RESTARTS_FILE = f"{JOB_DIR}/restarts"
 """torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
 
 

@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+from contract.config import EXIT_PREEMPTED
 from jobs.backends import run_state
 from jobs.backends.base import CANCELLED, FAILED, RUNNING, SUCCEEDED
-from trainer.config import EXIT_PREEMPTED
 from trainer.lifeline import die_with_parent
 
 

@@ -4,7 +4,7 @@ can hold, as a tree of JSON names ("*": a Kubernetes type, kept whole).
 Kueue updates a whole TrainJob with these types on admission and preemption
 (kubernetes-sigs/kueue, pkg/controller/jobs/trainjob/trainjob_controller.go,
 `RunWithPodSetsInfo` and `Stop`: `c.Update(ctx, t.Object())`), so a field they lack is dropped.
-Re-run when infra/versions.py's KUEUE pin changes:
+Re-run when infra/settings/versions.py's KUEUE pin changes:
 
     python testing_support/k8s/data/vendor_kueue_trainer_fields.py <kueue git dir> <tag>
 """

@@ -12,6 +12,10 @@ import json
 import os
 import sys
 
+from contract.config import DataConfig
+from trainer.errors import ConfigError
+from trainer.storage import StorageError
+
 EXIT_BAD_INPUT = 2
 """Bad input: an Indexed Job fails the index instead of retrying it (podFailurePolicy)."""
 EXIT_STORAGE = 1
@@ -32,10 +36,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    from trainer.config import DataConfig
-    from trainer.data.prepare import PrepareRequest, finalize, prepare, run_slice
-    from trainer.errors import ConfigError
-    from trainer.storage import StorageError
+    from trainer.data.prepare import (  # lazy: torch via the tokenizer, after argument parsing
+        PrepareRequest,
+        finalize,
+        prepare,
+        run_slice,
+    )
 
     index = args.index
     if index is None and "JOB_COMPLETION_INDEX" in os.environ and not args.finalize:

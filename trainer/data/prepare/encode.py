@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.config import DataConfig
+from contract.config import DataConfig
 from trainer.data.formats import build_format
 from trainer.data.records import BadRecord, string_field
 from trainer.tokenizer import Tokenizer, build_tokenizer

@@ -9,7 +9,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
-from trainer.config import DataConfig
+from contract.config import DataConfig
 from trainer.data.formats import FORMATS, build_format
 from trainer.data.prepare.encode import load_tokenizer
 from trainer.data.prepare.sources import list_sources

@@ -27,6 +27,7 @@ from trainer.data.prepare.progress import Progress
 from trainer.data.prepare.sources import default_workers, read_chunks
 from trainer.data.shard_format import Manifest, Shard
 from trainer.errors import ConfigError
+from trainer.hf.load import fetch_tokenizer
 
 
 def with_local_tokenizer(request: PrepareRequest) -> PrepareRequest:
@@ -35,7 +36,6 @@ def with_local_tokenizer(request: PrepareRequest) -> PrepareRequest:
     tokenizer = request.data.tokenizer
     if not tokenizer or not tokenizer.startswith("s3://"):
         return request
-    from trainer.hf.load import fetch_tokenizer
 
     local = fetch_tokenizer(tokenizer)
     return dataclasses.replace(request, data=dataclasses.replace(request.data, tokenizer=local))

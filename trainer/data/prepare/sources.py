@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+import zstandard
+
 from trainer.data.shard_format import Source
 from trainer.errors import ConfigError
 from trainer.storage import StorageError
@@ -134,8 +136,6 @@ def open_text_stream(source: Source) -> tuple[IO[bytes], _Counted]:
     if name.endswith(".gz"):
         return io.BufferedReader(gzip.GzipFile(fileobj=buffered, mode="rb"), 1 << 20), raw  # type: ignore[arg-type]
     if name.endswith(".zst"):
-        import zstandard
-
         reader = zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True)
         return io.BufferedReader(reader, 1 << 20), raw  # type: ignore[arg-type]
     return buffered, raw
@@ -144,8 +144,6 @@ def open_text_stream(source: Source) -> tuple[IO[bytes], _Counted]:
 def read_chunks(source: Source, chunk_bytes: int) -> Iterator[tuple[list[bytes], int]]:
     """The lines of a source in chunks of about `chunk_bytes` (whole lines only), each with
     the stored bytes read so far."""
-    import zstandard
-
     try:
         stream, raw = open_text_stream(source)
         with stream, raw:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from contract.run_dir import CHECKPOINTS
 from trainer.runners.hf.checkpoints import COMPLETE, complete_steps
 from trainer.storage import open_run_storage
-
-CHECKPOINTS = "checkpoints"
 
 
 def fetch_newest(run_dir: str, output_dir: Path) -> int | None:

@@ -3,27 +3,11 @@ thing. Pure (no transformers import), so it is checked without a GPU or the extr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.config import TrainerJobConfig
+from contract.config import TrainerJobConfig
 from trainer.errors import ConfigError
 from trainer.job_config import grad_accum_steps
-
-
-@dataclass
-class PeftSettings:
-    """`runner.peft` (the job schema uses this class): LoRA adapters through peft, while r > 0."""
-
-    r: int = 0
-    """LoRA rank; 0 trains every weight."""
-    alpha: int = 16
-    """LoRA scaling numerator (scale = alpha / r)."""
-    dropout: float = 0.0
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
-    """Module names (suffixes) that get adapters."""
 
 
 def check_supported(cfg: TrainerJobConfig) -> None:

@@ -10,32 +10,43 @@ from the newest complete one, checkpoints and exits 143 on SIGTERM, and writes t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from trainer.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
+from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, PeftSettings, TrainerJobConfig
+from contract.plan import tokenizer_source
+from contract.run_dir import CHECKPOINTS, METRICS_FILE
+from trainer.data import open_training_data
 from trainer.errors import ConfigError
 from trainer.faults import maybe_delay_step
+from trainer.hf.load import TOKENIZER_FILES, fetch_tokenizer, staging_dir
+from trainer.runners.hf import remote
 from trainer.runners.hf.checkpoints import COMPLETE, newest_complete
-from trainer.runners.hf.settings import PeftSettings, check_supported, training_arguments
+from trainer.runners.hf.data import WindowDataset
+from trainer.runners.hf.remote import fetch_newest, local_rank_zero
+from trainer.runners.hf.settings import check_supported, training_arguments
+from trainer.storage import open_run_storage
+from trainer.tokenizer import build_tokenizer
 
 EXPORT = "export"
 
 
 def staging(run_dir: str) -> Path:
     """Local copies of an s3:// run's checkpoints and export (the pod's disk)."""
-    import hashlib
-    import tempfile
-
     digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "trainstack-hf" / digest
 
@@ -51,9 +62,6 @@ def _say(message: str) -> None:
 
 
 def load(path: str) -> tuple[TrainerJobConfig, PeftSettings]:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     raw = yaml.safe_load(Path(path).read_text())
     runner = raw.pop("runner", {}) or {}
     try:
@@ -83,8 +91,6 @@ def _local_dir(source: str, kind: str) -> str:
     """A local directory holding `source` (an s3:// prefix is downloaded, once per rank)."""
     if "://" not in source:
         return source
-    from trainer.hf.load import staging_dir
-    from trainer.storage import open_run_storage
 
     rank = os.environ.get("RANK", "0")
     local = staging_dir(f"{kind}-rank{rank}", source)
@@ -96,8 +102,7 @@ def _local_dir(source: str, kind: str) -> str:
 def _callbacks(
     metrics: Path, tokens_per_step: int, stop: StopFlag, cfg: TrainerJobConfig
 ) -> list[Any]:
-    import torch.distributed as dist
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # lazy: transformers: seconds, after the config checks
 
     class Contract(TrainerCallback):
         """Metrics lines, the stop flag agreed by every rank, and complete-checkpoint marks."""
@@ -148,8 +153,6 @@ def _callbacks(
             return control
 
         def on_save(self, args, state, control, **kwargs):
-            from trainer.runners.hf import remote
-
             distributed = dist.is_available() and dist.is_initialized()
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if distributed:
@@ -170,9 +173,6 @@ def _callbacks(
 def _export(trainer: Any, peft: PeftSettings, cfg: TrainerJobConfig, tokenizer_dir: str) -> None:
     """The final weights as a Hugging Face directory in <run_dir>/export/ (LoRA merged),
     written aside and renamed (a local run dir) or uploaded (s3://)."""
-    from trainer.hf.load import TOKENIZER_FILES
-    from trainer.storage import open_run_storage
-
     run_dir = cfg.run_dir
     remote = "://" in run_dir
     final = staging(run_dir) / EXPORT if remote else Path(run_dir) / EXPORT
@@ -202,20 +202,16 @@ def _export(trainer: Any, peft: PeftSettings, cfg: TrainerJobConfig, tokenizer_d
 
 
 def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
-    from transformers import (
+    from transformers import (  # lazy: transformers: seconds, after the config checks
         AutoConfig,
         AutoModelForCausalLM,
         Trainer,
         TrainingArguments,
         default_data_collator,
     )
-    from transformers.utils import logging as hf_logging
-
-    from trainer.data import open_training_data
-    from trainer.hf.load import fetch_tokenizer
-    from trainer.job_config import tokenizer_source
-    from trainer.runners.hf.data import WindowDataset
-    from trainer.tokenizer import build_tokenizer
+    from transformers.utils import (
+        logging as hf_logging,  # lazy: transformers: seconds, after the config checks
+    )
 
     hf_logging.disable_progress_bar()  # per-file progress bars flood job logs
     stop = StopFlag()
@@ -230,14 +226,14 @@ def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
     evaluate = cfg.trainer.eval_interval > 0 and data.eval.count > 0
     remote = "://" in cfg.run_dir
     checkpoints = os.environ.get("TRAINSTACK_CHECKPOINT_DIR") or f"{cfg.run_dir}/checkpoints"
-    output_dir = staging(cfg.run_dir) / "checkpoints" if remote else Path(checkpoints)
-    metrics = Path(os.environ.get("TRAINSTACK_METRICS") or f"{cfg.run_dir}/logs/metrics.jsonl")
+    output_dir = staging(cfg.run_dir) / CHECKPOINTS if remote else Path(checkpoints)
+    metrics = Path(os.environ.get("TRAINSTACK_METRICS") or f"{cfg.run_dir}/{METRICS_FILE}")
     settings = training_arguments(cfg, output_dir=str(output_dir), world=world, cuda=cuda)
     args = TrainingArguments(**settings)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if peft.r:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model  # lazy: peft, with transformers
 
         lora = LoraConfig(
             r=peft.r,
@@ -259,8 +255,6 @@ def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
         callbacks=_callbacks(metrics, tokens_per_step, stop, cfg),
     )
     if remote:  # a new pod: the newest complete checkpoint back from the run dir
-        from trainer.runners.hf.remote import fetch_newest, local_rank_zero
-
         if local_rank_zero():
             fetch_newest(cfg.run_dir, output_dir)
         trainer.accelerator.wait_for_everyone()
@@ -285,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(str(exc))
         return EXIT_BAD_INPUT
     try:
-        import peft as _peft  # noqa: F401
-        import transformers  # noqa: F401
+        import peft as _peft  # noqa: F401  # lazy: the hf-runner extra: absent is exit 2
+        import transformers  # noqa: F401  # lazy: the hf-runner extra: absent is exit 2
     except ImportError as exc:
         _say(f"runner=hf needs the hf-runner extra (the trainer image's -hf variant): {exc}")
         return EXIT_BAD_INPUT

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.model.arch import ModelArgs
-from trainer.model.families.base import LLAMA_LAYER_TENSORS, Family
+from contract.model.arch import ModelArgs
+from contract.model.families.base import LLAMA_LAYER_TENSORS, Family
 
 PRESETS = {
     # mistralai/Mistral-7B-v0.3 config.json: 7.25B parameters.

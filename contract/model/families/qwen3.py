@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.model.arch import ModelArgs
-from trainer.model.families.base import LLAMA_LAYER_TENSORS, Family, flag_set
+from contract.model.arch import ModelArgs
+from contract.model.families.base import LLAMA_LAYER_TENSORS, Family, flag_set
 
 LAYER_TENSORS = {
     **LLAMA_LAYER_TENSORS,

@@ -1,4 +1,4 @@
-"""The `hydra/launcher=pytorchjob` config, registered in Hydra's ConfigStore on import.
+"""The `hydra/launcher=kubernetes` config, registered in Hydra's ConfigStore on import.
 
 No `from __future__ import annotations`: Hydra's plugin scan executes this module outside
 `sys.modules`, where dataclasses cannot resolve string annotations.
@@ -13,8 +13,8 @@ MODES = ("submit", "wait")
 
 
 @dataclass
-class PyTorchJobLauncherConf:
-    _target_: str = "hydra_plugins.pytorchjob_launcher.launcher.PyTorchJobLauncher"
+class KubernetesLauncherConf:
+    _target_: str = "hydra_plugins.kubernetes_launcher.launcher.KubernetesLauncher"
     mode: Optional[str] = None  # noqa: UP045 (OmegaConf 2.3 reads typing.Optional only)
     """submit: return once every point is accepted (each JobReturn carries its run id);
     wait: follow all points concurrently and map each final state onto the JobReturn status;
@@ -30,8 +30,9 @@ class PyTorchJobLauncherConf:
 
 
 # `backend_kubernetes` is what conf/config.yaml picks for backend=kubernetes; the job kind is
-# `job.api` (TrainJob or PyTorchJob), so `trainjob` is the same launcher under its v2 name.
-for name in ("pytorchjob", "trainjob", "backend_kubernetes"):
+# `job.api` (TrainJob or PyTorchJob), so `trainjob` and `pytorchjob` (the README's names before
+# this one) are the same launcher.
+for name in ("kubernetes", "trainjob", "pytorchjob", "backend_kubernetes"):
     ConfigStore.instance().store(
-        group="hydra/launcher", name=name, node=PyTorchJobLauncherConf, provider="trainstack"
+        group="hydra/launcher", name=name, node=KubernetesLauncherConf, provider="trainstack"
     )

@@ -68,7 +68,7 @@ class LoraConfig:
 class ModelConfig:
     """The architecture. Each `conf/model/<option>.yaml` states every field, so a run's
     config.yaml describes its model without the code; a field left null takes the value of
-    the preset `name` in `trainer.model.args.MODEL_PRESETS` (a trainer config written by
+    the preset `name` in `contract.model.args.MODEL_PRESETS` (a trainer config written by
     hand), and a config stating them all needs no preset (`name` is then its label)."""
 
     name: str | None = "tiny"
@@ -105,7 +105,7 @@ class ModelConfig:
     rope_scaling: RopeScalingConfig | None = None
     """Llama 3.1-style long-context RoPE scaling; null: plain RoPE (or the preset's)."""
     family: str | None = None
-    """llama, qwen2, qwen3 or mistral (`trainer.model.families`): the Hugging Face layout
+    """llama, qwen2, qwen3 or mistral (`contract.model.families`): the Hugging Face layout
     the model loads from and exports to; it fixes qkv_bias and qk_norm."""
     head_dim: int | None = None
     """Width of one attention head (config.json `head_dim`; Qwen3's is not dim / n_heads)."""
@@ -250,7 +250,7 @@ class TrainerConfig:
     """torch.compile each transformer block."""
     peak_tflops: float | None = None
     """Peak TFLOP/s (dense bf16) of one device for MFU; null uses the exact GPU table
-    (`trainer/gpu_peaks.py`). A CPU or an unknown GPU without it logs MFU as null (one note
+    (`contract/gpu_peaks.py`). A CPU or an unknown GPU without it logs MFU as null (one note
     at start-up): no table states a CPU's peak."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
@@ -287,3 +287,19 @@ class TrainerJobConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+@dataclass
+class PeftSettings:
+    """`runner.peft` of `runner=hf` (the job schema and the hf runner read this class): LoRA
+    adapters through peft, while r > 0."""
+
+    r: int = 0
+    """LoRA rank; 0 trains every weight."""
+    alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names (suffixes) that get adapters."""

@@ -4,8 +4,8 @@ The decoder code they share is `trainer.model.model`. Anything else is `runner=h
 
 from __future__ import annotations
 
-from trainer.model.families import llama, mistral, qwen2, qwen3
-from trainer.model.families.base import TOP_TENSORS, Family
+from contract.model.families import llama, mistral, qwen2, qwen3
+from contract.model.families.base import TOP_TENSORS, Family
 
 FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (llama, qwen2, qwen3, mistral)}
 BY_MODEL_TYPE: dict[str, Family] = {f.model_type: f for f in FAMILIES.values()}

@@ -1,5 +1,6 @@
-"""The kubernetes launcher (`hydra/launcher=trainjob`, `pytorchjob`): submit every point of a
-Hydra multirun as a TrainJob or PyTorchJob (`job.api`), optionally follow them all.
+"""The kubernetes launcher (`hydra/launcher=kubernetes`; aliases `trainjob`, `pytorchjob`):
+submit every point of a Hydra multirun as a TrainJob or PyTorchJob (`job.api`), optionally
+follow them all.
 
 Every point of the batch is composed and materialized first (jobs.sweep.prepare_points): one
 bad point and nothing is submitted. Then each point runs the task function (the `trainstack
@@ -17,16 +18,19 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobStatus, run_job
 
-from hydra_plugins.pytorchjob_launcher.config import MODES
+from hydra_plugins.kubernetes_launcher.config import MODES
 from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher
-from jobs.sweep import PointFailed
+from jobs import backends
+from jobs.backends.base import CANCELLED, FAILED, SUCCEEDED, BackendError
+from jobs.naming import sweep_point_run_id
+from jobs.sweep_points import PointFailed, PointResult
 
 log = logging.getLogger(__name__)
 
 
-class PyTorchJobLauncher(TrainstackLauncher):
+class KubernetesLauncher(TrainstackLauncher):
     """The same preparation of every point as the basic-style launcher; then submit."""
 
     def __init__(
@@ -58,11 +62,6 @@ class PyTorchJobLauncher(TrainstackLauncher):
         return returns
 
     def _submit(self, index: int, cfg: Any) -> JobReturn:
-        from hydra.core.utils import run_job
-
-        from jobs.naming import sweep_point_run_id
-        from jobs.sweep import PointResult
-
         run_id = cfg.run_id or sweep_point_run_id(cfg.sweep_id, index)
         overrides = list(cfg.hydra.overrides.task)
         existing = self._existing(cfg, run_id) if self.skip_submitted else None
@@ -91,24 +90,18 @@ class PyTorchJobLauncher(TrainstackLauncher):
 
     @staticmethod
     def _existing(cfg: Any, run_id: str) -> Any:
-        from jobs.backends import backend_for
-        from jobs.backends.base import CANCELLED, FAILED, BackendError
-
         try:
-            status = backend_for(cfg).status(run_id)
+            status = backends.backend_for(cfg).status(run_id)
         except BackendError:
             return None
         return None if status.state in (FAILED, CANCELLED) else status
 
     def _follow(self, ret: JobReturn, cfg: Any) -> JobReturn:
         """Block until the point's run ends; COMPLETED only when it succeeded."""
-        from jobs.backends import backend_for
-        from jobs.backends.base import SUCCEEDED, BackendError
-
         if ret.status != JobStatus.COMPLETED:
             return ret
         point = ret.return_value
-        backend = backend_for(cfg)
+        backend = backends.backend_for(cfg)
         try:
             wait = getattr(backend, "wait", None)
             final = wait(point.run_id, on_line=print) if wait else backend.status(point.run_id)

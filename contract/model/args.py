@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import MISSING, fields, replace
 from typing import Any
 
-from trainer.model.arch import ModelArgs, RopeScaling
-from trainer.model.families import FAMILIES
-from trainer.model.families import PRESETS as MODEL_PRESETS
+from contract.model.arch import ModelArgs, RopeScaling
+from contract.model.families import FAMILIES
+from contract.model.families import PRESETS as MODEL_PRESETS
 
 __all__ = ["ARCH_FIELDS", "MODEL_PRESETS", "ModelArgs", "RopeScaling", "model_args_from_config"]
 

@@ -1,13 +1,14 @@
-"""The newer sections of a stack's settings (deploy path, autoscaler, data protection, Capacity
-Block end), parsed like the rest of `infra.config`: one `ConfigError` naming the key."""
+"""The settings of how a stack is operated (deploy path, autoscaler, data protection, Training
+API, Capacity Block end), parsed like the rest of `infra.settings.stack`: one `ConfigError`
+naming the key."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
 
-from infra.config_reader import NAMESPACE, SettingsReader, fail
-from infra.settings import (
+from infra.settings.reader import NAMESPACE, SettingsReader, fail
+from infra.settings.types import (
     AutoscalerConfig,
     ClusterConfig,
     DataProtection,

@@ -16,8 +16,8 @@ import pulumi_aws as aws
 
 from infra.iam import service_role
 from infra.policies import policy_document
-from infra.settings import DeployConfig
-from infra.versions import PULUMI_CLI_VERSION
+from infra.settings.types import DeployConfig
+from infra.settings.versions import PULUMI_CLI_VERSION
 
 BUILDSPEC = "infra/deploy/buildspec.yml"
 BUILD_IMAGE = "aws/codebuild/standard:7.0"
@@ -127,7 +127,7 @@ def deploy_access(
     )
 
 
-class DeployRunner(pulumi.ComponentResource):
+class VpcDeploy(pulumi.ComponentResource):
     project_name: pulumi.Output[str]
     project_arn: pulumi.Output[str]
     log_group_arn: pulumi.Output[str]
@@ -150,6 +150,8 @@ class DeployRunner(pulumi.ComponentResource):
         log_retention_days: int,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        # The type token keeps its first name: it is part of every child's URN, and a new one
+        # would make `pulumi up` replace the deployed project.
         super().__init__("trainstack:infra:DeployRunner", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 

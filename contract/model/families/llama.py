@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.model.arch import ModelArgs, RopeScaling
-from trainer.model.families.base import LLAMA_LAYER_TENSORS, Family, flag_set
+from contract.model.arch import ModelArgs, RopeScaling
+from contract.model.families.base import LLAMA_LAYER_TENSORS, Family, flag_set
 
 
 def _refuse(config: dict[str, Any]) -> str | None:

@@ -14,15 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import pulumi
+from pulumi.runtime.config import CONFIG, get_config_env
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import JOB_APIS
 from infra.bucket_layout import ACCESS_LEVELS, READ, Grant
 from infra.ci_policies import GITHUB_OIDC_HOST
-from infra.config_reader import NAMESPACE, ConfigError, SettingsReader, fail
-from infra.config_sections import CONNECTION_ARN as _CONNECTION_ARN
-from infra.config_sections import GITHUB_URL as _GITHUB_URL
-from infra.config_sections import (
+from infra.policies import RESERVED_PREFIXES
+from infra.settings.operations import CONNECTION_ARN as _CONNECTION_ARN
+from infra.settings.operations import GITHUB_URL as _GITHUB_URL
+from infra.settings.operations import (
     capacity_block_end,
     parse_autoscaler,
     parse_deploy,
@@ -30,8 +31,8 @@ from infra.config_sections import (
     parse_training_api,
     policy_arns,
 )
-from infra.policies import RESERVED_PREFIXES
-from infra.settings import (
+from infra.settings.reader import NAMESPACE, ConfigError, SettingsReader, fail
+from infra.settings.types import (
     CiConfig,
     ClusterConfig,
     FsxConfig,
@@ -41,7 +42,7 @@ from infra.settings import (
     StackConfig,
     SystemNodeGroupConfig,
 )
-from infra.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
+from infra.settings.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
@@ -535,8 +536,6 @@ def _parse_training_operator(reader: SettingsReader) -> str:
 
 def load_stack_config() -> StackConfig:
     """Read this stack's `trainstack:*` settings (and `aws:region`) from the Pulumi runtime."""
-    from pulumi.runtime.config import CONFIG, get_config_env
-
     every_key = {**get_config_env(), **CONFIG.get()}
     config = pulumi.Config(NAMESPACE)
     values = {

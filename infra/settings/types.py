@@ -1,4 +1,5 @@
-"""The typed settings of a stack: what `infra.config` produces and the components consume."""
+"""The typed settings of a stack: what `infra.settings.stack` produces and the components
+consume."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ class TrainingApiConfig:
 
 @dataclass(frozen=True)
 class DeployConfig:
-    """The in-VPC deploy project (`infra.deploy_runner`)."""
+    """The in-VPC deploy project (`infra.vpc_deploy`)."""
 
     github_url: str
     connection_arn: str | None

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.model.arch import ModelArgs
+from contract.model.arch import ModelArgs
 
 LLAMA_LAYER_TENSORS = {
     "attention.wq.weight": "self_attn.q_proj.weight",

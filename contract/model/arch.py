@@ -33,7 +33,7 @@ class ModelArgs:
     tie_embeddings: bool = False
     rope_scaling: RopeScaling | None = None
     family: str = "llama"
-    """Which `trainer.model.families` module maps it to and from Hugging Face."""
+    """Which `contract.model.families` module maps it to and from Hugging Face."""
     head_dim: int | None = None
     """Width of one attention head; None: dim / n_heads (filled in on construction)."""
     qkv_bias: bool = False

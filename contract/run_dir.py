@@ -1,0 +1,17 @@
+"""A run directory's layout: every path below is relative to `<run_dir>` (a local folder or an
+s3:// prefix). The trainer writes `config.yaml`, `logs/` and `checkpoints/`; the launcher writes
+`job/` (local backend state) and `code/` (packed workdirs) and reads the rest."""
+
+from __future__ import annotations
+
+CONFIG_FILE = "config.yaml"
+"""The resolved trainer config (`contract.config.TrainerJobConfig`) the run trained with."""
+LOGS_DIR = "logs"
+METRICS_FILE = f"{LOGS_DIR}/metrics.jsonl"
+"""One JSON object a line: step metrics and events, appended by rank 0."""
+CHECKPOINTS = "checkpoints"
+"""One folder per saved step (`contract.checkpoints.step_dir`)."""
+JOB_DIR = "job"
+"""The local backend's state: the request, the launch record, the output log."""
+CODE_DIR = "code"
+"""Packed `runner.workdir` archives, `code/<sha256>.tar.gz`."""
