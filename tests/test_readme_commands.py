@@ -26,6 +26,8 @@ touching this file, as long as its commands follow these conventions.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import re
 import shutil
@@ -201,6 +203,20 @@ NO_AWS = {
 }
 
 
+@functools.cache
+def only_extra_env(extra: str) -> dict[str, str]:
+    """The environment that hides what `extra` leaves out, with the hidden set computed here
+    once (tests/only_extra/sitecustomize.py, BLOCKED_ENV) instead of in each of the walkthrough's
+    dozens of processes."""
+    spec = importlib.util.spec_from_file_location(
+        "only_extra_site", ONLY_EXTRA / "sitecustomize.py"
+    )
+    assert spec is not None and spec.loader is not None
+    site = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(site)
+    return {"TRAINSTACK_ONLY_EXTRA": extra, site.BLOCKED_ENV: site.blocked_env(extra)}
+
+
 def run_shell(code: str, cwd: Path, extra: str | None = None) -> subprocess.CompletedProcess:
     """`code` through bash; with `extra`, as in a venv holding only that extra, and without
     AWS credentials."""
@@ -208,7 +224,7 @@ def run_shell(code: str, cwd: Path, extra: str | None = None) -> subprocess.Comp
     env["TOKEN"] = "readme-test-token-at-least-32-characters"
     if extra is not None:
         env = {k: v for k, v in env.items() if not k.startswith("AWS_")} | NO_AWS
-        env["TRAINSTACK_ONLY_EXTRA"] = extra
+        env |= only_extra_env(extra)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ONLY_EXTRA), env.get("PYTHONPATH")]))
     return subprocess.run(
         ["bash", "-c", f"set -o pipefail; {code}"],

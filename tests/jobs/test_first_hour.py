@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.jobs.conftest import REPO
-from tests.test_readme_commands import NO_AWS, ONLY_EXTRA
+from tests.test_readme_commands import NO_AWS, ONLY_EXTRA, only_extra_env
 
 P5 = [
     "compute=p5.48xlarge",
@@ -23,7 +23,7 @@ P5 = [
 
 def trainstack_with(extra: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | NO_AWS
-    env |= {"TRAINSTACK_ONLY_EXTRA": extra, "PYTHONPATH": f"{ONLY_EXTRA}{os.pathsep}{REPO}"}
+    env |= only_extra_env(extra) | {"PYTHONPATH": f"{ONLY_EXTRA}{os.pathsep}{REPO}"}
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", *args],
         cwd=cwd,

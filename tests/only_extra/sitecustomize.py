@@ -62,14 +62,34 @@ class Hiding(importlib.abc.MetaPathFinder):
         return getattr(self.finder, attribute)
 
 
-def install(extra: str) -> None:
+BLOCKED_ENV = "TRAINSTACK_ONLY_EXTRA_BLOCKED"
+"""`<extra>:<module>,<module>,...`: the modules `blocked(<extra>)` hides. Reading every
+distribution's metadata takes ~1 s per process on a loaded machine, and a walkthrough starts
+dozens (each command, the app it execs, the supervisor, torchrun, every rank): the first
+process computes the set and its children inherit it (the README test computes it once for all
+its shells). Another extra than the one named computes afresh."""
+
+
+def blocked(extra: str) -> set[str]:
+    """Top-level modules of the installed distributions `trainstack[extra]` does not pull in."""
     allowed = closure(extra) | {"pip"}  # every venv has pip
-    blocked = {
+    return {
         module
         for module, dists in metadata.packages_distributions().items()
         if not any(_key(d) in allowed for d in dists)
     }
-    sys.meta_path[:] = [Hiding(finder, blocked) for finder in sys.meta_path]
+
+
+def blocked_env(extra: str) -> str:
+    """The value of BLOCKED_ENV for `extra`."""
+    return f"{extra}:{','.join(sorted(blocked(extra)))}"
+
+
+def install(extra: str) -> None:
+    if os.environ.get(BLOCKED_ENV, "").partition(":")[0] != extra:
+        os.environ[BLOCKED_ENV] = blocked_env(extra)  # children inherit it
+    hidden = set(os.environ[BLOCKED_ENV].partition(":")[2].split(",")) - {""}
+    sys.meta_path[:] = [Hiding(finder, hidden) for finder in sys.meta_path]
 
 
 if os.environ.get("TRAINSTACK_ONLY_EXTRA"):
