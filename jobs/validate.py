@@ -44,7 +44,7 @@ from jobs.validate_targets import (
 __all__ = ["JobConfigError", "validate_job"]
 
 if TYPE_CHECKING:
-    from trainer.job_config import Plan as TrainerPlan
+    from contract.plan import Plan as TrainerPlan
 
 
 def _allowed(values: Any) -> str:
@@ -186,15 +186,15 @@ def check_trainer(cfg: Any) -> TrainerPlan:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from contract.config import TrainerJobConfig
+    from contract.config import RunConfig
+    from contract.plan import data_parallel_mesh, grad_accum_steps, make_plan
     from trainer.errors import ConfigError
     from trainer.hf.config import read_hf_config
-    from trainer.job_config import data_parallel_mesh, grad_accum_steps, make_plan
 
     # The composed sections are already typed by the schema: turn them into the trainer's
     # dataclasses directly (a fresh OmegaConf merge would double the cost of a sweep point).
     try:
-        trainer_cfg = TrainerJobConfig(
+        trainer_cfg = RunConfig(
             seed=cfg.seed,
             model=OmegaConf.to_object(cfg.model),
             data=OmegaConf.to_object(cfg.data),
