@@ -2,8 +2,8 @@
 model's label and tokenizer, the data-parallel mesh, the accumulation steps and the plan the
 trainer prints at start-up (`make_plan`, which runs every check of `contract.checks` first).
 
-torch-free on purpose: `jobs/validate.py` calls `make_plan` for every world size a job can run
-at, so a bad value fails at launch rather than on the nodes.
+torch-free on purpose: `jobs/validate_trainer.py` calls `make_plan` for every world size a job
+can run at, so a bad value fails at launch rather than on the nodes.
 """
 
 from __future__ import annotations

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from omegaconf import ListConfig, OmegaConf, open_dict
+
+from jobs.backends import traits_of
+from jobs.backends.kubernetes.job_kinds import to_manifests
+from jobs.backends.kubernetes.manifest_checks import schemas_installed
+from jobs.errors import JobConfigError
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
+from jobs.run_dirs import LOCAL_STATE_ROOT
+from jobs.runners import runner_for
+from jobs.runners.program import code_archive, format_word
+from jobs.schema import REQUIRED
 from jobs.spec import JobSpec, to_job_spec
 from jobs.validate import validate_job
-
-if TYPE_CHECKING:
-    from jobs.workdir import PackedWorkdir
+from jobs.workdir import PackedWorkdir, check_unchanged, pack, store
 
 
 @dataclass
@@ -30,15 +39,17 @@ class MaterializedJob:
     def run_id(self) -> str:
         return self.spec.name
 
+    def store_code(self) -> None:
+        """Every backend's first step of `schedule` (before anything else is written or sent):
+        the packed runner.workdir, at its place under the run dir."""
+        if self.code is not None and self.spec.code is not None:
+            store(self.spec.run_dir, self.spec.code.uri, self.code.data)
+
 
 def default_tokenizer_to_checkpoint(cfg: Any) -> None:
     """With model.init_from set, a data option leaving data.tokenizer mandatory (`data=jsonl`)
     takes the checkpoint's own tokenizer (null: the trainer reads init_from's files), as every
     other data option does."""
-    from omegaconf import OmegaConf
-
-    from jobs.schema import REQUIRED
-
     model, data = cfg.model, cfg.data
     init_from = None if OmegaConf.is_missing(model, "init_from") else model._get_node("init_from")
     given = init_from is not None and init_from._value() not in (None, REQUIRED)
@@ -49,13 +60,6 @@ def default_tokenizer_to_checkpoint(cfg: Any) -> None:
 def command_as_list(cfg: Any) -> None:
     """runner.command given as one string (`'python -u train.py'`): its words, split as a
     shell would (quotes kept together), so the record, the sweep and the pods see a list."""
-    import shlex
-
-    from omegaconf import ListConfig, open_dict
-
-    from jobs.errors import JobConfigError
-    from jobs.runners.program import format_word
-
     command = cfg.runner.get("command")
     if isinstance(command, ListConfig):  # numbers Hydra parsed (`--steps,5`) are words too
         words = [w if not isinstance(w, int | float) else format_word(w) for w in command]
@@ -89,10 +93,6 @@ def materialize(
     Raises `jobs.validate.JobConfigError` naming the offending key; nothing is written (a
     runner.workdir is packed in memory here, and stored by the backend).
     """
-    from omegaconf import open_dict
-
-    from jobs.runners import runner_for
-
     sweep_id = sweep_id or cfg.sweep_id
     run_id = run_id or cfg.run_id
     with open_dict(cfg):
@@ -104,9 +104,6 @@ def materialize(
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with
     if cfg.runner.get("workdir") is not None:  # packed once per process: every point shares it
-        from jobs.backends.local.backend import LOCAL_STATE_ROOT
-        from jobs.workdir import pack
-
         keep_out = (cfg.storage.root, LOCAL_STATE_ROOT, cfg.backend.output_root)
         code = pack(cfg.runner.workdir, cfg.runner.workdir_max_mb, keep_out)
     with open_dict(cfg):
@@ -117,18 +114,13 @@ def materialize(
             cfg.run_id = run_id
     spec = to_job_spec(cfg, run_id=run_id, sweep_id=sweep_id, git_sha=git_sha)
     if code is not None and recorded is not None:
-        from jobs.runners.program import code_archive
-        from jobs.workdir import check_unchanged
-
         old = code_archive(spec.run_dir, recorded)
         check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, *validated), code=code)
-    if cfg.backend.name != "local":
-        from jobs.backends.kubernetes.manifest_checks import schemas_installed
-        from jobs.backends.kubernetes.manifests import to_manifests
-
+    traits = traits_of(cfg.backend.name)
+    if traits.pods:
         # A render works with what `make run` installs (the render backend says what it left
         # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).
-        schemas = cfg.backend.name != "render" or schemas_installed()
+        schemas = traits.schema_checks_required or schemas_installed()
         job.manifests = to_manifests(spec, schemas)
     return job

@@ -17,7 +17,7 @@ from contract.model.families import PROJECTIONS
 from contract.model.hf_config import model_args_from_hf, unsupported
 from contract.plan import model_label, tokenizer_source
 from jobs.runners import runner_for
-from jobs.validate import inside_image
+from jobs.validate_inputs import inside_image
 from trainer.errors import ConfigError
 
 if TYPE_CHECKING:

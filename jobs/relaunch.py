@@ -84,8 +84,8 @@ def mutable(key: str) -> bool:
 
 
 def state_dir(cfg: Any) -> Path:
-    """Where the local backend keeps a run's job/ files (jobs.backends.local)."""
-    from jobs.backends.local.backend import LOCAL_STATE_ROOT  # lazy: start-up time; a relaunch only
+    """Where the local backend keeps a run's job/ files (jobs.backends.local.backend)."""
+    from jobs.run_dirs import LOCAL_STATE_ROOT
 
     root = cfg.storage.root
     return Path(LOCAL_STATE_ROOT if root.startswith("s3://") else root) / cfg.run_id

@@ -11,9 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from contract.checkpoints import step_dir
+from jobs.backends import traits_of
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem
-from jobs.spec import run_dir_for
+from jobs.run_dirs import on_fsx, run_dir_for
+from jobs.runners import runner_for
+from trainer.checkpoint.layout import committed_steps
+from trainer.checkpoint.source import locate
+from trainer.errors import ConfigError
+from trainer.storage import StorageError, open_run_storage
 
 _RUN_STEP = re.compile(r"^(?P<run>[^/]+?)(?:/step-(?P<step>\d+))?/?\Z")
 
@@ -29,8 +36,6 @@ def resume_from_path(cfg: Any) -> str | None:
     run_dir = run_dir_for(cfg.storage.root, match["run"])
     if match["step"] is None:
         return run_dir
-    from contract.checkpoints import step_dir
-
     return f"{run_dir}/{step_dir(int(match['step']))}"
 
 
@@ -43,22 +48,14 @@ def check_resume_from(cfg: Any) -> None:
     path = resume_from_path(cfg)
     if path is None:
         return
-    from jobs.runners import runner_for
-    from jobs.validate import on_fsx
-
     if not runner_for(cfg).builtin:  # the other runners never read it: refuse, not ignore
         raise JobConfigError(
             "trainer.resume_from",
             f"read by the built-in trainer only; allowed with runner={cfg.runner.name}: null",
         )
 
-    if cfg.backend.name != "local" and on_fsx(cfg, path):
+    if traits_of(cfg.backend.name).pods and on_fsx(cfg, path):
         return  # on the stack's FSx mount: only the pods see it, and the trainer checks it
-    from trainer.checkpoint.layout import committed_steps
-    from trainer.checkpoint.source import locate
-    from trainer.errors import ConfigError
-    from trainer.storage import StorageError, open_run_storage
-
     if cfg.run_id is not None:
         try:
             if committed_steps(open_run_storage(run_dir_for(cfg.storage.root, cfg.run_id))):

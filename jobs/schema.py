@@ -25,7 +25,6 @@ SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
 
 # OmegaConf 2.3 has no Literal support: closed choices are strings checked in jobs.validate.
-BACKENDS = ("local", "render", "kubernetes")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "any": None}
 """compute.capacity -> the value of EKS managed node groups' `eks.amazonaws.com/capacityType`

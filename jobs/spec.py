@@ -13,9 +13,12 @@ from typing import Any
 
 from catalog import InstanceType, get_instance_type
 from contract.run_dir import CONFIG_FILE
+from jobs.resume_from import resume_from_path
+from jobs.run_dirs import run_dir_for
 from jobs.runners import runner_for
 from jobs.runners.program import CodeArchive, PodProgram, code_archive
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
+from trainer.hf.hub import parse_hub
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
@@ -156,8 +159,6 @@ def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
     trainer reads). runner=hf reads those too, plus its `runner` section; runner=command gets
     run_dir, seed and `runner` only (the run record: which program, args and code ran).
     `trainer.resume_from=RUN[/step-N]` becomes the path under storage.root it names."""
-    from jobs.resume_from import resume_from_path
-
     config: dict[str, Any] = {"run_dir": run_dir, "seed": cfg.seed}
     runner = runner_for(cfg)
     if runner.reads_model:
@@ -174,10 +175,6 @@ def config_hash(trainer_cfg: dict[str, Any]) -> str:
     """Hash of what is trained (run_dir left out): equal hashes mean the same experiment."""
     content = {k: v for k, v in trainer_cfg.items() if k != "run_dir"}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def run_dir_for(storage_root: str, run_id: str) -> str:
-    return f"{storage_root.rstrip('/')}/{run_id}"
 
 
 def image_for(cfg: Any, git_sha: str | None) -> str | None:
@@ -260,7 +257,6 @@ def runtime_for(cfg: Any) -> str | None:
 def hub_cache_uri(storage_root: str, source: str) -> str:
     """Where a cluster run keeps a Hub model: one copy per repo and revision under the storage
     root, shared by every run that names them."""
-    from trainer.hf.hub import parse_hub
 
     return f"{storage_root.rstrip('/')}/models/{parse_hub(source).cache_key}"
 

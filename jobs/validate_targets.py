@@ -1,5 +1,5 @@
-"""Checks of what a job points at outside itself: the image it pulls, the namespace and service
-account it runs as, the estimate's inputs, and the directory it writes to. Each raises
+"""Checks of what a job points at outside itself: the image it pulls (its tag, reference and
+approval), the estimate's inputs, and the directory it writes to. Each raises
 `JobConfigError` (one line: key, problem, what is allowed) before anything is written.
 """
 
@@ -9,14 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from jobs.backends import traits_of
 from jobs.errors import JobConfigError
-from jobs.references import (
-    IMAGE_ALLOWED,
-    dns1123_label_problem,
-    dns1123_subdomain_problem,
-    image_approved,
-    image_reference_problem,
-)
+from jobs.references import IMAGE_ALLOWED, image_approved, image_reference_problem
+from jobs.schema import LOCAL_CPU
+from jobs.spec import image_for
 
 
 def check_image_reference(cfg: Any) -> None:
@@ -40,7 +37,6 @@ def check_image_approved(cfg: Any, git_sha: str | None) -> None:
     """With `cluster.approved_images` set (the Training API always sets it), a job runs only
     the stack's repository or an approved registry: a token or a typo must not pull anyone's
     image into a pod with the trainer's IAM role."""
-    from jobs.spec import image_for
 
     approved = cfg.cluster.approved_images
     image = image_for(cfg, git_sha)
@@ -52,51 +48,6 @@ def check_image_approved(cfg: Any, git_sha: str | None) -> None:
             f"{image!r} is not from an approved registry; allowed: the stack's repository "
             "(job.image_repository) or cluster.approved_images",
         )
-
-
-def check_secrets_approved(cfg: Any) -> None:
-    """With `cluster.approved_secrets` set, a job mounts only those Secrets: any other one in
-    the namespace (the API's token hashes, another team's keys) stays out of its pods."""
-    approved = cfg.cluster.approved_secrets
-    if approved is None:
-        return
-    for key, ref in cfg.job.secrets.items():
-        if ref.name is not None and ref.name not in approved:
-            raise JobConfigError(
-                f"job.secrets.{key}.name",
-                f"Secret {ref.name!r} is not approved for jobs; allowed: the Secrets listed in "
-                "cluster.approved_secrets",
-            )
-
-
-def check_priority_approved(cfg: Any) -> None:
-    """With `cluster.approved_priorities` set, a job names only those priority classes: a
-    higher one would let it preempt other teams' admitted jobs."""
-    approved = cfg.cluster.approved_priorities
-    priority = cfg.job.priority
-    if approved is None or priority is None or priority in approved:
-        return
-    allowed = ", ".join(approved) if approved else "none (leave job.priority unset)"
-    raise JobConfigError(
-        "job.priority", f"{priority!r} is not approved for jobs; allowed: {allowed}"
-    )
-
-
-def check_cluster_names(cfg: Any) -> None:
-    """The API server would refuse these only at submit time, after the ConfigMap."""
-    cluster = cfg.cluster
-    for key, value, problem_of in (
-        ("cluster.namespace", cluster.namespace, dns1123_label_problem),
-        ("cluster.service_account", cluster.service_account, dns1123_subdomain_problem),
-        (
-            "cluster.data_prepare_service_account",
-            cluster.data_prepare_service_account,
-            dns1123_subdomain_problem,
-        ),
-    ):
-        problem = problem_of(value)
-        if problem:
-            raise JobConfigError(key, f"{value!r} is not allowed; allowed: {problem}")
 
 
 def check_cost_inputs(cfg: Any) -> None:
@@ -133,7 +84,7 @@ def unwritable_reason(path: Path) -> str | None:
 def check_output_root(cfg: Any) -> None:
     """backend=render writes its manifests under backend.output_root: refuse a root that
     cannot be written before the first file (a half-rendered sweep) instead of a traceback."""
-    if cfg.backend.name != "render":
+    if not traits_of(cfg.backend.name).writes_output_root:
         return
     root = Path(cfg.backend.output_root)
     reason = unwritable_reason(root)
@@ -142,4 +93,28 @@ def check_output_root(cfg: Any) -> None:
             "backend.output_root",
             f"{str(root)!r} cannot be written ({reason}); allowed: a directory this user "
             "can create or write",
+        )
+
+
+def check_image(cfg: Any, git_sha: str | None) -> None:
+    if cfg.compute.name == LOCAL_CPU:
+        return
+    image = cfg.job.image
+    if not image:
+        if cfg.job.image_repository and git_sha:
+            return
+        raise JobConfigError(
+            "job.image",
+            f"backend={cfg.backend.name} needs the trainer image: "
+            "set job.image=REPOSITORY:TAG, or job.image_repository (e.g. from "
+            "stack=<name>) in a git checkout",
+        )
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
+    if "@" not in image and tag in (None, "latest"):
+        raise JobConfigError(
+            "job.image",
+            f"{image!r} has tag 'latest' (implied when absent), "
+            "which is not reproducible; allowed: an immutable tag or @sha256 "
+            "digest",
         )

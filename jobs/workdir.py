@@ -24,12 +24,9 @@ import tarfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from jobs.errors import JobConfigError
-
-if TYPE_CHECKING:
-    from jobs.materialize import MaterializedJob
+from jobs.errors import BackendError, JobConfigError
+from trainer.storage import open_run_storage, read_uri_bytes
 
 IGNORED = (
     ".git",
@@ -194,8 +191,6 @@ def changes(before: bytes, after: bytes, limit: int = 5) -> str:
 def check_unchanged(run_id: str, workdir: str, recorded: str, uri: str, code: PackedWorkdir):
     """A relaunch runs the code its run was launched with: a different pack of the workdir is
     refused in one line naming the files that changed (read from the stored archive)."""
-    from trainer.storage import read_uri_bytes
-
     if code.sha256 == recorded:
         return
     try:
@@ -254,18 +249,9 @@ def pack(workdir: str, max_mb: int, excluded: tuple[str, ...] = ()) -> PackedWor
         return packed
 
 
-def store_code(job: MaterializedJob) -> None:
-    """Every backend's first step of `schedule` (before anything else is written or sent)."""
-    if job.code is not None and job.spec.code is not None:
-        store(job.spec.run_dir, job.spec.code.uri, job.code.data)
-
-
 def store(run_dir: str, uri: str, data: bytes) -> None:
     """Write the archive to its place under the run dir once (local path or s3://); a
     relaunch or restart finds it there and writes nothing."""
-    from jobs.backends.base import BackendError
-    from trainer.storage import open_run_storage
-
     rel = uri[len(run_dir.rstrip("/")) + 1 :]
     try:
         storage = open_run_storage(run_dir)

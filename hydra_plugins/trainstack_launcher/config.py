@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
+from jobs.backends import NAMES, traits_of
+
 
 @dataclass
 class TrainstackLauncherConf:
@@ -18,7 +20,7 @@ class TrainstackLauncherConf:
     workers: int = 0
 
 
-for backend in ("local", "render"):
+for backend in (n for n in NAMES if traits_of(n).launcher == "trainstack"):
     ConfigStore.instance().store(
         group="hydra/launcher",
         name=f"backend_{backend}",

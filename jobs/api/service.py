@@ -273,8 +273,7 @@ class Service:
             if point.outcome == "already active":
                 continue  # running before this request: not its to delete
             run_id = point.run_id
-            uid = KubernetesBackend._uids.pop(run_id, None)
-            KubernetesBackend._scheduled.pop(run_id, None)
+            uid = self.backend.forget(run_id)
             try:
                 job = self.backend.find(run_id)
                 labels = labels_of(job)
@@ -350,7 +349,7 @@ class Service:
             raise _backend_error(err) from err
         if existing is None:
             return checked
-        before = backend._status(existing)
+        before = backend.status_of(existing)
         if before.owner != who.name and not who.admin:
             raise ApiError(
                 403,
@@ -418,7 +417,7 @@ class Service:
             raise _backend_error(err) from err
         # Like `launch` without --wait, the service never auto-restarts what it scheduled (a log
         # follower would otherwise do so, once per replica).
-        type(backend)._scheduled.pop(job.run_id, None)
+        backend.never_restart(job.run_id)
         if before is None:
             return 201, Submitted(run_id=job.run_id, outcome="created", plan=plan)
         if before.finished:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.errors import BackendError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the interface stays light: the CLI's run commands import it
     from jobs.materialize import MaterializedJob
 
 # Run states shared by all backends (the kubernetes backend maps job conditions onto these).

@@ -11,6 +11,7 @@ from typing import Any
 
 from contract.run_dir import JOB_DIR
 from jobs.backends.base import UNKNOWN, RunStatus
+from jobs.plot.metrics import LAST_METRICS
 
 STATE_FILE = f"{JOB_DIR}/state.json"
 OUTPUT_LOG = f"{JOB_DIR}/output.log"
@@ -70,7 +71,6 @@ def last_metrics(run_dir: str | Path | None) -> tuple[int | None, float | None]:
     """Step and loss of the last training line of `<run_dir>/logs/metrics.jsonl`, local or
     s3; (None, None) when there is none yet or it cannot be read from here. Read
     incrementally (jobs.plot.metrics.LastMetrics): a poll reads only what was appended."""
-    from jobs.plot.metrics import LAST_METRICS
 
     if not run_dir:
         return None, None

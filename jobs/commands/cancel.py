@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from jobs.backends.base import RENDERED, BackendError
+from jobs.backends.kubernetes.client.ownership import NotOurs
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
 
 
@@ -47,8 +48,6 @@ def run(args: argparse.Namespace) -> int:
                 done = "rendered, never run: nothing to cancel"
             print(f"{status.run_id}: {done} ({backend.name})")
     except BackendError as err:
-        from jobs.backends.kubernetes.client.ownership import NotOurs
-
         return fail("cancel", str(err), 2 if isinstance(err, NotOurs) else 1)
     if args.sweep is not None and not targets:
         print(f"sweep {args.sweep}: no runs found; nothing to cancel")

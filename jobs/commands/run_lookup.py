@@ -13,15 +13,18 @@ import os
 import sys
 from typing import Any
 
+from jobs.backends import NAMES, backend_class, traits_of
 from jobs.backends.base import BackendError
-
-BACKENDS = ("local", "render", "kubernetes")
+from jobs.backends.kubernetes.client.api import kubeconfig_file
+from jobs.compose import compose
+from jobs.run_dirs import run_dir_for
+from trainer.storage import StorageError, open_run_storage
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
-        choices=BACKENDS,
+        choices=NAMES,
         help="only this backend (default: local, render, and the cluster when a kubeconfig is "
         "configured)",
     )
@@ -34,14 +37,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compose_for(overrides: list[str]) -> Any:
-    from jobs.compose import compose
-
     return compose(overrides)
 
 
 def cluster_configured(cfg: Any) -> bool:
-    from jobs.backends.kubernetes.client.api import kubeconfig_file
-
     return os.path.exists(kubeconfig_file(cfg.cluster.kubeconfig)) or bool(
         os.environ.get("KUBERNETES_SERVICE_HOST")
     )
@@ -54,23 +53,9 @@ def backends_for(args: argparse.Namespace) -> list[Any]:
     chosen = (
         [args.backend]
         if args.backend
-        else [name for name in BACKENDS if name != "kubernetes" or cluster_configured(cfg)]
+        else [n for n in NAMES if not traits_of(n).on_cluster or cluster_configured(cfg)]
     )
-    backends = []
-    for name in chosen:
-        if name == "local":
-            from jobs.backends.local.backend import LocalBackend
-
-            backends.append(LocalBackend(runs_root=cfg.storage.root))
-        elif name == "render":
-            from jobs.backends.render import RenderBackend
-
-            backends.append(RenderBackend(output_root=cfg.backend.output_root))
-        else:
-            from jobs.backends.kubernetes.backend import KubernetesBackend
-
-            backends.append(KubernetesBackend.from_config(cfg))
-    return backends
+    return [backend_class(name).from_config(cfg) for name in chosen]
 
 
 def find_run(backends: list[Any], run_id: str) -> tuple[Any, Any]:
@@ -89,16 +74,12 @@ def run_dir_of(run: str, overrides: list[str]) -> str:
     composed with `overrides`) or a run dir itself (a path or s3:// URI)."""
     if "/" in run or run.startswith("."):
         return run
-    from jobs.spec import run_dir_for
-
     return run_dir_for(compose_for(overrides).storage.root, run)
 
 
 def existing_run_dir(run: str, overrides: list[str]) -> str:
     """`run_dir_of`, refused in one line (BackendError) when nothing is there: a command that
     reads a run says it has no such run, not that the run has no metrics or checkpoints."""
-    from trainer.storage import StorageError, open_run_storage
-
     run_dir = run_dir_of(run, overrides)
     try:
         storage = open_run_storage(run_dir)

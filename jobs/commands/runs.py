@@ -15,6 +15,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
+from jobs.backends import traits_of
 from jobs.backends.base import RENDERED, STATES, BackendError, RunStatus
 from jobs.commands.run_lookup import add_common_arguments, backends_for, compose_for, fail
 
@@ -44,7 +45,7 @@ def age(started_at: str | None, now: datetime) -> str:
 
 
 def table(runs: list[RunStatus], now: datetime):
-    from rich.table import Table
+    from rich.table import Table  # lazy: start-up time of the other commands
 
     grid = Table(box=None, header_style="bold")
     for column in ("run", "sweep", "backend", "state", "nodes", "retries", "age", "step", "loss"):
@@ -67,7 +68,7 @@ def table(runs: list[RunStatus], now: datetime):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from rich.console import Console  # lazy: start-up time of the other commands
 
     runs: list[RunStatus] = []
     failed = False
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             failed = True
             print(f"trainstack runs: {backend.name}: {err}", file=sys.stderr)
     if args.mine:
-        runs = [r for r in runs if r.backend in ("local", "render") or r.owner == me]
+        runs = [r for r in runs if not traits_of(r.backend).on_cluster or r.owner == me]
     runs.sort(key=lambda r: r.started_at or "")
     Console(width=160).print(table(runs, datetime.now(UTC)))
     if args.sweep:

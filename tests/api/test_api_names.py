@@ -69,7 +69,7 @@ def test_node_counts_are_bounded_before_any_plan(api, apiserver, overrides, key)
     """Finding 4: one plan per elastic world size made max_nodes=10^6 cost minutes."""
     import time
 
-    from jobs.validate import MAX_NODES
+    from jobs.validate_compute import MAX_NODES
 
     started = time.monotonic()
     request = api.run_request("el1", overrides=overrides)

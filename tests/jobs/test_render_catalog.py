@@ -100,7 +100,7 @@ def test_a_layout_without_an_efa_device_is_refused(cli, workdir, monkeypatch):
         return dataclasses.replace(pod_resources(instance, gpus), efa=share)
 
     monkeypatch.setattr("jobs.spec.pod_resources", rounded_down)
-    monkeypatch.setattr("jobs.validate.pod_resources", rounded_down)
+    monkeypatch.setattr("jobs.validate_compute.pod_resources", rounded_down)
     result = cli("launch", *CLUSTER, "compute=p4d.24xlarge", "compute.gpus_per_node=1")
     assert result.code == 2, result
     (line,) = result.err.strip().splitlines()

@@ -40,7 +40,7 @@ def test_runs_sweep_counts_rendered_points(cli, workdir):
 def test_the_same_config_renders_byte_identical_files(cli, workdir, monkeypatch):
     """No clock in a render; an ECR tag that cannot be resolved from here (no credentials in
     the suite) is kept, and the render says so in one line."""
-    from jobs.backends import render
+    from jobs.backends.render import backend as render
 
     monkeypatch.setattr(render, "_PINNED", {})
     for variable in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"):

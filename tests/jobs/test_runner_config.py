@@ -136,7 +136,7 @@ def test_a_git_checkout_ships_its_tracked_files_only(project):
 def test_render_runs_the_same_command_with_the_workdir_fetch_efa_and_env(
     project, s3_direct, s3_bucket, tmp_path
 ):
-    from jobs.backends.render import RenderBackend
+    from jobs.backends.render.backend import RenderBackend
 
     overrides = [
         *SCRIPT,

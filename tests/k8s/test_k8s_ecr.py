@@ -57,8 +57,8 @@ def test_a_trainjob_is_submitted_with_the_pinned_image(ecr, apiserver, trainstac
 
 
 def test_a_render_carries_the_digest_the_kubernetes_backend_would_submit(ecr, monkeypatch):
-    from jobs.backends import render
-    from jobs.backends.render import RenderBackend
+    from jobs.backends.render import backend as render
+    from jobs.backends.render.backend import RenderBackend
     from tests.jobs.conftest import CLUSTER, build
 
     monkeypatch.setattr(render, "_PINNED", {})

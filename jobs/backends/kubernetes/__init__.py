@@ -1,5 +1,17 @@
-"""The kubernetes backend's home: the backend (`backend`), the job kinds it submits
-(`manifests` for the PyTorchJob and the pod pieces both kinds share, `trainjob`), the renderers
-(`runtimes`, `network_policy`, `data_prepare`), the schema checks (`manifest_checks`) and the
-cluster client (`client`, which never imports a backend). Nothing is imported here: choosing
-another backend, or rendering runtimes in `pulumi up`, loads none of the rest."""
+"""The kubernetes backend's home: its traits (here: light, read without importing the rest),
+the backend (`backend`), the job kinds it submits (`job_kinds`: `manifests` for the PyTorchJob
+and the pod pieces both kinds share, `trainjob`), the renderers (`runtimes`, `network_policy`,
+`data_prepare`), the schema checks (`manifest_checks`) and the cluster client (`client`, which
+never imports a backend). Choosing another backend, or rendering runtimes in `pulumi up`,
+loads none of the rest."""
+
+from jobs.backends.traits import BackendTraits
+
+TRAITS = BackendTraits(
+    name="kubernetes",
+    describe="submit to the cluster in cluster.* (kubeconfig/context from config or the stack)",
+    pods=True,
+    schema_checks_required=True,
+    on_cluster=True,
+    launcher="kubernetes",
+)

@@ -2,13 +2,12 @@
 ConfigMap, on the cluster.
 
 A thin adapter over `jobs.backends.kubernetes.client`: `dryrun` is the manifests as YAML; `schedule`
-runs the
-preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read the
-job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
-TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the
-cancellation and suspends the job (the operator deletes its pods, the trainer checkpoints on
-SIGTERM). A run is looked up as the configured kind first, then as the other, so `status`,
-`logs` and `cancel` work for runs submitted before a stack changed operator.
+runs the preflight, pins ECR images to digests and submits idempotently; `status`/`list_runs` read
+the job objects of both kinds (plus last step and loss from the run dir's metrics.jsonl, and a
+TrainJob's JobSet restarts); `logs` reads or follows a rank's pod; `cancel` records the cancellation
+and suspends the job (the operator deletes its pods, the trainer checkpoints on SIGTERM). A run is
+looked up as the configured kind first, then as the other, so `status`, `logs` and `cancel` work for
+runs submitted before a stack changed operator.
 
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
@@ -40,6 +39,14 @@ from jobs.backends.base import (
     RunStatus,
 )
 from jobs.backends.kubernetes.client import state as k8s_state
+from jobs.backends.kubernetes.client.api import ClusterError, connect, status_of
+from jobs.backends.kubernetes.client.archived_logs import (
+    ArchiveError,
+    archived_log,
+    archived_log_by_prefix,
+    jobset_pod_prefix,
+)
+from jobs.backends.kubernetes.client.ecr import pin_images
 from jobs.backends.kubernetes.client.kinds import (
     BY_KIND,
     JOBSET_GROUP,
@@ -49,6 +56,25 @@ from jobs.backends.kubernetes.client.kinds import (
     JobKind,
     kind_of,
 )
+from jobs.backends.kubernetes.client.kueue import (
+    deactivate,
+    is_queued,
+    parse_quantity,
+    queue_reason,
+    workload_of,
+)
+from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
+from jobs.backends.kubernetes.client.preflight import NodeGroup, PreflightRequest, preflight
+from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, delete_job, submit
+from jobs.backends.kubernetes.client.watch import (
+    Cancellation,
+    follow_log,
+    rank_pod,
+    read_log,
+    wait_for_end,
+)
+from jobs.backends.kubernetes.manifests import to_yaml
+from jobs.backends.kubernetes.trainjob import NODE
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -118,9 +144,9 @@ class KubernetesBackend:
     """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
     _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
     """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster, shared by
-    this process's
-    instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks get-token`),
-    and a sweep makes several backends per point. Expired tokens are refreshed by the client."""
+    this process's instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks
+    get-token`), and a sweep makes several backends per point. Expired tokens are refreshed by the
+    client."""
 
     def __init__(
         self,
@@ -140,7 +166,6 @@ class KubernetesBackend:
     @classmethod
     def from_config(cls, cfg: Any, check_owner: bool | None = None) -> KubernetesBackend:
         """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`)."""
-        from jobs.backends.kubernetes.client.preflight import NodeGroup
 
         cluster = cfg.cluster
         groups = tuple(
@@ -167,8 +192,6 @@ class KubernetesBackend:
     @property
     def cluster(self):
         if self._cluster is None:
-            from jobs.backends.kubernetes.client.api import connect
-
             key = (self.settings.kubeconfig, self.settings.context, self.settings.namespace)
             if key not in self._connections:
                 self._connections[key] = connect(*key)
@@ -177,8 +200,6 @@ class KubernetesBackend:
 
     # -- the backend verbs ---------------------------------------------------------------------
     def dryrun(self, job: MaterializedJob) -> DryRun:
-        from jobs.backends.kubernetes.manifests import to_yaml
-
         if job.manifests is None:
             raise BackendError(f"{job.run_id}: no manifests were materialized for kubernetes")
         text = (
@@ -188,21 +209,15 @@ class KubernetesBackend:
         return DryRun(backend=self.name, job=job, request=job.manifests, text=text)
 
     def schedule(self, dryrun: DryRun) -> str:
-        from jobs.backends.kubernetes.client.ecr import pin_images
-        from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, submit
-        from jobs.workdir import store_code
-
         job: MaterializedJob = dryrun.job
         if self.check_owner:
-            from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
-
             existing = self.find(job.run_id)
             kind = kind_of(existing) if existing else KINDS[job.spec.api]
             ensure_ours(kind.kind, self.settings.namespace, job.run_id, existing)
             ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
             self.preflight(job)
-        store_code(job)  # the pods fetch it from the run dir: there before they start
+        job.store_code()  # the pods fetch it from the run dir: there before they start
         # The submission's one clock (run ids use it too), so a caller can fix it.
         manifests = stamped(pin_images(dryrun.request), submissions.utc_now())
         submission = submit(self.cluster, manifests)
@@ -214,11 +229,8 @@ class KubernetesBackend:
         return job.run_id
 
     def preflight(self, job: MaterializedJob) -> None:
-        from jobs.backends.kubernetes.client.preflight import PreflightRequest, preflight
-
         spec = job.spec
         resources = spec.resources
-        from jobs.backends.kubernetes.client.kueue import parse_quantity
 
         request = PreflightRequest(
             service_account=spec.service_account,
@@ -256,7 +268,7 @@ class KubernetesBackend:
             raise BackendError(
                 f"no run {run_id!r} in namespace {self.settings.namespace} on the cluster"
             )
-        status = self._status(job)
+        status = self.status_of(job)
         restarts = self._jobset_restarts(job)
         if restarts:
             note = f"JobSet restarts: {restarts}"
@@ -266,9 +278,8 @@ class KubernetesBackend:
     def _jobset_restarts(self, job: dict) -> int:
         """How often a TrainJob's JobSet recreated its pods (its failure policy); 0 for a
         PyTorchJob, or when the JobSet is gone or may not be read."""
-        from jobs.backends.kubernetes.client.api import status_of
 
-        if kind_of(job).api != "trainjob":
+        if not kind_of(job).runs_on_jobset:
             return 0
         name = job["metadata"]["name"]
         try:
@@ -288,9 +299,9 @@ class KubernetesBackend:
             raise
         return int(((jobset or {}).get("status") or {}).get("restarts") or 0)
 
-    def _status(self, job: dict) -> RunStatus:
-        """to_status, plus Kueue's reason for a queued job."""
-        from jobs.backends.kubernetes.client.kueue import queue_reason, workload_of
+    def status_of(self, job: dict) -> RunStatus:
+        """The RunStatus of a job object as the cluster returned it: to_status, plus Kueue's
+        reason for a queued job."""
 
         status = to_status(job)
         if status.state == QUEUED:
@@ -301,7 +312,6 @@ class KubernetesBackend:
         """The runs; those past their time to live are deleted on the way (`k8s_state.expired`:
         cancelled ones, which the operator's TTL never counts as finished, and finished
         TrainJobs, which nothing else deletes)."""
-        from jobs.backends.kubernetes.client.submit import delete_job
 
         selector = MANAGED_SELECTOR + (f",{SWEEP_LABEL}={sweep_id}" if sweep_id else "")
         now = datetime.now(UTC)
@@ -310,14 +320,13 @@ class KubernetesBackend:
             if k8s_state.expired(job, now):
                 delete_job(self.cluster, job["metadata"]["name"], wait=False, kind=kind_of(job))
                 continue
-            runs.append(self._status(job))
+            runs.append(self.status_of(job))
         return [r for r in runs if state is None or r.state == state]
 
     def job_objects(self, selector: str) -> list[dict]:
         """Every job object of both kinds matching `selector` (the configured kind first). A
         kind the cluster does not serve (404: its operator is not installed) has none; when
         it serves neither, the configured kind's error is raised."""
-        from jobs.backends.kubernetes.client.api import ClusterError, status_of
 
         jobs: list[dict] = []
         unserved: list[ClusterError] = []
@@ -333,11 +342,10 @@ class KubernetesBackend:
         return jobs
 
     def logs(self, run_id: str, rank: int = 0, follow: bool = False, cancel=None) -> Iterator[str]:
-        """A rank's log. Following a run this backend scheduled also restarts it on failure
-        (see the module docstring) and reports state changes as `[trainstack]` lines.
-        `cancel` (jobs.backends.kubernetes.client.watch.Cancellation) set from another thread ends a
+        """A rank's log. Following a run this backend scheduled also restarts it on failure (see the
+        module docstring) and reports state changes as `[trainstack]` lines. `cancel`
+        (jobs.backends.kubernetes.client.watch.Cancellation) set from another thread ends a
         follow."""
-        from jobs.backends.kubernetes.client.watch import rank_pod, read_log
 
         job = self.find(run_id)
         if job is None:
@@ -378,19 +386,12 @@ class KubernetesBackend:
         named pod (rank 0 master-0, rank N worker-(N-1)); a TrainJob's is the newest of its
         JobSet pods' streams. A run whose job is gone too is looked for as either kind, the
         configured one first."""
-        from jobs.backends.kubernetes.client.archived_logs import (
-            ArchiveError,
-            archived_log,
-            archived_log_by_prefix,
-            jobset_pod_prefix,
-        )
-        from jobs.backends.kubernetes.trainjob import NODE
 
         group, region = self.settings.log_group, self.settings.region
         found = None
         for each in ((kind,) if kind else self.settings.kinds) if group else ():
             try:
-                if each.api == "pytorchjob":
+                if not each.runs_on_jobset:
                     pod = f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}"
                     found = archived_log(region, group, pod, each.container)
                 else:
@@ -414,7 +415,6 @@ class KubernetesBackend:
         """The rank's log lines interleaved with `[trainstack]` state changes, until the job
         ends; its final status is appended to `outcome`. Its two pumps stop when `cancel` is
         set or when the reader closes this generator."""
-        from jobs.backends.kubernetes.client.watch import Cancellation, follow_log, wait_for_end
 
         own = cancel is None
         cancel = cancel or Cancellation()
@@ -476,8 +476,6 @@ class KubernetesBackend:
         (jobs.backends.kubernetes.client.kueue).
         Where no Workload can be deactivated (none yet after a short wait, or no right to),
         the job is deleted instead: it can't start, and its run dir stays."""
-        from jobs.backends.kubernetes.client.kueue import is_queued
-        from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
 
         job = self.find(run_id)
         kind_name = kind_of(job).kind if job else self.settings.kinds[0].kind
@@ -494,14 +492,11 @@ class KubernetesBackend:
             patch |= kind.suspend_patch()
         self.cluster.patch_job(run_id, patch, kind)
         if active and is_queued(job) and not self._deactivate_workload(job):
-            from jobs.backends.kubernetes.client.submit import delete_job
-
             delete_job(self.cluster, run_id, wait=False, kind=kind)
 
     def _deactivate_workload(self, job: dict) -> bool:
         """Deactivate the job's Kueue Workload, waiting up to WORKLOAD_WAIT_S for Kueue to
         make one (a job just created); False when there is none or it may not be changed."""
-        from jobs.backends.kubernetes.client.kueue import deactivate, workload_of
 
         for attempt in range(WORKLOAD_WAIT_S + 1):
             workload = workload_of(self.cluster, job)
@@ -511,11 +506,22 @@ class KubernetesBackend:
                 self.cluster.sleep(1.0)
         return False
 
+    def forget(self, run_id: str) -> str | None:
+        """Treat `run_id` as not submitted by this process: nothing here restarts it. Returns
+        the uid of the job this process created for it (None: none), for a caller that undoes
+        its own submission."""
+        self._scheduled.pop(run_id, None)
+        return self._uids.pop(run_id, None)
+
+    def never_restart(self, run_id: str) -> None:
+        """Like `launch` without --wait: whoever follows `run_id` in this process does not
+        restart it (the uid stays known, for `forget`)."""
+        self._scheduled.pop(run_id, None)
+
     # -- following and restarting --------------------------------------------------------------
     def wait(self, run_id: str, on_line=print) -> RunStatus:
         """Block until the run ends, restarting it on failure if it was scheduled here;
         state changes and restarts go to `on_line` as `[trainstack]` lines."""
-        from jobs.backends.kubernetes.client.watch import wait_for_end
 
         if run_id not in self._kinds:
             self.find(run_id)
@@ -540,7 +546,6 @@ class KubernetesBackend:
     def _restart(self, run_id: str, retries_so_far: int) -> Generator[str, None, bool]:
         """Back off, then resubmit unless the run was cancelled meanwhile. Yields progress
         lines; returns whether it resubmitted."""
-        from jobs.backends.kubernetes.client.submit import submit
 
         manifests, max_retries = self._scheduled[run_id]
         delay = min(self.restart_backoff_s * 2**retries_so_far, 900.0)
@@ -598,3 +603,6 @@ def to_status(job: dict) -> RunStatus:
         run_dir=run_dir,
         owner=(meta.get("labels") or {}).get(OWNER_LABEL),
     )
+
+
+BACKEND = KubernetesBackend

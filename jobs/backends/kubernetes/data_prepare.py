@@ -85,8 +85,7 @@ def command(spec: PrepareJobSpec) -> list[str]:
 
 def indexed_job(spec: PrepareJobSpec) -> dict:
     """The Indexed Job as the plain dict the API takes (like jobs/backends/kubernetes/manifests.py:
-    no client
-    models, so rendering needs no Kubernetes client)."""
+    no client models, so rendering needs no Kubernetes client)."""
     pod_security, container_security = security_contexts()
     scratch, scratch_mount, scratch_env = scratch_volume()
     amounts = {"cpu": str(spec.cpus), "memory": spec.memory}

@@ -224,7 +224,7 @@ def check_restricted_pod(template: dict, where: str) -> None:
 
 def _schema_version(kubernetes_version: str) -> str:
     """The newest bundled schema version not newer than `kubernetes_version`."""
-    from kubernetes_validate import utils
+    from kubernetes_validate import utils  # lazy: start-up (schema sets)
 
     wanted = utils.major_minor(kubernetes_version.lstrip("v"))
     key = lambda v: tuple(int(p) for p in utils.major_minor(v).split("."))  # noqa: E731
@@ -259,9 +259,9 @@ def schemas_installed() -> bool:
 
 @cache
 def _validator(kind: str, api_version: str, kubernetes_version: str) -> Any:
-    import jsonschema
-    from kubernetes_validate import utils
-    from referencing import Registry, Resource
+    import jsonschema  # lazy: start-up (schema checks)
+    from kubernetes_validate import utils  # lazy: start-up (schema sets)
+    from referencing import Registry, Resource  # lazy: start-up (schema checks)
 
     version = _schema_version(kubernetes_version)
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)

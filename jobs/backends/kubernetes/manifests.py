@@ -1,11 +1,9 @@
-"""Job spec -> Kubernetes manifests: a `kubeflow.org/v1` PyTorchJob (or, for
-`job.api=trainjob`, the TrainJob of jobs/backends/kubernetes/trainjob.py) and the ConfigMap holding
-the trainer's
-config, as the plain dicts the API server takes (the fields of the official client models,
-camelCase, unset ones left out), checked before returning against the Kubernetes schemas and
-the operators' webhook rules (jobs/backends/kubernetes/manifest_checks.py). The pieces both job
-kinds share
-(container env and resources, volumes, security contexts) are the functions here.
+"""Job spec -> the pieces of a run's Kubernetes objects: the `kubeflow.org/v1` PyTorchJob, the
+ConfigMap holding the trainer's config, and the parts both job kinds share (container env and
+resources, volumes, security contexts), as the plain dicts the API server takes (the fields of
+the official client models, camelCase, unset ones left out). The TrainJob is
+jobs/backends/kubernetes/trainjob.py; jobs/backends/kubernetes/job_kinds.py puts a run's
+objects together and checks them.
 
 Pure: the same spec always gives the same dicts (golden tests pin them).
 """
@@ -16,8 +14,6 @@ from typing import Any
 
 import yaml
 
-from jobs.backends.kubernetes.manifest_checks import check_manifests
-from jobs.backends.kubernetes.network_policy import job_network_policy
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR as RUNNER_DIR
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
@@ -294,24 +290,6 @@ def config_map(spec: JobSpec) -> dict:
         "kind": "ConfigMap",
         "metadata": _metadata(spec, config_map_name(spec.name)),
     }
-
-
-def to_manifests(spec: JobSpec, schemas: bool = True) -> list[dict]:
-    """[ConfigMap, TrainJob or PyTorchJob (`job.api`), NetworkPolicy] as plain dicts, validated
-    (raises `ManifestError`; `schemas`: jobs.backends.kubernetes.manifest_checks.check_manifests);
-    the policy
-    (jobs/backends/kubernetes/network_policy.py) lets only this run's pods in.
-    The submitter creates it before the job; applied in file order it lands after the job,
-    which the namespace's default deny keeps closed meanwhile."""
-    if spec.api == "trainjob":
-        from jobs.backends.kubernetes.trainjob import train_job
-
-        job = train_job(spec)
-    else:
-        job = pytorch_job(spec)
-    manifests = [drop_none(config_map(spec)), drop_none(job), job_network_policy(spec)]
-    check_manifests(manifests, spec.kubernetes_version, schemas)
-    return manifests
 
 
 class _BlockDumper(_SafeDumper):  # type: ignore[misc, valid-type]

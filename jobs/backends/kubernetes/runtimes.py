@@ -45,11 +45,10 @@ DEFAULT_MAX_RESTARTS = 3
 """JobSet recreations after a node failed with a retryable code (job.max_restarts' default)."""
 RUNTIME_GRACE_S = 600
 """SIGTERM to SIGKILL of a queued TrainJob's pods, and the most such a job may ask for
-(job.termination_grace_period_seconds, jobs/validate.py): Kueue rewrites a queued TrainJob
-with Trainer types whose pod patch has no grace period (jobs/backends/kubernetes/trainjob.py), so
-the runtime's
-applies. It is a bound: the trainer exits as soon as its SIGTERM checkpoint is written. A
-TrainJob outside Kueue patches its own."""
+(job.termination_grace_period_seconds, jobs/backends/kubernetes/checks.py): Kueue rewrites a
+queued TrainJob with Trainer types whose pod patch has no grace period
+(jobs/backends/kubernetes/trainjob.py), so the runtime's applies. It is a bound: the trainer
+exits as soon as its SIGTERM checkpoint is written. A TrainJob outside Kueue patches its own."""
 PERMANENT_EXIT_CODES = list(range(1, 128))
 """Exit codes no restart fixes: the trainer's 2 (bad input), 1 (a bug), anything below 128."""
 RUNTIME_LABELS = {

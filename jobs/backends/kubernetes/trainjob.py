@@ -1,16 +1,14 @@
 """Job spec -> a Kubeflow Trainer v2 `TrainJob` (trainer.kubeflow.org/v1alpha1), the sibling of
 jobs/backends/kubernetes/manifests.py's PyTorchJob.
-
-Runtimes are the platform's, jobs are the user's: what every job on a node group repeats (node
-selector and tolerations, EFA interfaces and huge pages, /dev/shm, the restricted security
-context, NCCL/EFA environment, the failure policy) lives in the ClusterTrainingRuntime that
-`pulumi up` installs (jobs/backends/kubernetes/runtimes.py); the TrainJob names it (`runtimeRef`)
-and carries only
-the job's own parts: image, command, env, nodes, processes and resources per node, labels, and
-through one `runtimePatches` entry what the trainer API has no field for (the config
-ConfigMap's volume and mount, the runner's scratch and the FSx claim, `compute.capacity`'s node
-selector, the service account, the grace period, the pods' labels — the run-id label the run's
-NetworkPolicy selects them by).
+ Runtimes are the platform's, jobs are the user's: what every job on a node group repeats (node
+selector and tolerations, EFA interfaces and huge pages, /dev/shm, the restricted security context,
+NCCL/EFA environment, the failure policy) lives in the ClusterTrainingRuntime that `pulumi up`
+installs (jobs/backends/kubernetes/runtimes.py); the TrainJob names it (`runtimeRef`) and carries
+only the job's own parts: image, command, env, nodes, processes and resources per node, labels, and
+through one `runtimePatches` entry what the trainer API has no field for (the config ConfigMap's
+volume and mount, the runner's scratch and the FSx claim, `compute.capacity`'s node selector, the
+service account, the grace period, the pods' labels — the run-id label the run's NetworkPolicy
+selects them by).
 
 A queued TrainJob (job.queue) carries only what the pinned Kueue's vendored Trainer types hold:
 Kueue updates the whole job with them on admission and preemption, dropping any other field

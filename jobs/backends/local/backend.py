@@ -20,6 +20,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
 
 from contract import run_dir as run_layout
 from contract.run_dir import JOB_DIR
@@ -36,10 +39,10 @@ from jobs.backends.base import (
 )
 from jobs.backends.kubernetes.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
+from jobs.run_dirs import LOCAL_STATE_ROOT
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
-from jobs.workdir import store_code
 from trainer.launch import RESTARTS_FILE_ENV
 
 REQUEST_FILE = f"{JOB_DIR}/request.json"
@@ -47,8 +50,6 @@ CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"
 LAUNCH_FILE = f"{JOB_DIR}/launch.yaml"
 RESTARTS_FILE = f"{JOB_DIR}/restarts"
 """torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
-LOCAL_STATE_ROOT = "runs"
-"""Where state lives when the run dir itself is remote (storage.root=s3://...)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,6 @@ def local_value(value: str, config_path: str, state_dir: str) -> str:
 
 def launch_record(job: MaterializedJob) -> str:
     """The whole composed job, as a relaunch of the run reads it back (jobs/relaunch.py)."""
-    from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(job.cfg, resolve=True)
 
@@ -111,6 +111,10 @@ class LocalBackend:
         remote = runs_root.startswith("s3://")
         self.state_root = Path(LOCAL_STATE_ROOT if remote else runs_root)
         self.cwd = cwd or os.getcwd()
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> LocalBackend:
+        return cls(runs_root=cfg.storage.root)
 
     def state_dir(self, run_id: str) -> Path:
         return self.state_root / run_id
@@ -151,7 +155,7 @@ class LocalBackend:
                 f"run_id: {job.run_id} is already running (pid {previous.get('pid')}); "
                 "cancel it or choose another run_id"
             )
-        store_code(job)  # before any state: a failed store leaves no half run
+        job.store_code()  # before any state: a failed store leaves no half run
         # The run's record (jobs/relaunch.py): written only now that the job validated, and
         # atomically, so a launch that fails leaves the previous one whole.
         run_state.write_atomic(state_dir / CONFIG_FILE, request.config_text)
@@ -314,3 +318,6 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return False  # no procfs here: trust the signal
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+BACKEND = LocalBackend

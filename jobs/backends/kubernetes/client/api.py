@@ -50,8 +50,8 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 def is_transient(exc: BaseException) -> bool:
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
+    from kubernetes.client.exceptions import ApiException  # lazy: start-up (kubernetes client)
+    from urllib3.exceptions import HTTPError  # lazy: start-up (kubernetes client)
 
     if isinstance(exc, ApiException):
         return exc.status in TRANSIENT_STATUSES or not exc.status
@@ -60,7 +60,7 @@ def is_transient(exc: BaseException) -> bool:
 
 def describe(exc: BaseException) -> str:
     """`<status> <reason>: <message>` of an ApiException, or the urllib3 error, on one line."""
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes.client.exceptions import ApiException  # lazy: start-up (kubernetes client)
 
     if isinstance(exc, ApiException):
         message = ""
@@ -75,7 +75,7 @@ def describe(exc: BaseException) -> str:
 
 
 def status_of(exc: BaseException) -> int | None:
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes.client.exceptions import ApiException  # lazy: start-up (kubernetes client)
 
     return exc.status if isinstance(exc, ApiException) else None
 
@@ -192,7 +192,7 @@ def connect(
 ) -> Cluster:
     """API handles from `cluster.kubeconfig`/`cluster.context`, the default kubeconfig, or the
     in-cluster service account when running in a pod without a kubeconfig."""
-    from kubernetes import client, config
+    from kubernetes import client, config  # lazy: start-up (kubernetes client)
 
     configuration = client.Configuration()
     source = kubeconfig_file(kubeconfig)

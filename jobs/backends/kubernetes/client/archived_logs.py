@@ -40,7 +40,10 @@ class ArchivedLog:
 
 
 def _errors(client):
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import (  # lazy: start-up (boto3)
+        BotoCoreError,
+        ClientError,
+    )
 
     return client.exceptions.ResourceNotFoundException, (BotoCoreError, ClientError)
 
@@ -60,7 +63,7 @@ def archived_log(
     region: str, log_group: str, pod: str, container: str = CONTAINER
 ) -> ArchivedLog | None:
     """The pod's archived lines in time order, or None when the group has none for it."""
-    import boto3
+    import boto3  # lazy: start-up (boto3)
 
     client = boto3.client("logs", region_name=region)
     missing, failed = _errors(client)
@@ -78,7 +81,7 @@ def archived_log_by_prefix(
 ) -> ArchivedLog | None:
     """The archived lines of the newest pod named `<pod_prefix><random suffix>`, or None.
     FilterLogEvents is then asked for that one stream by its exact name."""
-    import boto3
+    import boto3  # lazy: start-up (boto3)
 
     client = boto3.client("logs", region_name=region)
     missing, failed = _errors(client)

@@ -34,7 +34,7 @@ class JobProgress:
 
 
 def _batch(cluster: Cluster):
-    from kubernetes.client import BatchV1Api
+    from kubernetes.client import BatchV1Api  # lazy: start-up (kubernetes client)
 
     return BatchV1Api(cluster.core.api_client)
 

@@ -25,10 +25,13 @@ def resolve_digest(image: str, ecr_client=None) -> str:
     if not match:
         return image
     if ecr_client is None:
-        import boto3
+        import boto3  # lazy: start-up (boto3)
 
         ecr_client = boto3.client("ecr", region_name=match["region"])
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import (  # lazy: start-up (boto3)
+        BotoCoreError,
+        ClientError,
+    )
 
     try:
         found = ecr_client.describe_images(

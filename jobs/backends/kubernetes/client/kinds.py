@@ -1,11 +1,11 @@
-"""The two job kinds a run can be on the cluster (`job.api`): where each lives in the API, and
-the few things that differ between them (how to suspend one, which container is the trainer's,
-how its pods are labelled). Pure data; jobs/backends/kubernetes/client/state.py reads the
-objects."""
+"""The two job kinds a run can be on the cluster (`job.api`): where each lives in the API, and the
+few things that differ between them (how to suspend one, which container is the trainer's, how its
+pods are labelled). Pure data; jobs/backends/kubernetes/client/state.py reads the objects."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,11 @@ class JobKind:
     """The trainer's container in each pod."""
     operator: str
     """What installs it, for messages."""
+    suspend_path: tuple[str, ...]
+    """Where `suspend` lives under the job's `spec`."""
+    runs_on_jobset: bool
+    """Its pods are a JobSet's (found by the JobSet's labels, the newest restart attempt first;
+    the JobSet counts restarts), not pods the operator names by node rank."""
 
     @property
     def api_version(self) -> str:
@@ -31,9 +36,17 @@ class JobKind:
 
     def suspend_patch(self) -> dict:
         """The merge patch that suspends a job of this kind (its pods are deleted)."""
-        if self.api == "trainjob":
-            return {"spec": {"suspend": True}}
-        return {"spec": {"runPolicy": {"suspend": True}}}
+        patch: Any = True
+        for key in reversed(("spec", *self.suspend_path)):
+            patch = {key: patch}
+        return patch
+
+    def is_suspended(self, job: dict) -> bool:
+        """Whether the job object's spec asks for it to be suspended."""
+        value: Any = job.get("spec") or {}
+        for key in self.suspend_path:
+            value = (value or {}).get(key)
+        return bool(value)
 
 
 PYTORCHJOB = JobKind(
@@ -44,6 +57,8 @@ PYTORCHJOB = JobKind(
     "pytorchjobs",
     "pytorch",
     "the Kubeflow training operator v1 (trainstack:trainingOperator: pytorchjob)",
+    suspend_path=("runPolicy", "suspend"),
+    runs_on_jobset=False,
 )
 TRAINJOB = JobKind(
     "trainjob",
@@ -53,6 +68,8 @@ TRAINJOB = JobKind(
     "trainjobs",
     "node",
     "Kubeflow Trainer v2 (the infra stack installs it)",
+    suspend_path=("suspend",),
+    runs_on_jobset=True,
 )
 KINDS = {kind.api: kind for kind in (TRAINJOB, PYTORCHJOB)}
 BY_KIND = {kind.kind: kind for kind in KINDS.values()}

@@ -123,7 +123,7 @@ def nominal_quota(cluster_queue: dict) -> dict[str, float]:
 
 
 def parse_quantity(text: str) -> float:
-    from kubernetes.utils import parse_quantity as parse
+    from kubernetes.utils import parse_quantity as parse  # lazy: start-up (kubernetes client)
 
     try:
         return float(parse(text))

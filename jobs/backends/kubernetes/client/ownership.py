@@ -6,6 +6,7 @@ with one line (409 in the Training API, exit 2 on the CLI) and left exactly as i
 from __future__ import annotations
 
 from jobs.errors import BackendError
+from jobs.spec import OWNER_LABEL
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "trainstack"
@@ -38,7 +39,6 @@ def ensure_owned_by(action: str, name: str, obj, user: str | None) -> None:
 
     A courtesy on the CLI, not a boundary: whoever holds the kubeconfig can change any
     object RBAC lets them; `--force` (`backend.others_runs=true`) acts anyway."""
-    from jobs.spec import OWNER_LABEL
 
     if obj is None:
         return

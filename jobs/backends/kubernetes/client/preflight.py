@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
 from jobs.backends.kubernetes.client.kinds import PYTORCHJOB, RUNTIME_PLURAL, TRAINJOB, JobKind
+from jobs.backends.kubernetes.client.kueue import get_cluster_queue, get_local_queue, nominal_quota
+from jobs.backends.kubernetes.client.ownership import labels_of
+from jobs.backends.kubernetes.runtimes import RUNTIME_LABELS
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -148,9 +151,6 @@ PART_OF = "app.kubernetes.io/part-of"
 
 
 def _check_runtime(cluster: Cluster, name: str) -> str | None:
-    from jobs.backends.kubernetes.client.ownership import labels_of
-    from jobs.backends.kubernetes.runtimes import RUNTIME_LABELS
-
     found = cluster.call_or_none(
         f"get ClusterTrainingRuntime {name}",
         cluster.custom.get_cluster_custom_object,
@@ -274,11 +274,6 @@ def _requested_per_node(cluster: Cluster, warnings: list[str]) -> dict[str, dict
 def _check_queue(cluster: Cluster, request: PreflightRequest, warnings: list[str]) -> str | None:
     """The LocalQueue exists; the job fits its ClusterQueue's nominal quota at all (else
     Kueue would hold it forever)."""
-    from jobs.backends.kubernetes.client.kueue import (
-        get_cluster_queue,
-        get_local_queue,
-        nominal_quota,
-    )
 
     if request.queue is None:
         return None

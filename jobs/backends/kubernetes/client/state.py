@@ -101,10 +101,7 @@ def finished_at(job: dict) -> str | None:
 
 
 def is_suspended(job: dict) -> bool:
-    spec = job.get("spec") or {}
-    if kind_of(job).api == "trainjob":
-        return bool(spec.get("suspend"))
-    return bool((spec.get("runPolicy") or {}).get("suspend"))
+    return kind_of(job).is_suspended(job)
 
 
 def nodes(job: dict) -> int:

@@ -107,7 +107,7 @@ def delete_job(
 ) -> None:
     """Delete the job and (`wait`) block, bounded, until it and its dependents are gone
     (Foreground: the job stays, with a deletionTimestamp, until its pods are deleted)."""
-    from kubernetes.client import V1DeleteOptions
+    from kubernetes.client import V1DeleteOptions  # lazy: start-up (kubernetes client)
 
     cluster.call_or_none(
         f"delete {kind.kind} {cluster.namespace}/{name}",

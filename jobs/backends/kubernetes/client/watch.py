@@ -120,7 +120,7 @@ def wait_for_end(
     How long a run may take is the job's own business (`job.active_deadline_seconds`).
     `cancel` set: raises FollowCancelled within moments, its watch closed.
     """
-    from kubernetes import watch
+    from kubernetes import watch  # lazy: start-up (kubernetes client)
 
     last_state = None
 
@@ -205,7 +205,7 @@ def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
     """The current pod of node rank `rank` (ValueError for a rank the job does not have). A
     PyTorchJob's pods are named by rank; a TrainJob's are its JobSet's, found by the JobSet's
     and the Indexed Job's labels, the newest restart attempt first."""
-    if kind_of(job).api == "pytorchjob":
+    if not kind_of(job).runs_on_jobset:
         return _get_pod(cluster, pod_name(job, rank))
     check_rank(job, rank)
     name = job["metadata"]["name"]
@@ -232,7 +232,7 @@ def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
 
 def rank_pod_label(job: dict, rank: int) -> str:
     """How messages name a rank's pod."""
-    if kind_of(job).api == "pytorchjob":
+    if not kind_of(job).runs_on_jobset:
         return pod_name(job, rank)
     return f"{job['metadata']['name']} rank {rank}"
 
@@ -279,7 +279,7 @@ def follow_log(
 
 
 def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_stream, kind):
-    from kubernetes import watch
+    from kubernetes import watch  # lazy: start-up (kubernetes client)
 
     yielded: dict[str, int] = {}
     drained: set[str] = set()  # containers of ended pods read to their end: nothing more comes
@@ -344,7 +344,10 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
 
 
 def _read_timed_out(exc: BaseException) -> bool:
-    from urllib3.exceptions import ProtocolError, ReadTimeoutError
+    from urllib3.exceptions import (  # lazy: start-up (kubernetes client)
+        ProtocolError,
+        ReadTimeoutError,
+    )
 
     seen: BaseException | None = exc
     while seen is not None:  # urllib3 wraps the socket timeout in ProtocolError mid-stream

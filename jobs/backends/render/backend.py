@@ -1,22 +1,22 @@
-"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`.
-`kubectl apply -f <path>` submits what `backend=kubernetes` would: an ECR image tag is pinned
-to its digest as the kubernetes backend pins it at submit (jobs/backends/kubernetes/client/ecr.py;
-one read-only
+"""The render backend: kubectl-applyable YAML under `<backend.output_root>/<run_id>/`. `kubectl
+apply -f <path>` submits what `backend=kubernetes` would: an ECR image tag is pinned to its digest
+as the kubernetes backend pins it at submit (jobs/backends/kubernetes/client/ecr.py; one read-only
 DescribeImages with this user's credentials), or, where it cannot be resolved from here (no
-credentials or network), kept with one line saying so. No cluster is contacted, and no clock
-is read: the same config renders byte-identical files (GitOps diffs)."""
+credentials or network), kept with one line saying so. No cluster is contacted, and no clock is
+read: the same config renders byte-identical files (GitOps diffs)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
+from jobs.backends.kubernetes.client.ecr import ECR_IMAGE, pin_images, resolve_digest
 from jobs.backends.kubernetes.manifest_checks import JOBS_EXTRA, schemas_installed
 from jobs.backends.kubernetes.manifests import to_yaml
 from jobs.materialize import MaterializedJob
-from jobs.workdir import store_code
 
 MANIFEST_FILE = "manifests.yaml"
 
@@ -29,19 +29,17 @@ ECR_TIMEOUTS = {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attem
 
 def digest_or_tag(image: str) -> str:
     """The kubernetes backend's pin (jobs.backends.kubernetes.client.ecr.resolve_digest), or the tag
-    kept, once with
-    a one-line note, when ECR cannot be asked from here."""
+    kept, once with a one-line note, when ECR cannot be asked from here."""
     if image in _PINNED:
         return _PINNED[image]
-    from jobs.backends.kubernetes.client.ecr import ECR_IMAGE, resolve_digest
 
     match = ECR_IMAGE.match(image)
     if match is None:  # another registry, or already a digest: rendered as given
         _PINNED[image] = image
         return image
     try:
-        import boto3
-        from botocore.config import Config
+        import boto3  # lazy: start-up (boto3)
+        from botocore.config import Config  # lazy: start-up (boto3)
 
         client = boto3.client("ecr", region_name=match["region"], config=Config(**ECR_TIMEOUTS))
         _PINNED[image] = resolve_digest(image, client)
@@ -63,12 +61,14 @@ class RenderBackend:
     def __init__(self, output_root: str = "runs"):
         self.output_root = Path(output_root)
 
+    @classmethod
+    def from_config(cls, cfg: Any) -> RenderBackend:
+        return cls(output_root=cfg.backend.output_root)
+
     def manifest_path(self, run_id: str) -> Path:
         return self.output_root / run_id / MANIFEST_FILE
 
     def dryrun(self, job: MaterializedJob) -> DryRun:
-        from jobs.backends.kubernetes.client.ecr import pin_images
-
         if job.manifests is None:
             raise BackendError("render: the job was materialized without manifests")
         manifests = pin_images(job.manifests, resolve=digest_or_tag)
@@ -105,7 +105,7 @@ class RenderBackend:
         be done from here (no AWS credentials), beside the manifests, with the one command
         that uploads it to where the pods fetch it (before `kubectl apply`)."""
         try:
-            store_code(job)
+            job.store_code()
         except BackendError as err:
             if job.code is None or job.spec.code is None:
                 raise
@@ -160,3 +160,6 @@ class RenderBackend:
 
     def cancel(self, run_id: str) -> None:
         """Nothing runs, so nothing to stop (idempotent by construction)."""
+
+
+BACKEND = RenderBackend
