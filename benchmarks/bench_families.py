@@ -82,7 +82,8 @@ def _family_throughput(family: str, out: Path) -> dict:
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM
 
-    from trainer.hf.config import model_args_from_hf, read_hf_config
+    from contract.model.hf_config import model_args_from_hf
+    from trainer.hf.config import read_hf_config
     from trainer.hf.weights import check_checkpoint, load_hf_weights, local_reader
     from trainer.model.model import Transformer
 
@@ -158,7 +159,8 @@ def _train(work: Path, source: Path, corpus: Path, name: str, *extra: str) -> di
 
 
 def _params(source: Path) -> int:
-    from trainer.hf.config import model_args_from_hf, read_hf_config
+    from contract.model.hf_config import model_args_from_hf
+    from trainer.hf.config import read_hf_config
 
     return model_args_from_hf(read_hf_config(str(source)), str(source)).num_params()
 

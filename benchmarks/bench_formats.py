@@ -99,9 +99,9 @@ def _worker(work: Path, out: Path) -> None:
 
     from contract.config import DataConfig
     from contract.model.args import MODEL_PRESETS
+    from contract.plan import Plan
     from trainer.data import IGNORE_INDEX, PackedSequences, TrainBatches, load_corpus
     from trainer.distributed import init_distributed, shutdown
-    from trainer.job_config import Plan
     from trainer.model.model import Transformer
     from trainer.parallelize import parallelize
     from trainer.tokenizer import ByteTokenizer

@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from contract.model.hf_config import model_args_from_hf
 from trainer.distributed import init_distributed, shutdown
-from trainer.hf.config import model_args_from_hf, read_hf_config
+from trainer.hf.config import read_hf_config
 from trainer.hf.load import load_init_from
 from trainer.model.model import Transformer
 from trainer.parallelize import parallelize

@@ -1,7 +1,7 @@
 """The trainer's configuration: one dataclass per section, every default defined here once.
 
 The trainer reads one YAML file (`--config PATH`) plus `key=value` overrides and merges them
-onto `TrainerJobConfig` with OmegaConf, so unknown keys and wrong types are errors. The job
+onto `RunConfig` with OmegaConf, so unknown keys and wrong types are errors. The job
 launcher (`jobs/`) writes exactly this structure; its Hydra groups `model`, `data` and `trainer`
 map one-to-one onto the sections below.
 
@@ -278,7 +278,7 @@ class TrainerConfig:
 
 
 @dataclass
-class TrainerJobConfig:
+class RunConfig:
     """The whole file passed as `--config`."""
 
     run_dir: str = "runs/default"

@@ -5,7 +5,7 @@ s3:// prefix). The trainer writes `config.yaml`, `logs/` and `checkpoints/`; the
 from __future__ import annotations
 
 CONFIG_FILE = "config.yaml"
-"""The resolved trainer config (`contract.config.TrainerJobConfig`) the run trained with."""
+"""The resolved trainer config (`contract.config.RunConfig`) the run trained with."""
 LOGS_DIR = "logs"
 METRICS_FILE = f"{LOGS_DIR}/metrics.jsonl"
 """One JSON object a line: step metrics and events, appended by rank 0."""

@@ -203,7 +203,7 @@ def run_point(cfg: Any, job: MaterializedJob | None) -> tuple[int, PointResult]:
             print(f"\n== point {index}: {' '.join(result.overrides)}", flush=True)
         result.exit_code = run_job(backend, job, brief=brief)
         result.state = backend.status(job.run_id).state
-        if job.cfg.backend.name == "local":
+        if not backends.traits_of(job.cfg.backend.name).pods:  # the run dir is here
             result.loss = last_loss(job.spec.run_dir)
     except Exception as err:  # reported per point in the summary
         result.error = str(err).splitlines()[0] if str(err) else type(err).__name__

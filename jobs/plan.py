@@ -14,15 +14,15 @@ from catalog import SPOT_DISCOUNT, get_instance_type
 from contract.gpu_peaks import gpu_peak_flops
 from contract.model.args import MODEL_PRESETS, stated_args
 from contract.model.families import PROJECTIONS
+from contract.model.hf_config import model_args_from_hf, unsupported
 from contract.plan import model_label, tokenizer_source
 from jobs.runners import runner_for
 from jobs.validate_inputs import inside_image
 from trainer.errors import ConfigError
-from trainer.hf.config import model_args_from_hf, unsupported
 
 if TYPE_CHECKING:
+    from contract.plan import Plan as TrainerPlan
     from jobs.spec import JobSpec
-    from trainer.job_config import Plan as TrainerPlan
 
 ASSUMED_MFU = 0.35
 """Typical FSDP2 Llama MFU on H100/A100 at these sizes; used only without a step time."""

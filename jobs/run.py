@@ -6,6 +6,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from jobs.backends import traits_of
 from jobs.backends.base import SUCCEEDED, BackendError
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ _WARNED_LOCK = threading.Lock()
 
 def follows(job: MaterializedJob) -> bool:
     """Local runs stream their progress; cluster runs only with --wait."""
-    return job.cfg.backend.name == "local" or bool(job.cfg.backend.wait)
+    return not traits_of(job.cfg.backend.name).pods or bool(job.cfg.backend.wait)
 
 
 def _exists(backend: Backend, run_id: str) -> bool:
@@ -56,7 +57,7 @@ def run_job(
     if _exists(backend, job.run_id):
         print(f"run {job.run_id} exists: resuming from its latest checkpoint", flush=True)
     run_id = backend.schedule(request)
-    if backend.name == "render":  # written, not run: nothing is scheduled anywhere
+    if not traits_of(backend.name).submits:  # written, not run: nothing is scheduled anywhere
         print(f"rendered to {request.extra['path']}")
         return 0
     if "path" in request.extra:

@@ -122,7 +122,7 @@ class JobSpec:
     labels: dict[str, str]
     annotations: dict[str, str]
     trainer_config: dict[str, Any]
-    """Exactly the file the trainer reads (`contract.config.TrainerJobConfig`)."""
+    """Exactly the file the trainer reads (`contract.config.RunConfig`)."""
     config_hash: str
     kubernetes_version: str
     api: str = "trainjob"

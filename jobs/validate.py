@@ -47,7 +47,7 @@ from jobs.validate_trainer import check_trainer
 __all__ = ["JobConfigError", "validate_job"]
 
 if TYPE_CHECKING:
-    from trainer.job_config import Plan as TrainerPlan
+    from contract.plan import Plan as TrainerPlan
 
 
 def check_backend(cfg: Any) -> None:

@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from contract.config import TrainerJobConfig
+from contract import plan as trainer_plans  # looked up per call: tests count the plans
+from contract.config import RunConfig
 from jobs.errors import JobConfigError
 from jobs.run_dirs import on_fsx
 from jobs.spec import procs_per_node
-from trainer import job_config as trainer_plans  # looked up per call: tests count the plans
 from trainer.errors import ConfigError
 from trainer.hf.config import read_hf_config
 from trainer.hf.hub import check_access
 
 if TYPE_CHECKING:
-    from trainer.job_config import Plan as TrainerPlan
+    from contract.plan import Plan as TrainerPlan
 from jobs.validate_common import in_pods
 from jobs.validate_compute import data_parallel_sizes
 
@@ -31,7 +31,7 @@ def check_trainer(cfg: Any) -> TrainerPlan:
     # The composed sections are already typed by the schema: turn them into the trainer's
     # dataclasses directly (a fresh OmegaConf merge would double the cost of a sweep point).
     try:
-        trainer_cfg = TrainerJobConfig(
+        trainer_cfg = RunConfig(
             seed=cfg.seed,
             model=OmegaConf.to_object(cfg.model),
             data=OmegaConf.to_object(cfg.data),

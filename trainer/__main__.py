@@ -16,13 +16,13 @@ import time
 
 from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
 from trainer.errors import ConfigError
-from trainer.job_config import load_config
 from trainer.lifeline import AGENT_PID_ENV, die_with_parent
+from trainer.run_config import load_config
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="the job's YAML (TrainerJobConfig)")
+    parser.add_argument("--config", required=True, help="the job's YAML (RunConfig)")
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. trainer.max_steps=100")
     args = parser.parse_args(argv)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker: never outlive the agent

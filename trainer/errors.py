@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 
+# The contract's class itself (not a subclass): the config checks the launcher runs raise it,
+# and every `except ConfigError` in the trainer catches them.
+from contract.errors import ConfigError
 
-class ConfigError(Exception):
-    """Bad configuration or data. `python -m trainer` prints it alone and exits 2."""
+__all__ = ["ConfigError", "warn"]
 
 
 def warn(message: str) -> None:

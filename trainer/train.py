@@ -13,8 +13,8 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
-from contract.config import EXIT_OK, EXIT_PREEMPTED, TrainerJobConfig
-from contract.plan import tokenizer_source
+from contract.config import EXIT_OK, EXIT_PREEMPTED, RunConfig
+from contract.plan import Plan, make_plan, tokenizer_source
 from contract.run_dir import CONFIG_FILE
 from trainer.checkpoint import Checkpointer, resume_newest
 from trainer.checkpoint.checkpointer import FAILED, CheckpointError, describe, format_failures
@@ -37,7 +37,6 @@ from trainer.hf.config import read_hf_config
 from trainer.hf.export import export_run
 from trainer.hf.hub import download, is_hub
 from trainer.hf.load import check_local_init_from, fetch_tokenizer, keep_model_files, load_init_from
-from trainer.job_config import Plan, make_plan
 from trainer.loss import loss_sum, step_targets
 from trainer.memory import window_peak_memory
 from trainer.metrics import MetricsLogger
@@ -60,7 +59,7 @@ from trainer.train_state import (
 )
 
 
-def run(cfg: TrainerJobConfig) -> int:
+def run(cfg: RunConfig) -> int:
     # 1. Everything that can be wrong with the input, before any rank, file or checkpoint.
     stop = StopSignal()
     hub_id = cfg.model.init_from if is_hub(cfg.model.init_from) else None
@@ -134,7 +133,7 @@ def run(cfg: TrainerJobConfig) -> int:
 
 def _initialize(
     model: Transformer,
-    cfg: TrainerJobConfig,
+    cfg: RunConfig,
     plan: Plan,
     env: Distributed,
     *,
@@ -157,7 +156,7 @@ def _initialize(
     return f"initialized from {source}: {read / 2**20:.1f} MiB read by rank 0 in {took:.2f}s"
 
 
-def _resume_source(cfg: TrainerJobConfig, plan: Plan, own_steps: list[int]) -> ResumeSource | None:
+def _resume_source(cfg: RunConfig, plan: Plan, own_steps: list[int]) -> ResumeSource | None:
     """`trainer.resume_from`, checked before any rank starts: a committed checkpoint whose
     files are whole and whose tensors fit the model (else exit 2). None when unset or once the
     run has a committed checkpoint of its own (a restart resumes from its own)."""
@@ -172,7 +171,7 @@ def _resume_source(cfg: TrainerJobConfig, plan: Plan, own_steps: list[int]) -> R
     return source
 
 
-def _meta_model(cfg: TrainerJobConfig, plan: Plan) -> Transformer:
+def _meta_model(cfg: RunConfig, plan: Plan) -> Transformer:
     """The model `plan` describes on the meta device (no memory), with `model.lora`'s adapters
     when its rank is set: what `run` shards and what a resume_from checkpoint must fit."""
     with torch.device("meta"):
@@ -216,7 +215,7 @@ def _start_from(parts: Parts, source: ResumeSource) -> Progress:
 class Parts:
     """What the loop works with, built by `run`."""
 
-    cfg: TrainerJobConfig
+    cfg: RunConfig
     plan: Plan
     env: Distributed
     model: Transformer

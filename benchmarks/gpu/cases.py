@@ -488,8 +488,9 @@ def compare_logits(source: Path, batch: tuple[int, int]) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from contract.model.hf_config import model_args_from_hf
     from trainer.distributed import init_distributed, shutdown
-    from trainer.hf.config import model_args_from_hf, read_hf_config
+    from trainer.hf.config import read_hf_config
     from trainer.hf.load import load_init_from
     from trainer.model.model import Transformer
     from trainer.parallelize import parallelize

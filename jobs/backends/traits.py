@@ -26,6 +26,9 @@ class BackendTraits:
     on_cluster: bool = False
     """Its runs live on the cluster: consulted only when one is configured, and shared with
     other users (whose runs `trainstack runs` leaves out unless asked)."""
+    submits: bool = True
+    """Scheduling starts the run somewhere; False: the job is only written out (render), so
+    there is nothing to follow or resume."""
     launcher: str = "trainstack"
     """The Hydra launcher family that runs a multirun's points: `trainstack` (validate every
     point, then run them here) or `kubernetes` (submit every point)."""

@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.backends import traits_of
 from jobs.errors import JobConfigError
 from jobs.runners.base import Runner, RunnerOptions, check_env, plain
 from jobs.runners.program import format_arg
@@ -76,7 +77,7 @@ def check_command(cfg: Any) -> None:
                 f"{value!r} is not a single value; allowed: a string, number or boolean "
                 "(passed as --key=value)",
             )
-    remote_pods = cfg.backend.name != "local"
+    remote_pods = traits_of(cfg.backend.name).pods
     if options.workdir is not None and remote_pods and not cfg.storage.root.startswith("s3://"):
         raise JobConfigError(
             "storage.root",

@@ -27,8 +27,9 @@ from benchmarks.gpu.cases import (
 )
 from benchmarks.gpu.check import NOT_ON_DEVICE, WHEELS, child_env
 from benchmarks.gpu.plan import CASES, GPU, TRAIN_ROWS
+from contract.plan import make_plan
 from trainer.hf.config import read_hf_config
-from trainer.job_config import load_config, make_plan
+from trainer.run_config import load_config
 from trainer.runners.hf.settings import check_supported, training_arguments
 
 REPO = Path(__file__).resolve().parents[2]

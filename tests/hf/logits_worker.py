@@ -18,9 +18,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from contract.checkpoints import step_dir
+from contract.model.hf_config import model_args_from_hf
 from testing_support.hf_models import fixed_batch
 from trainer.distributed import init_distributed, shutdown
-from trainer.hf.config import model_args_from_hf, read_hf_config
+from trainer.hf.config import read_hf_config
 from trainer.hf.load import load_init_from
 from trainer.model.lora import add_lora
 from trainer.model.model import Transformer

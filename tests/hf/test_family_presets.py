@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from contract.model.args import MODEL_PRESETS, model_args_from_config
+from contract.model.hf_config import model_args_from_hf
 from jobs.compose import compose
-from trainer.hf.config import hf_config_from_args, model_args_from_hf
+from trainer.hf.config import hf_config_from_args
 
 FAMILY_PRESETS = [
     "qwen3_0_6b", "qwen3_4b", "qwen3_8b", "qwen2_5_7b", "mistral_7b", "smollm2_135m",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.model.hf_config import model_args_from_hf
 from testing_support.hf_models import (
     assert_close,
     build_family,
@@ -21,7 +22,6 @@ from tests.hf.test_hf_finetune_export import finetune_args
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps
 from trainer.errors import ConfigError
-from trainer.hf.config import model_args_from_hf
 
 CASES = {
     "qwen2-tied": ("qwen2", True, {}),

@@ -13,6 +13,7 @@ import torch
 import yaml
 from safetensors import safe_open
 
+from contract.model.hf_config import model_args_from_hf
 from testing_support.hf_models import (
     assert_close,
     build_llama,
@@ -22,7 +23,6 @@ from testing_support.hf_models import (
 )
 from tests.hf.test_hf_load import trainer_logits
 from tests.trainer.harness import committed_steps
-from trainer.hf.config import model_args_from_hf
 
 
 def finetune_args(source: str, corpus: Path, *extra: str) -> list[str]:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from contract.model.args import MODEL_PRESETS
+from contract.model.hf_config import model_args_from_hf
 from jobs.validate import JobConfigError
 from testing_support.hf_models import build_llama
 from tests.jobs.conftest import CLUSTER, SAMPLE_DATA, build
-from trainer.hf.config import model_args_from_hf, read_hf_config
+from trainer.hf.config import read_hf_config
 from trainer.storage.s3 import S3Storage
 
 S3_MODEL = "s3://models/Meta-Llama-3.1-8B-Instruct"

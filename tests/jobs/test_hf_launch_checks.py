@@ -62,7 +62,8 @@ def test_the_plan_says_how_many_parameters_lora_trains(tmp_path):
 
 
 def _args(job):
-    from trainer.hf.config import read_hf_config, resolve_init_from_args
+    from contract.model.hf_config import resolve_init_from_args
+    from trainer.hf.config import read_hf_config
 
     return resolve_init_from_args(job.cfg.model, read_hf_config(job.cfg.model.init_from))
 

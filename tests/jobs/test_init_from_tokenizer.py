@@ -12,7 +12,7 @@ from contract.plan import tokenizer_source
 from jobs.validate import JobConfigError
 from testing_support.hf_models import build_llama, word_corpus
 from tests.jobs.conftest import build
-from trainer.job_config import load_config
+from trainer.run_config import load_config
 from trainer.tokenizer import build_tokenizer
 
 

@@ -12,11 +12,11 @@ import yaml
 
 from contract.model.args import ARCH_FIELDS, MODEL_PRESETS, ModelArgs, RopeScaling
 from contract.model.args import model_args_from_config as trainer_model_args
+from contract.model.hf_config import model_args_from_hf
 from jobs.compose import CONF_DIR, compose
 from jobs.validate import JobConfigError
 from testing_support.hf_models import build_llama
 from tests.jobs.conftest import CLUSTER, build
-from trainer.hf.config import model_args_from_hf
 
 MODEL_OPTIONS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml") if p.stem != "hf")
 P5 = ["compute=p5.48xlarge", *CLUSTER]
@@ -167,7 +167,7 @@ def test_stated_keys_contradicting_config_json_are_refused(hf_dir, overrides, me
 
 @pytest.mark.parametrize("option", MODEL_OPTIONS)
 def test_the_trainer_reads_the_rendered_record_back_to_the_same_model(option, tmp_path: Path):
-    from trainer.job_config import load_config
+    from trainer.run_config import load_config
 
     job = build([f"model={option}", *P5])
     path = tmp_path / "config.yaml"

@@ -100,11 +100,11 @@ def test_hf_runner_finetunes_resumes_after_sigkill_and_exports(workdir, monkeypa
 def test_training_arguments_follow_the_built_in_keys(tmp_path):
     from omegaconf import OmegaConf
 
-    from contract.config import TrainerJobConfig
+    from contract.config import RunConfig
 
     cfg = OmegaConf.to_object(
         OmegaConf.merge(
-            OmegaConf.structured(TrainerJobConfig),
+            OmegaConf.structured(RunConfig),
             {
                 "trainer": {
                     "lr": 3e-4,

@@ -176,7 +176,7 @@ def test_real_process_exit_code_and_single_line(job):
 
 def test_config_checks_stay_torch_free():
     """`jobs` runs these checks at launch; they must not pull in torch."""
-    code = "import sys, trainer.job_config; print('torch' in sys.modules)"
+    code = "import sys, contract.plan, trainer.run_config; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.stdout.strip() == "False", proc.stderr
 

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 
 from contract.config import DataConfig
 from contract.model.args import ModelArgs
+from contract.plan import Plan
 from tests.trainer.hf_tokenizers import llama3_style
 from trainer.data import IGNORE_INDEX, Batch, PackedSequences, TokenStream, load_corpus
-from trainer.job_config import Plan
 from trainer.model.model import Transformer
 from trainer.tokenizer import build_tokenizer
 from trainer.train import _evaluate, _train_step

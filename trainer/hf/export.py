@@ -28,11 +28,12 @@ from omegaconf import OmegaConf
 
 from contract import run_dir as run_layout
 from contract.checkpoints import METADATA, step_dir
-from contract.config import TrainerJobConfig
+from contract.config import RunConfig
 from contract.model.args import ModelArgs, model_args_from_config
+from contract.model.hf_config import CONFIG_FILE, model_args_from_hf
 from trainer.checkpoint.layout import committed_steps
 from trainer.errors import ConfigError
-from trainer.hf.config import CONFIG_FILE, hf_config_from_args, model_args_from_hf
+from trainer.hf.config import hf_config_from_args
 from trainer.hf.dcp_read import CheckpointTensors
 from trainer.hf.export_lora import (
     ADAPTER_CONFIG,
@@ -84,7 +85,7 @@ def run_model(storage: RunStorage) -> tuple[ModelArgs, dict | None]:
         saved = OmegaConf.create(storage.read_text(run_layout.CONFIG_FILE))
     except StorageNotFoundError:
         raise ConfigError(f"RUN: {storage.root} has no config.yaml (not a run dir)") from None
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), saved))
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), saved))
     return model_args_from_config(cfg.model), None  # type: ignore[union-attr]
 
 

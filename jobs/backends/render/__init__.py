@@ -8,4 +8,5 @@ TRAITS = BackendTraits(
     describe="write kubectl-applyable YAML to <backend.output_root>/<run_id>/manifests.yaml",
     pods=True,
     writes_output_root=True,
+    submits=False,
 )

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.config import TrainerJobConfig
+from contract.config import RunConfig
+from contract.plan import grad_accum_steps
 from trainer.errors import ConfigError
-from trainer.job_config import grad_accum_steps
 
 
-def check_supported(cfg: TrainerJobConfig) -> None:
+def check_supported(cfg: RunConfig) -> None:
     """Keys whose meaning transformers.Trainer cannot give: refused, not ignored."""
     if cfg.data.mixture:
         raise ConfigError("data.mixture: runner=hf reads one source; allowed: data.path")
@@ -19,7 +19,7 @@ def check_supported(cfg: TrainerJobConfig) -> None:
 
 
 def training_arguments(
-    cfg: TrainerJobConfig, *, output_dir: str, world: int, cuda: bool
+    cfg: RunConfig, *, output_dir: str, world: int, cuda: bool
 ) -> dict[str, Any]:
     """Keyword arguments of TrainingArguments for this job on `world` ranks."""
     trainer = cfg.trainer

@@ -27,7 +27,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, PeftSettings, TrainerJobConfig
+from contract.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED, PeftSettings, RunConfig
 from contract.plan import tokenizer_source
 from contract.run_dir import CHECKPOINTS, METRICS_FILE
 from trainer.data import open_training_data
@@ -61,11 +61,11 @@ def _say(message: str) -> None:
     print(f"[runner=hf] {message}", file=sys.stderr, flush=True)
 
 
-def load(path: str) -> tuple[TrainerJobConfig, PeftSettings]:
+def load(path: str) -> tuple[RunConfig, PeftSettings]:
     raw = yaml.safe_load(Path(path).read_text())
     runner = raw.pop("runner", {}) or {}
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainerJobConfig), raw)
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), raw)
         cfg = OmegaConf.to_object(merged)
         peft = OmegaConf.to_object(
             OmegaConf.merge(OmegaConf.structured(PeftSettings), runner.get("peft") or {})
@@ -99,9 +99,7 @@ def _local_dir(source: str, kind: str) -> str:
     return str(local)
 
 
-def _callbacks(
-    metrics: Path, tokens_per_step: int, stop: StopFlag, cfg: TrainerJobConfig
-) -> list[Any]:
+def _callbacks(metrics: Path, tokens_per_step: int, stop: StopFlag, cfg: RunConfig) -> list[Any]:
     from transformers import TrainerCallback  # lazy: transformers: seconds, after the config checks
 
     class Contract(TrainerCallback):
@@ -170,7 +168,7 @@ def _callbacks(
     return [Contract()]
 
 
-def _export(trainer: Any, peft: PeftSettings, cfg: TrainerJobConfig, tokenizer_dir: str) -> None:
+def _export(trainer: Any, peft: PeftSettings, cfg: RunConfig, tokenizer_dir: str) -> None:
     """The final weights as a Hugging Face directory in <run_dir>/export/ (LoRA merged),
     written aside and renamed (a local run dir) or uploaded (s3://)."""
     run_dir = cfg.run_dir
@@ -201,7 +199,7 @@ def _export(trainer: Any, peft: PeftSettings, cfg: TrainerJobConfig, tokenizer_d
     os.replace(work, final)
 
 
-def run(cfg: TrainerJobConfig, peft: PeftSettings) -> int:
+def run(cfg: RunConfig, peft: PeftSettings) -> int:
     from transformers import (  # lazy: transformers: seconds, after the config checks
         AutoConfig,
         AutoModelForCausalLM,
