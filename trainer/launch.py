@@ -142,17 +142,17 @@ def _tell_workers_the_round(agent_class: type) -> None:
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed import DistNetworkError  # lazy: torch; jobs imports this module
     from torch.distributed.elastic.agent.server.local_elastic_agent import (
-        LocalElasticAgent,  # lazy: torch; jobs imports this module
-    )
+        LocalElasticAgent,
+    )  # lazy: torch; jobs imports this module
     from torch.distributed.elastic.multiprocessing.api import (
-        SignalException,  # lazy: torch; jobs imports this module
-    )
+        SignalException,
+    )  # lazy: torch; jobs imports this module
     from torch.distributed.elastic.multiprocessing.errors import (
-        ChildFailedError,  # lazy: torch; jobs imports this module
-    )
+        ChildFailedError,
+    )  # lazy: torch; jobs imports this module
     from torch.distributed.elastic.rendezvous.api import (
-        RendezvousError,  # lazy: torch; jobs imports this module
-    )
+        RendezvousError,
+    )  # lazy: torch; jobs imports this module
     from torch.distributed.run import main as torchrun  # lazy: torch; jobs imports this module
 
     os.environ.update(rendezvous_env(os.environ))

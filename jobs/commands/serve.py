@@ -78,12 +78,12 @@ def fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.api.auth import (  # lazy: fastapi, for serve alone
+    from jobs.api.auth import (
         MIN_TOKEN_CHARS,
         TokenConfigError,
         TokenHashes,
         token_hash,
-    )
+    )  # lazy: fastapi, for serve alone
 
     if args.hash_token:
         token = sys.stdin.readline().strip()
