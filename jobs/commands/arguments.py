@@ -7,10 +7,16 @@ module is light keeps its `add_arguments` in it (ADD_ARGUMENTS lists the others)
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 DEFAULT_SLICES = 16
 """`trainstack data prepare --slices` on Kubernetes when not given."""
+TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
+"""`trainstack serve --token-hashes` when not given."""
+ADMINS_ENV = "TRAINSTACK_API_ADMINS"
+"""`trainstack serve --admin` when not given (comma-separated)."""
 
 
 def data(parser: argparse.ArgumentParser) -> None:
@@ -66,8 +72,51 @@ def checkpoints(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def serve(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--token-hashes",
+        type=Path,
+        default=os.environ.get(TOKEN_HASHES_ENV),
+        metavar="DIR",
+        help=f"directory of SHA-256 token hashes (default ${TOKEN_HASHES_ENV})",
+    )
+    parser.add_argument(
+        "--admin",
+        action="append",
+        default=[n for n in os.environ.get(ADMINS_ENV, "").split(",") if n],
+        metavar="NAME",
+        help=f"a user who may cancel anyone's runs (repeatable; default ${ADMINS_ENV}, "
+        "comma-separated)",
+    )
+    parser.add_argument("--no-auth", action="store_true", help="no tokens (loopback only)")
+    parser.add_argument("--hash-token", action="store_true", help="print sha256 of stdin's token")
+    parser.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS: certificate")
+    parser.add_argument("--tls-key", type=Path, metavar="PEM", help="serve HTTPS: private key")
+    parser.add_argument(
+        "--secure-cookies",
+        action="store_true",
+        help="cookies are Secure though this server speaks HTTP (TLS ends at a load balancer)",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        metavar="H[,H...]",
+        help="Host header values served (default: the bind address; '*': any)",
+    )
+    parser.add_argument(
+        "--max-follows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="log follows one user may hold open at a time (default 8)",
+    )
+    parser.add_argument("overrides", nargs="*", help="where the cluster is, e.g. stack=prod")
+
+
 ADD_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "data": data,
     "export": export,
     "checkpoints": checkpoints,
+    "serve": serve,
 }
