@@ -13,5 +13,8 @@ CHECKPOINTS = "checkpoints"
 """One folder per saved step (`contract.checkpoints.step_dir`)."""
 JOB_DIR = "job"
 """The local backend's state: the request, the launch record, the output log."""
+RESTARTS_FILE_ENV = "TRAINSTACK_RESTARTS_FILE"
+"""Where the agent (trainer.launch) writes how many times it restarted the ranks so far (the
+local backend's job/restarts, read by `trainstack status`); unset: not recorded."""
 CODE_DIR = "code"
 """Packed `runner.workdir` archives, `code/<sha256>.tar.gz`."""

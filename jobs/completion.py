@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from jobs.commands import COMMANDS
+from jobs.commands.arguments import ADD_ARGUMENTS
 
 RUN_COMMANDS = ("status", "logs", "cancel", "checkpoints", "export", "plot")
 """Commands whose positional argument is a run id."""
@@ -39,9 +40,10 @@ def typed_line(line: str, point: str | None) -> str:
 
 
 def command_parser(name: str) -> argparse.ArgumentParser:
-    module = importlib.import_module(f"jobs.commands.{name}")
+    """`name`'s parser, without loading what running the command needs (ADD_ARGUMENTS)."""
+    add = ADD_ARGUMENTS.get(name) or importlib.import_module(f"jobs.commands.{name}").add_arguments
     parser = argparse.ArgumentParser(prog=f"trainstack {name}")
-    module.add_arguments(parser)
+    add(parser)
     return parser
 
 

@@ -21,10 +21,10 @@ class JobConfigError(ValueError):
 
 def one_line(err: BaseException) -> str:
     """A Hydra/OmegaConf composition error as `<key>: <problem>[; allowed: ...]`."""
-    from hydra.errors import (  # lazy: hydra; the API's models read this module without it
+    from hydra.errors import (
         InstantiationException,
         MissingConfigException,
-    )
+    )  # lazy: hydra; the API's models read this module without it
 
     if isinstance(err, MissingConfigException) and err.missing_cfg_file:
         group, _, option = err.missing_cfg_file.rpartition("/")

@@ -276,8 +276,7 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    # lazy: hydra (~0.14 s) only where a config is composed; infra and the API read the schema
-    from hydra.core.config_store import ConfigStore
+    from hydra.core.config_store import ConfigStore  # lazy: hydra (~0.14 s), for composing only
 
     OmegaConf.register_new_resolver("required", _required, replace=True)
     store = ConfigStore.instance()

@@ -43,7 +43,15 @@ import signal
 import sys
 from collections.abc import Mapping
 
+from torch.distributed import DistNetworkError
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous.api import RendezvousError
+from torch.distributed.run import main as torchrun
+
 from contract.config import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_PEER_LOST, EXIT_PREEMPTED
+from contract.run_dir import RESTARTS_FILE_ENV
 from trainer.lifeline import AGENT_PID_ENV
 
 
@@ -87,11 +95,6 @@ def _never_restart_bad_input(agent_class: type) -> None:
 
     _monitor_workers.trainstack_wrapped = True  # type: ignore[attr-defined]
     agent_class._monitor_workers = _monitor_workers
-
-
-RESTARTS_FILE_ENV = "TRAINSTACK_RESTARTS_FILE"
-"""Where the agent writes how many times it restarted the ranks so far (the local backend's
-job/restarts, read by `trainstack status`); unset: not recorded."""
 
 
 def _record_restarts(agent_class: type) -> None:
@@ -140,21 +143,6 @@ def _tell_workers_the_round(agent_class: type) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed import DistNetworkError  # lazy: torch; jobs imports this module
-    from torch.distributed.elastic.agent.server.local_elastic_agent import (
-        LocalElasticAgent,  # lazy: torch; jobs imports this module
-    )
-    from torch.distributed.elastic.multiprocessing.api import (
-        SignalException,  # lazy: torch; jobs imports this module
-    )
-    from torch.distributed.elastic.multiprocessing.errors import (
-        ChildFailedError,  # lazy: torch; jobs imports this module
-    )
-    from torch.distributed.elastic.rendezvous.api import (
-        RendezvousError,  # lazy: torch; jobs imports this module
-    )
-    from torch.distributed.run import main as torchrun  # lazy: torch; jobs imports this module
-
     os.environ.update(rendezvous_env(os.environ))
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers' parent: see trainer.lifeline
     _never_restart_bad_input(LocalElasticAgent)

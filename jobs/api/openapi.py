@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
+from jobs.api.app import create_app
+from jobs.api.service import Service
+
 
 def schema() -> dict:
-    from jobs.api.app import create_app
-    from jobs.api.service import Service
-
     return create_app(Service(), tokens=None).openapi()
 
 

@@ -3,6 +3,8 @@
 A command module defines `add_arguments(parser)` and `run(args) -> int` (or `main(argv) -> int`
 when it parses its own arguments, as `launch`, a Hydra app, does); register it with one line
 in COMMANDS (the CLI's dispatcher and tab completion read it).
+A command whose module imports heavy packages (torch, fastapi, Hydra) at its top keeps its
+arguments in jobs/commands/arguments.py (ADD_ARGUMENTS): tab completion reads those alone.
 """
 
 from __future__ import annotations

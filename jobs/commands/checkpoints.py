@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.table import Table
+
 from jobs.backends.base import BackendError
+from jobs.commands import arguments
 from jobs.commands.run_lookup import existing_run_dir, fail
+from trainer.checkpoint import list_checkpoints
+from trainer.storage import StorageError, open_run_storage
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN", help="run id, or a run dir (path or s3:// URI)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        default=[],
-        help="config overrides selecting storage.root, e.g. stack=prod",
-    )
-
+add_arguments = arguments.checkpoints
+"""The CLI builds the parser with it; completion reads jobs.commands.arguments alone."""
 
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -36,12 +34,6 @@ def size(nbytes: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console  # lazy: completion loads this module
-    from rich.table import Table  # lazy: completion loads this module
-
-    from trainer.checkpoint import list_checkpoints  # lazy: torch, for this command alone
-    from trainer.storage import StorageError, open_run_storage  # lazy: completion loads this module
-
     try:
         storage = open_run_storage(existing_run_dir(args.run, args.overrides))
         reports = list_checkpoints(storage)

@@ -12,35 +12,29 @@ import argparse
 import sys
 from pathlib import Path
 
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from contract.config import DataConfig
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.client.api import connect
 from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job
 from jobs.backends.kubernetes.client.ecr import resolve_digest
+from jobs.backends.kubernetes.data_prepare import PrepareJobSpec, job_name, to_manifests
+from jobs.backends.kubernetes.manifest_checks import ManifestError
+from jobs.backends.kubernetes.manifests import to_yaml
+from jobs.commands import arguments
+from jobs.commands.arguments import DEFAULT_SLICES
+from jobs.compose import compose
 from jobs.errors import EXIT_BAD_INPUT, JobConfigError, one_line
 from jobs.grants import check_urls
+from jobs.schema import plain
+from jobs.submission import git_sha
 from trainer.errors import ConfigError
+from trainer.storage import StorageError
 
-DEFAULT_SLICES = 16
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["prepare"], help="prepare: JSONL -> token shards")
-    parser.add_argument("--to", required=True, help="output dataset: a directory or s3://...")
-    parser.add_argument(
-        "--slices",
-        type=int,
-        default=None,
-        help=f"parts of the sources (kubernetes: Job indexes; default {DEFAULT_SLICES}; local: 1)",
-    )
-    parser.add_argument("--parallelism", type=int, default=8, help="kubernetes: pods at once")
-    parser.add_argument("--retries", type=int, default=3, help="kubernetes: retries per slice")
-    parser.add_argument("--cpus", type=int, default=8, help="kubernetes: CPUs (workers) per pod")
-    parser.add_argument("--memory", default="16Gi", help="kubernetes: memory per pod")
-    parser.add_argument("--workers", type=int, default=0, help="local: processes (0: all CPUs)")
-    parser.add_argument("--chunk-mb", type=float, default=16.0, help="MB of text per shard")
-    parser.add_argument("--dryrun", action="store_true", help="print the Job YAML only")
-    parser.add_argument("--wait", action="store_true", help="kubernetes: follow to the end")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. data.path=s3://...")
+add_arguments = arguments.data
+"""The CLI builds the parser with it; completion reads jobs.commands.arguments alone."""
 
 
 def fail(message: str) -> int:
@@ -49,16 +43,6 @@ def fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hydra.errors import (
-        HydraException,
-    )  # lazy: completion loads this module
-    from omegaconf.errors import (
-        OmegaConfBaseException,
-    )  # lazy: completion loads this module
-
-    from jobs.compose import compose  # lazy: completion loads this module
-    from jobs.schema import plain  # lazy: completion loads this module
-
     try:
         cfg = compose(list(args.overrides))
         data = plain(cfg.data)
@@ -67,10 +51,6 @@ def run(args: argparse.Namespace) -> int:
     data["tokenizer"] = data["tokenizer"] or "byte"
     if cfg.backend.name == "local":
         return _here(args, data)
-    from jobs.backends.kubernetes.manifest_checks import (
-        ManifestError,
-    )  # lazy: completion loads this module
-
     try:
         return _on_cluster(args, cfg, data)
     except (BackendError, ManifestError, ValueError) as err:
@@ -78,11 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _here(args: argparse.Namespace, data: dict) -> int:
-    from contract.config import DataConfig  # lazy: completion loads this module
     from trainer.data.prepare import PrepareRequest, prepare  # lazy: tokenizers, for local only
-    from trainer.storage import (
-        StorageError,
-    )  # lazy: completion loads this module
 
     request = PrepareRequest(
         DataConfig(**data), args.to, args.slices or 1, args.workers, args.chunk_mb
@@ -96,15 +72,6 @@ def _here(args: argparse.Namespace, data: dict) -> int:
 
 
 def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
-    from jobs.backends.kubernetes.data_prepare import (
-        PrepareJobSpec,
-        job_name,
-        to_manifests,
-    )  # lazy: completion loads this module
-    from jobs.backends.kubernetes.manifests import to_yaml  # lazy: completion loads this module
-    from jobs.schema import plain  # lazy: completion loads this module
-    from jobs.submission import git_sha  # lazy: completion loads this module
-
     for key, value in (("--to", args.to), ("data.path", data["path"])):
         if not str(value).startswith("s3://"):
             raise ValueError(

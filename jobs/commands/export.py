@@ -11,38 +11,19 @@ from __future__ import annotations
 
 import argparse
 
+from contract.config import EXIT_BAD_INPUT
 from jobs.backends.base import BackendError
+from jobs.commands import arguments
 from jobs.commands.run_lookup import existing_run_dir, fail
+from trainer.errors import ConfigError
+from trainer.storage import StorageError
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_id", metavar="RUN", help="run id, or a run dir (path or s3://)")
-    parser.add_argument(
-        "--to", required=True, metavar="DIR", help="a new directory or s3:// prefix"
-    )
-    parser.add_argument("--step", type=int, help="checkpoint step (default: the newest committed)")
-    parser.add_argument("--dtype", default="bf16", help="bf16 (default) or fp32")
-    parser.add_argument(
-        "--max-shard-gb", type=float, default=2.0, help="safetensors shard size (GiB)"
-    )
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="a LoRA run: write the base with the adapters merged (default: a PEFT adapter)",
-    )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        default=[],
-        help="config overrides selecting where runs are, e.g. stack=prod",
-    )
+add_arguments = arguments.export
+"""The CLI builds the parser with it; completion reads jobs.commands.arguments alone."""
 
 
 def run(args: argparse.Namespace) -> int:
-    from contract.config import EXIT_BAD_INPUT  # lazy: completion loads this module
-    from trainer.errors import ConfigError  # lazy: completion loads this module
-    from trainer.hf.export import export_run  # lazy: torch, for the export alone
-    from trainer.storage import StorageError  # lazy: completion loads this module
+    from trainer.hf.export import export_run  # lazy: torch (seconds); bad flags answer first
 
     if args.max_shard_gb <= 0:
         return fail("export", "--max-shard-gb: must be > 0", EXIT_BAD_INPUT)

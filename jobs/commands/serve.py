@@ -17,59 +17,25 @@ another name.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from jobs.errors import EXIT_BAD_INPUT, one_line
+import uvicorn
 
-TOKEN_HASHES_ENV = "TRAINSTACK_API_TOKEN_HASHES"
-ADMINS_ENV = "TRAINSTACK_API_ADMINS"
+from jobs.api.app import SERVER_OPTIONS, create_app
+from jobs.api.auth import MIN_TOKEN_CHARS, TokenConfigError, TokenHashes, token_hash
+from jobs.api.service import Service
+from jobs.commands import arguments
+from jobs.commands.arguments import TOKEN_HASHES_ENV
+from jobs.errors import EXIT_BAD_INPUT, one_line
+from jobs.submission import BadInput
+
+add_arguments = arguments.serve
+"""The CLI builds the parser with it; completion reads jobs.commands.arguments alone."""
+
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 KEEP_ALIVE_S = 75
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument(
-        "--token-hashes",
-        type=Path,
-        default=os.environ.get(TOKEN_HASHES_ENV),
-        metavar="DIR",
-        help=f"directory of SHA-256 token hashes (default ${TOKEN_HASHES_ENV})",
-    )
-    parser.add_argument(
-        "--admin",
-        action="append",
-        default=[n for n in os.environ.get(ADMINS_ENV, "").split(",") if n],
-        metavar="NAME",
-        help=f"a user who may cancel anyone's runs (repeatable; default ${ADMINS_ENV}, "
-        "comma-separated)",
-    )
-    parser.add_argument("--no-auth", action="store_true", help="no tokens (loopback only)")
-    parser.add_argument("--hash-token", action="store_true", help="print sha256 of stdin's token")
-    parser.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS: certificate")
-    parser.add_argument("--tls-key", type=Path, metavar="PEM", help="serve HTTPS: private key")
-    parser.add_argument(
-        "--secure-cookies",
-        action="store_true",
-        help="cookies are Secure though this server speaks HTTP (TLS ends at a load balancer)",
-    )
-    parser.add_argument(
-        "--allowed-hosts",
-        metavar="H[,H...]",
-        help="Host header values served (default: the bind address; '*': any)",
-    )
-    parser.add_argument(
-        "--max-follows",
-        type=int,
-        default=None,
-        metavar="N",
-        help="log follows one user may hold open at a time (default 8)",
-    )
-    parser.add_argument("overrides", nargs="*", help="where the cluster is, e.g. stack=prod")
 
 
 def fail(message: str) -> int:
@@ -78,13 +44,6 @@ def fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.api.auth import (  # lazy: fastapi, for serve alone
-        MIN_TOKEN_CHARS,
-        TokenConfigError,
-        TokenHashes,
-        token_hash,
-    )
-
     if args.hash_token:
         token = sys.stdin.readline().strip()
         if not token:
@@ -118,11 +77,6 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(err))
     if tokens is not None and tokens.empty:
         return fail(f"--token-hashes {args.token_hashes}: no token hashes in it")
-    import uvicorn  # lazy: the server, for serve alone
-
-    from jobs.api.app import SERVER_OPTIONS, create_app  # lazy: fastapi, for serve alone
-    from jobs.api.service import Service  # lazy: fastapi, for serve alone
-    from jobs.submission import BadInput  # lazy: fastapi, for serve alone
 
     extra = {} if args.max_follows is None else {"max_follows_per_caller": args.max_follows}
     try:

@@ -98,3 +98,23 @@ def test_bash_completes_through_the_installed_script(two_runs):
     assert complete("trainstack", "st") == (["status"], "")
     assert complete("trainstack", "status", "") == (["mine1", "p5x2"], "")
     assert complete("trainstack", "logs", "mine1", "--r") == (["--rank"], "")
+
+
+def test_completing_a_heavy_command_loads_only_its_arguments(tmp_path):
+    """<TAB> after `trainstack data|export|checkpoints|serve` builds the parser from
+    jobs/commands/arguments.py: the command module (and the fastapi, torch or Hydra it imports
+    at its top) stays unloaded."""
+    probe = (
+        "import sys\n"
+        "from jobs.commands.arguments import ADD_ARGUMENTS\n"
+        "from jobs.completion import candidates\n"
+        "for name in ADD_ARGUMENTS:\n"
+        "    assert candidates(f'trainstack {name} --'), name\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'fastapi', 'hydra')\n"
+        "         or m in {f'jobs.commands.{n}' for n in ADD_ARGUMENTS}]\n"
+        "print(sorted(ADD_ARGUMENTS), heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['checkpoints', 'data', 'export', 'serve'] []"

@@ -106,8 +106,8 @@ class Checkpointer:
             dcp.load(state, checkpoint_id=str(local), process_group=group)
             return
         from trainer.checkpoint.s3_io import (
-            s3_reader,  # lazy: s3torchconnector, for s3:// run dirs only
-        )
+            s3_reader,
+        )  # lazy: s3torchconnector, for s3:// run dirs only
 
         dcp.load(state, storage_reader=s3_reader(self.storage, rel), process_group=group)  # type: ignore[arg-type]
 
@@ -140,8 +140,8 @@ class Checkpointer:
             where: dict[str, Any] = {"checkpoint_id": str(target)}
         else:
             from trainer.checkpoint.s3_io import (
-                s3_writer,  # lazy: s3torchconnector, for s3:// run dirs only
-            )
+                s3_writer,
+            )  # lazy: s3torchconnector, for s3:// run dirs only
 
             where = {"storage_writer": s3_writer(self.storage, rel)}  # type: ignore[arg-type]
         if asynchronous:

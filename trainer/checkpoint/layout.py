@@ -21,8 +21,8 @@ from trainer.storage import RunStorage, StorageError
 def read_metadata(storage: RunStorage, step: int):
     """DCP's Metadata of `step`; ValueError (or StorageError) when it does not read back."""
     from torch.distributed.checkpoint.metadata import (
-        Metadata,  # lazy: torch; jobs lists checkpoints without it
-    )
+        Metadata,
+    )  # lazy: torch; jobs lists checkpoints without it
 
     try:
         metadata = pickle.loads(storage.read_bytes(f"{step_dir(step)}/{METADATA}"))

@@ -105,10 +105,10 @@ def download(source: str, local_dir: str | None = None) -> str:
     """The model's config, weights and tokenizer files in a local directory (the Hugging Face
     cache unless `local_dir`); returns it. Files already there are not fetched again."""
     from huggingface_hub import hf_hub_download  # lazy: huggingface_hub reads HF_* at import
-    from huggingface_hub.errors import (  # lazy: huggingface_hub reads HF_* at import
+    from huggingface_hub.errors import (
         EntryNotFoundError,
         HfHubHTTPError,
-    )
+    )  # lazy: huggingface_hub reads HF_* at import
 
     model = parse_hub(source)
 
@@ -150,11 +150,11 @@ def read_config_bytes(source: str) -> bytes:
     pod has a read-only root and no home: no Hub cache)."""
     from huggingface_hub import hf_hub_url  # lazy: huggingface_hub reads HF_* at import
     from huggingface_hub.errors import HfHubHTTPError  # lazy: huggingface_hub reads HF_* at import
-    from huggingface_hub.utils import (  # lazy: huggingface_hub reads HF_* at import
+    from huggingface_hub.utils import (
         build_hf_headers,
         get_session,
         hf_raise_for_status,
-    )
+    )  # lazy: huggingface_hub reads HF_* at import
 
     model = parse_hub(source)
     url = hf_hub_url(model.repo_id, "config.json", revision=model.revision, endpoint=_endpoint())

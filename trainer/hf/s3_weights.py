@@ -36,8 +36,8 @@ class S3Checkpoint:
 
     def __init__(self, source: str) -> None:
         from trainer.checkpoint.s3_io import (
-            s3_client,  # lazy: s3torchconnector, for s3:// weights only
-        )
+            s3_client,
+        )  # lazy: s3torchconnector, for s3:// weights only
 
         self.source = source.rstrip("/")
         self._bucket, self._prefix = split_s3_uri(self.source)
@@ -113,8 +113,8 @@ class S3Checkpoint:
     def _reader(self, file_name: str):
         if file_name not in self._readers:
             from s3torchconnector import (
-                S3ReaderConstructor,  # lazy: s3torchconnector, for s3:// weights only
-            )
+                S3ReaderConstructor,
+            )  # lazy: s3torchconnector, for s3:// weights only
 
             key = str(PurePosixPath(self._prefix, file_name)) if self._prefix else file_name
             self._readers[file_name] = self._client.get_object(

@@ -109,10 +109,10 @@ def _is_not_found(exc: BaseException) -> bool:
 def s3_errors(action: str, uri: str) -> Iterator[None]:
     """Translate botocore/boto3 errors at the boundary into one StorageError line."""
     from boto3.exceptions import Boto3Error  # lazy: boto3; local runs never load it
-    from botocore.exceptions import (  # lazy: boto3; local runs never load it
+    from botocore.exceptions import (
         BotoCoreError,
         ClientError,
-    )
+    )  # lazy: boto3; local runs never load it
 
     try:
         yield
@@ -329,10 +329,10 @@ class S3Storage(RunStorage):
 
 
 def _transfer_manager(client: Any, config: Any = None) -> Any:
-    from boto3.s3.transfer import (  # lazy: boto3; local runs never load it
+    from boto3.s3.transfer import (
         TransferConfig,
         create_transfer_manager,
-    )
+    )  # lazy: boto3; local runs never load it
 
     return create_transfer_manager(client, config or TransferConfig())
 

@@ -34,8 +34,8 @@ class HuggingFaceTokenizer:
     def __init__(self, path: str, eos_token: str | None = None):
         try:
             from tokenizers import (
-                Tokenizer as HFTokenizer,  # lazy: tokenizers, for a Hugging Face tokenizer only
-            )
+                Tokenizer as HFTokenizer,
+            )  # lazy: tokenizers, for a Hugging Face tokenizer only
         except ImportError:
             raise ConfigError(
                 f"data.tokenizer: {path!r} needs the `tokenizers` package; install it or use "

@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from contract import run_dir as run_layout
-from contract.run_dir import JOB_DIR
+from contract.run_dir import JOB_DIR, RESTARTS_FILE_ENV
 from jobs.backends import run_state
 from jobs.backends.base import (
     FAILED,
@@ -43,7 +43,6 @@ from jobs.run_dirs import LOCAL_STATE_ROOT
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
-from trainer.launch import RESTARTS_FILE_ENV
 
 REQUEST_FILE = f"{JOB_DIR}/request.json"
 CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"

@@ -36,12 +36,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    from trainer.data.prepare import (  # lazy: torch via the tokenizer, after argument parsing
+    from trainer.data.prepare import (
         PrepareRequest,
         finalize,
         prepare,
         run_slice,
-    )
+    )  # lazy: torch via the tokenizer, after argument parsing
 
     index = args.index
     if index is None and "JOB_COMPLETION_INDEX" in os.environ and not args.finalize:

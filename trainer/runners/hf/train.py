@@ -200,16 +200,16 @@ def _export(trainer: Any, peft: PeftSettings, cfg: RunConfig, tokenizer_dir: str
 
 
 def run(cfg: RunConfig, peft: PeftSettings) -> int:
-    from transformers import (  # lazy: transformers: seconds, after the config checks
+    from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
         Trainer,
         TrainingArguments,
         default_data_collator,
-    )
+    )  # lazy: transformers: seconds, after the config checks
     from transformers.utils import (
-        logging as hf_logging,  # lazy: transformers: seconds, after the config checks
-    )
+        logging as hf_logging,
+    )  # lazy: transformers: seconds, after the config checks
 
     hf_logging.disable_progress_bar()  # per-file progress bars flood job logs
     stop = StopFlag()

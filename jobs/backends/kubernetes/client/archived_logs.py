@@ -40,10 +40,10 @@ class ArchivedLog:
 
 
 def _errors(client):
-    from botocore.exceptions import (  # lazy: start-up (boto3)
+    from botocore.exceptions import (
         BotoCoreError,
         ClientError,
-    )
+    )  # lazy: start-up (boto3)
 
     return client.exceptions.ResourceNotFoundException, (BotoCoreError, ClientError)
 

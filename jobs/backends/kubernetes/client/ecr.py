@@ -28,10 +28,10 @@ def resolve_digest(image: str, ecr_client=None) -> str:
         import boto3  # lazy: start-up (boto3)
 
         ecr_client = boto3.client("ecr", region_name=match["region"])
-    from botocore.exceptions import (  # lazy: start-up (boto3)
+    from botocore.exceptions import (
         BotoCoreError,
         ClientError,
-    )
+    )  # lazy: start-up (boto3)
 
     try:
         found = ecr_client.describe_images(

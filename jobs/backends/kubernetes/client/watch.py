@@ -344,10 +344,10 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
 
 
 def _read_timed_out(exc: BaseException) -> bool:
-    from urllib3.exceptions import (  # lazy: start-up (kubernetes client)
+    from urllib3.exceptions import (
         ProtocolError,
         ReadTimeoutError,
-    )
+    )  # lazy: start-up (kubernetes client)
 
     seen: BaseException | None = exc
     while seen is not None:  # urllib3 wraps the socket timeout in ProtocolError mid-stream
