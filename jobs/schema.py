@@ -145,12 +145,15 @@ class JobConfig:
     """Worker-only elastic job with c10d rendezvous between min and max nodes."""
     max_restarts: int = 3
     """Recovery without a follower, on every backend: torchrun restarts all ranks of a node
-    together (from the last committed checkpoint) up to this many times when one dies, and on
-    a cluster the operator recreates failed pods (exit 128-255: preempted, killed, peer lost)
-    up to this many times (runPolicy.backoffLimit). Bad input (exit 2) is never restarted.
-    On job.api=trainjob the pods are recreated by the runtime's JobSet failure policy, whose
-    maxRestarts is the platform's (jobs/backends/kubernetes/runtimes.py: 3); this key still sets
-    torchrun's."""
+    together (from the last committed checkpoint) up to this many times when one dies. On a
+    cluster, failed pods (exit 128-255: preempted, killed, peer lost) are recreated: on
+    job.api=trainjob by the runtime's JobSet failure policy, whose maxRestarts is the
+    platform's (jobs/backends/kubernetes/runtimes.py: 3); on job.api=pytorchjob by the
+    operator, rendered as runPolicy.backoffLimit, which Training Operator v1.9.4 does not
+    count under restartPolicy ExitCode (pkg/core/job.go PastBackoffLimit counts container
+    restarts of OnFailure/Always pods only): those are recreated without end
+    (tests/e2e/test_e2e_queueing.py); job.active_deadline_seconds bounds them. Bad input
+    (exit 2) is never restarted."""
     max_retries: int = 2
     """kubernetes, second line: while `--wait` follows a run it submitted, resubmit it (same
     run id and manifests, resumes) this many times after it ended Failed."""
