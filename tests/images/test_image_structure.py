@@ -107,10 +107,10 @@ def test_image_lock_pins_every_trainer_dependency_at_the_developer_versions():
             assert pins[lock.normalize(name)] == version, name
 
 
-def build_context() -> set[str]:
-    """Tracked files Docker would send, by .dockerignore's rules (last matching line wins)."""
+def build_context(ignore_file: str = ".dockerignore") -> set[str]:
+    """Tracked files Docker would send, by the ignore file's rules (last matching line wins)."""
     rules = []
-    for line in (REPO / ".dockerignore").read_text().splitlines():
+    for line in (REPO / ignore_file).read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             rules.append((line.startswith("!"), line.lstrip("!").rstrip("/")))
@@ -144,6 +144,23 @@ def test_build_context_holds_only_what_the_image_copies():
     for path in context:
         assert any(path == s or path.startswith(s + "/") for s in sources), path
     assert not any(p.startswith((".git/", ".venv/", "tests/", "jobs/", "infra/")) for p in context)
+
+
+def test_the_api_image_context_holds_what_its_dockerfile_copies():
+    """The API image is built from the repository root (images/build.sh: `--file
+    images/api/Dockerfile .`): BuildKit reads images/api/Dockerfile.dockerignore for it, not
+    the root .dockerignore, which leaves out jobs/ and the API's locks. Every COPY source is in
+    that context, and nothing else is."""
+    context = build_context("images/api/Dockerfile.dockerignore")
+    dockerfile = (REPO / "images/api/Dockerfile").read_text()
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M)
+    sources = {src for line in copied for src in line.split() if not src.startswith("--")}
+    assert {"jobs", "conf", "contract", "hydra_plugins"} <= sources
+    for source in sources:
+        assert any(f == source or f.startswith(source + "/") for f in context), source
+    for path in context:
+        assert any(path == s or path.startswith(s + "/") for s in sources), path
+    assert not any(p.startswith((".git/", ".venv/", "tests/", "infra/")) for p in context)
 
 
 def test_the_hf_variant_lock_adds_runner_hf_packages_and_moves_no_base_pin():
