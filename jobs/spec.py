@@ -13,12 +13,10 @@ from typing import Any
 
 from catalog import InstanceType, get_instance_type
 from contract.run_dir import CONFIG_FILE
-from jobs.resume_from import resume_from_path
 from jobs.run_dirs import run_dir_for
 from jobs.runners import runner_for
 from jobs.runners.program import CodeArchive, PodProgram, code_archive
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
-from trainer.hf.hub import parse_hub
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
@@ -163,6 +161,10 @@ def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
     runner = runner_for(cfg)
     if runner.reads_model:
         trainer = plain(cfg.trainer)
+        from jobs.resume_from import (
+            resume_from_path,
+        )  # lazy: pulumi up loads this module (the runtime renderer), never the trainer
+
         trainer["resume_from"] = resume_from_path(cfg)
         config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=trainer)
     record = runner.record(cfg.runner)
@@ -257,6 +259,8 @@ def runtime_for(cfg: Any) -> str | None:
 def hub_cache_uri(storage_root: str, source: str) -> str:
     """Where a cluster run keeps a Hub model: one copy per repo and revision under the storage
     root, shared by every run that names them."""
+
+    from trainer.hf.hub import parse_hub  # lazy: pulumi up loads this module, never the trainer
 
     return f"{storage_root.rstrip('/')}/models/{parse_hub(source).cache_key}"
 
