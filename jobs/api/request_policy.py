@@ -109,7 +109,9 @@ def _sweep_values(key: str, value: Any) -> int:
         if not step or any(not math.isfinite(v) for v in (start, stop, step)):
             raise Refused(f"{key}: range() needs a finite, non-zero step")
         count = (stop - start) / step
-        return max(0, math.ceil(count)) if count <= MAX_SWEEP_POINTS else MAX_SWEEP_POINTS + 1
+        if count <= 0:  # no value: the sweep would be 0 points whatever the other axes say
+            raise Refused(f"{key}: range() gives no value; allowed: start before stop in step")
+        return math.ceil(count) if count <= MAX_SWEEP_POINTS else MAX_SWEEP_POINTS + 1
     raise Refused(f"{key}: a sweep takes a,b / choice() / range(); allowed: those")
 
 

@@ -108,6 +108,17 @@ def test_a_sweep_is_capped_at_256_points(api, apiserver, overrides):
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
 
 
+@pytest.mark.parametrize("empty", ["range(1,1)", "range(1,0)", "range(0,10,-1)"])
+def test_an_empty_sweep_axis_is_refused_not_a_sweep_of_nothing(api, apiserver, empty):
+    """An axis with no value made the point count 0, which passed the cap for every other
+    axis and answered 201 with no run (found by the attack pass)."""
+    axes = [f"trainer.max_steps={empty}", "trainer.warmup_steps=range(0,256)"]
+    request = {"overrides": [f"compute={GPU_TYPE}", f"job.image={IMAGE}", *axes]}
+    detail = refused(api.client.post("/v1/sweeps", json=request))
+    assert detail.startswith("trainer.max_steps: range() gives no value")
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
 def test_a_sweep_range_needs_a_step(api, apiserver):
     request = {"overrides": [f"compute={GPU_TYPE}", "trainer.max_steps=range(1,5,0)"]}
     assert refused(api.client.post("/v1/sweeps", json=request)).startswith("trainer.max_steps: ")
