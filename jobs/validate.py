@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from omegaconf import OmegaConf
 
 from contract.model.args import ARCH_FIELDS
-from jobs.backends import NAMES as BACKENDS
+from jobs.backends import check_backend, traits_of
 from jobs.backends.kubernetes.checks import (
     check_cluster_names,
     check_job_api,
@@ -25,7 +25,7 @@ from jobs.naming import run_id_problem, sweep_id_problem
 from jobs.resume_from import check_resume_from
 from jobs.runners import check_runner, runner_for
 from jobs.schema import REQUIRED
-from jobs.validate_common import in_pods, listed
+from jobs.validate_common import in_pods
 from jobs.validate_compute import check_compute, check_elastic
 from jobs.validate_inputs import (
     check_fsx,
@@ -40,7 +40,6 @@ from jobs.validate_targets import (
     check_image,
     check_image_approved,
     check_image_reference,
-    check_output_root,
 )
 from jobs.validate_trainer import check_trainer
 
@@ -48,15 +47,6 @@ __all__ = ["JobConfigError", "validate_job"]
 
 if TYPE_CHECKING:
     from contract.plan import Plan as TrainerPlan
-
-
-def check_backend(cfg: Any) -> None:
-    """First: the other checks ask the named backend's traits."""
-    backend = cfg.backend.name
-    if backend not in BACKENDS:
-        raise JobConfigError(
-            "backend.name", f"unknown backend {backend!r}; allowed: {listed(BACKENDS)}"
-        )
 
 
 def check_names(cfg: Any) -> None:
@@ -164,5 +154,5 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)
-    check_output_root(cfg)
+    traits_of(cfg.backend.name).options.check(cfg)
     return Validated(trainer_plan, hf_config)
