@@ -1,6 +1,6 @@
 """Backends: where a materialized job goes. One table names them, as TorchX's scheduler table
 does; every other list of backend names (the schema's ConfigStore entries, the launcher
-configs', the API model's, `runs`') reads `NAMES`, and the pipeline asks a backend's traits
+configs', the help's, `runs`') reads `NAMES`, and the pipeline asks a backend's traits
 instead of comparing its name.
 
 A backend is a package under jobs/backends/: its `__init__` holds its `TRAITS`
@@ -9,8 +9,9 @@ and their checks) and imports nothing heavy; its `backend` module holds the impl
 `BACKEND` (the verbs of jobs.backends.base.Backend, plus `from_config(cfg)`). That module is
 imported only when the backend is chosen, for start-up time: the kubernetes one loads the
 cluster client, and `launch` with another backend, the completion and the Training API's light
-paths never need it. A new backend is one package and one line here (its option file
-`conf/backend/<name>.yaml` is written by `register`'s ConfigStore entry: none to add).
+paths never need it. A new backend is one package, one line here and its option file
+`conf/backend/<name>.yaml` (`defaults: [/trainstack_backend_<name>@_here_, _self_]`, as a
+runner's).
 """
 
 from __future__ import annotations
@@ -51,10 +52,8 @@ def described() -> str:
 
 
 def register(store: Any) -> None:
-    """Each backend's options into Hydra's ConfigStore, as the group's option: `backend=<name>`
-    is `conf/backend/<name>.yaml` when that file exists (a comment), else this entry."""
+    """Each backend's options into Hydra's ConfigStore (its option file starts from them)."""
     for name in NAMES:
-        store.store(group="backend", name=name, node=traits_of(name).options)
         store.store(name=f"{SCHEMA_PREFIX}{name}", node=traits_of(name).options)
 
 
