@@ -14,8 +14,10 @@ but the kubelet would then restart a container that exited 2 (bad input) as well
 The key is the pod's name (TRAINSTACK_POD_NAME, from the downward API): `<job>-master-0`,
 `<job>-worker-<i>`, the same for every pod the operator makes for that replica, and unlike
 PET_NODE_RANK/RANK also set in elastic jobs (no master) and not reordered by c10d. Every start
-counts, a Kueue preemption's resume too. The file is the user's code's to write as well (the
-run dir is theirs): more than MAX_BYTES, or anything but a count, is refused in one line.
+counts, a Kueue preemption's resume too, and so does a relaunch of the same run id (nothing the
+pod can read tells one submission from the next): the refusal names the file to delete.
+The file is the user's code's to write as well (the run dir is theirs): more than MAX_BYTES,
+or anything but a count, is refused in one line.
 
 Never imports jobs/: the trainer image carries trainer/ alone.
 """
@@ -90,10 +92,10 @@ def count_start(storage: RunStorage, pod_name: str) -> int:
 def check(environ: Mapping[str, str], max_restarts: int) -> int | None:
     """None: start the program; otherwise the exit code (said in one line). Storage that does
     not answer is bookkeeping lost, never the reason a run stops: the program starts."""
-    run_dir = environ.get("TRAINSTACK_RUN_DIR", "")
     pod_name = environ.get(POD_NAME_ENV, "")
     try:
-        starts = count_start(open_run_storage(run_dir), pod_name)
+        storage = open_run_storage(environ.get("TRAINSTACK_RUN_DIR", ""))
+        starts = count_start(storage, pod_name)
     except StartsError as exc:
         _say(str(exc))
         return EXIT_BAD_INPUT
@@ -103,7 +105,8 @@ def check(environ: Mapping[str, str], max_restarts: int) -> int | None:
     if starts > max_restarts + 1:
         _say(
             f"pod {pod_name} started {starts} times, over job.max_restarts={max_restarts} "
-            f"restarts: not starting it again ({run_dir}/{POD_STARTS_DIR}/{pod_name})"
+            f"restarts: not starting it again (delete {storage.uri(starts_file(pod_name))} "
+            "to count again from 0)"
         )
         return EXIT_BAD_INPUT
     _say(f"pod {pod_name}: start {starts} of at most {max_restarts + 1}")

@@ -40,6 +40,7 @@ def test_a_replica_starts_max_restarts_plus_one_times(tmp_path, capsys, max_rest
     ]
     said = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"started {max_restarts + 2} times, over job.max_restarts={max_restarts}" in said
+    assert f"delete {tmp_path}/run/{POD_STARTS_DIR}/{MASTER} " in said  # how to go on
     assert check(env(run_dir), max_restarts) == EXIT_BAD_INPUT  # and stays refused
     count = (tmp_path / "run" / POD_STARTS_DIR / MASTER).read_text()
     assert count == f"{max_restarts + 3}\n"
