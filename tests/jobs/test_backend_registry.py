@@ -138,7 +138,7 @@ class FourthBackend:
         self.queue = queue
 
     @classmethod
-    def from_config(cls, cfg):
+    def from_config(cls, cfg, shared=None):
         return cls(cfg.backend.queue)
 
 
