@@ -20,8 +20,9 @@ SCHEMA_PREFIX = "trainstack_backend_"
 @dataclass
 class BackendOptions:
     """The `backend` section: the group's option (`backend=<name>`) picks the subclass, whose
-    fields are the only keys that backend reads. The keys here are every backend's: the
-    launcher reads them whatever the backend (the sweep's directory, `--wait`, `--force`)."""
+        fields are the only keys that backend reads. The keys here are every backend's: the
+        launcher reads them whatever the backend (the sweep's directory, `--wait`, `--force`), and
+    lines written for one backend (`data prepare ... backend.poll_interval_s=`) run on another."""
 
     name: str = MISSING
     """The backend (the group's option sets it)."""
@@ -31,6 +32,9 @@ class BackendOptions:
     wait: bool = False
     """Follow the job until it ends and exit with its result (`--wait`); a run here is always
     followed."""
+    poll_interval_s: float = 5.0
+    """Seconds between status polls while following a cluster job (a launch's or `data
+    prepare`'s, which takes it whatever its backend)."""
     others_runs: bool = False
     """Resubmit or cancel a run whose owner label (`trainstack.io/owner`) names another user
     (`--force`; `cancel` consults every backend). Off, the CLI refuses (exit 2); kubectl RBAC is

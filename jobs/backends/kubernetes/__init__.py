@@ -15,8 +15,6 @@ class KubernetesOptions(BackendOptions):
     name: str = "kubernetes"
     preflight: bool = True
     """Check CRD, nodes and namespace before submitting (`--skip-preflight`)."""
-    poll_interval_s: float = 5.0
-    """Seconds between status polls while waiting."""
 
 
 TRAITS = BackendTraits(
