@@ -20,8 +20,8 @@ SCHEMA_PREFIX = "trainstack_backend_"
 @dataclass
 class BackendOptions:
     """The `backend` section: the group's option (`backend=<name>`) picks the subclass, whose
-        fields are the only keys that backend reads. The keys here are every backend's: the
-        launcher reads them whatever the backend (the sweep's directory, `--wait`, `--force`), and
+    fields are the only keys that backend reads. The keys here are every backend's: the
+    launcher reads them whatever the backend (the sweep's directory, `--wait`, `--force`), and
     lines written for one backend (`data prepare ... backend.poll_interval_s=`) run on another."""
 
     name: str = MISSING
