@@ -16,6 +16,8 @@ import re
 from functools import cache
 from typing import Any
 
+from jobs.backends.kubernetes.client.kinds import BY_KIND
+from jobs.backends.kubernetes.client.state import nodes
 from jobs.naming import run_id_problem
 
 REPLICA_TYPES = ("Master", "Worker")
@@ -41,11 +43,7 @@ class ManifestError(ValueError):
 def _checked_name(job: dict, kind: str) -> str:
     """`<kind> <name>`, what every message starts with, once the name is known to be valid."""
     where = f"{kind} {job['metadata']['name']}"
-    if kind == "TrainJob":
-        nodes = int((job["spec"].get("trainer") or {}).get("numNodes") or 1)
-        problem = run_id_problem(job["metadata"]["name"], "trainjob", nodes)
-    else:
-        problem = run_id_problem(job["metadata"]["name"])
+    problem = run_id_problem(job["metadata"]["name"], BY_KIND[kind].pod_names, nodes(job))
     if problem:
         raise ManifestError(f"{where}: metadata.name: {problem}")
     return where
