@@ -1,9 +1,11 @@
 """The job kinds a run can be on the cluster (`job.api`), and a run's objects put together.
 
 Each kind is its API facts and its verbs' differences (`client.kinds.JobKind`: where it lives,
-how it is suspended, which container is the trainer's) plus its renderer, here: the PyTorchJob
-(jobs/backends/kubernetes/manifests.py) and the TrainJob (jobs/backends/kubernetes/trainjob.py).
-A new kind is one JobKind, one renderer and one line in `RENDERERS`.
+how it is suspended, which container is the trainer's, how its state is read, how its pods are
+named) plus its renderer, here: the PyTorchJob (jobs/backends/kubernetes/manifests.py) and the
+TrainJob (jobs/backends/kubernetes/trainjob.py), and its operator's admission rules
+(`manifest_checks.JOB_CHECKS`). A new kind is one JobKind in `client.kinds.KINDS`, its renderer
+in `RENDERERS` and its checks in `JOB_CHECKS`; nothing else compares kind names.
 """
 
 from __future__ import annotations
