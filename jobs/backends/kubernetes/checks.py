@@ -33,7 +33,8 @@ def check_job_api(cfg: Any) -> None:
         raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
     if not KINDS[job.api].on_runtime or not in_pods(cfg):
         if job.runtime is not None and in_pods(cfg):
-            raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
+            on_runtime = "|".join(kind.api for kind in KINDS.values() if kind.on_runtime)
+            raise JobConfigError("job.runtime", f"only job.api={on_runtime} runs on a runtime")
         return
     check_runtime_is_trainstacks(cfg)
     if elastic_of(cfg) is not None:
