@@ -21,7 +21,7 @@ MAX_RUN_ID_LEN = DNS_LABEL_MAX - len("-worker-") - 4
 """Leaves room for the longest pod suffix with up to 9,999 workers (a PyTorchJob's)."""
 TRAINJOB_POD_INFIX = "-node-0-"
 """`-<replicated job>-<job index>-` of a TrainJob's pods: Trainer's one replicated job `node`
-(jobs.backends.kubernetes.trainjob.NODE), one replica (index 0)."""
+(jobs.backends.kubernetes.runtimes.NODE), one replica (index 0)."""
 POD_SUFFIX = "-abcde"
 """The random suffix Kubernetes adds to an indexed Job's pod name, as JobSet's webhook counts it."""
 

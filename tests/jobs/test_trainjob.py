@@ -14,14 +14,14 @@ from jobs.backends.kubernetes.manifest_checks import (
     check_manifests,
     trainjob_pod_template,
 )
-from jobs.backends.kubernetes.manifests import SCRATCH_DIR, SCRATCH_ENV
+from jobs.backends.kubernetes.pod_facts import HUGEPAGES_2MI, platform_env
+from jobs.backends.kubernetes.pod_parts import SCRATCH_DIR, SCRATCH_ENV
 from jobs.backends.kubernetes.runtimes import (
     DEFAULT_MAX_RESTARTS,
     NODE_GROUP_LABEL,
     cluster_training_runtimes,
     gpu_runtime,
 )
-from jobs.spec import HUGEPAGES_2MI, platform_env
 from testing_support import crd_schema
 from tests.jobs.conftest import CLUSTER, build, trainjob_pod
 
