@@ -66,16 +66,19 @@ class LaunchTask:
     """A single run's exit code."""
     failed_points: int = 0
     """Points of the multirun that could not be submitted or did not succeed."""
+    shared: backends.Shared = field(default_factory=backends.Shared)
+    """What the launch's backends share (the kubernetes backend: the runs it submitted, which
+    the launcher's followers may restart, and its cluster connections)."""
 
     def __call__(self, cfg: Any) -> Any:
         """One job (a run, or one point of a multirun) to its backend."""
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode == RunMode.MULTIRUN:
             job = self.prepared.pop(hydra_cfg.job.num, None)
-            code, result = run_point(cfg, job)
+            code, result = run_point(cfg, job, self.shared)
             self.failed_points += 1 if code else 0
             return result
-        self.code = run_single(cfg, dryrun=self.flags.dryrun)
+        self.code = run_single(cfg, dryrun=self.flags.dryrun, shared=self.shared)
         return None
 
     def hand_over(self, jobs: dict[int, MaterializedJob]) -> None:
@@ -160,7 +163,7 @@ def _writable(cfg: Any) -> Any:
     return cfg
 
 
-def run_single(cfg: Any, *, dryrun: bool) -> int:
+def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None) -> int:
     try:
         cfg, record = relaunch_config(_writable(cfg), list(HydraConfig.get().overrides.task))
         job = materialize(cfg, now=submission.utc_now(), git_sha=submission.git_sha())
@@ -171,12 +174,14 @@ def run_single(cfg: Any, *, dryrun: bool) -> int:
     if record:
         print(f"run {job.run_id}: its recorded config ({record}) with this command line's changes")
     try:
-        return run_job(backends.backend_for(job.cfg), job, dryrun=dryrun)
+        return run_job(backends.backend_for(job.cfg, shared), job, dryrun=dryrun)
     except BackendError as err:
         return fail(str(err))
 
 
-def run_point(cfg: Any, job: MaterializedJob | None) -> tuple[int, PointResult]:
+def run_point(
+    cfg: Any, job: MaterializedJob | None, shared: backends.Shared | None = None
+) -> tuple[int, PointResult]:
     """One multirun point: the job its launcher prepared (validated with the whole batch), or,
     under a launcher that prepares nothing (`job` None), materialized here. Errors are returned
     in the PointResult, so one failing point never stops the others."""
@@ -197,7 +202,7 @@ def run_point(cfg: Any, job: MaterializedJob | None) -> tuple[int, PointResult]:
             )
         result.run_id, result.plan = job.run_id, job.plan.summary()
         result.sweep_id = job.spec.labels.get("trainstack.io/sweep-id")
-        backend = backends.backend_for(job.cfg)
+        backend = backends.backend_for(job.cfg, shared)
         brief = not follows(job)
         if not brief:
             print(f"\n== point {index}: {' '.join(result.overrides)}", flush=True)
