@@ -8,11 +8,12 @@ from typing import Any
 
 from catalog.kubernetes import JOB_APIS
 from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, RUNTIME_PREFIX, gpu_runtime_name
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
 from jobs.references import DNS1123_SUBDOMAIN, dns1123_label_problem, dns1123_subdomain_problem
 from jobs.schema import LOCAL_CPU, JobConfig
-from jobs.spec import CPU_RUNTIME, RUNTIME_PREFIX, elastic_of, gpu_runtime_name
+from jobs.spec import elastic_of
 from jobs.validate_common import in_pods, listed
 
 _TRAINJOB_FIXED = {
