@@ -6,8 +6,8 @@ The points come expanded (Hydra's sweeper, or `jobs.sweep.expand`) as (number, o
 `SweepDriver.run` then:
 1. prepares every point (compose, validate, materialize: the caller's `prepare`, which raises
    on the first bad point, naming it): nothing is written or submitted before all are ready;
-2. checks every prepared point (`check`, optional); a refusal is `PointRefused`, naming the
-   point, and again nothing was submitted;
+2. checks every prepared point (`check`, optional: it returns what `submit` takes); a refusal
+   is `PointRefused`, naming the point, and again nothing was submitted;
 3. submits the points in order (`submit`), and on a point that fails applies `policy`:
    - `GO_ON` (the launchers): the others are submitted all the same; a failed point is one
      whose result `failed` says so, and the failed points are counted;
@@ -32,6 +32,8 @@ from jobs.sweep_points import point_label
 
 Job = TypeVar("Job")
 """A prepared point, as the caller's `prepare` makes it."""
+Checked = TypeVar("Checked")
+"""A prepared point that passed `check`, as `submit` takes it."""
 Result = TypeVar("Result")
 """A submitted point's outcome, as the caller's `submit` returns it."""
 
@@ -46,33 +48,35 @@ class Policy(Enum):
     """The first point that fails to submit rolls back those submitted before it."""
 
 
-class PointRefused(Exception):
-    """A prepared point refused by `check`; nothing was submitted. `cause` is the refusal."""
+class PointError(Exception):
+    """A point that ended the sweep: `index` its number, `cause` what its stage raised."""
 
     def __init__(self, index: int, cause: Exception):
-        super().__init__(f"{point_label(index)}: {cause}")
         self.index, self.cause = index, cause
+        super().__init__(self.line(str(cause)))
 
     def line(self, detail: str) -> str:
         """The one line naming the point, with `detail` (the cause as the caller shows it)."""
         return f"{point_label(self.index)}: {detail}"
 
 
-class RolledBack(Exception):
-    """All or nothing: point `index` failed to submit (`cause`), so the `submitted` points
-    before it were rolled back, except `left` (run ids left in place)."""
+class PointRefused(PointError):
+    """A prepared point refused by `check`; nothing was submitted."""
+
+
+class RolledBack(PointError):
+    """All or nothing: the point failed to submit, so the `submitted` points before it were
+    rolled back, except `left` (run ids left in place)."""
 
     def __init__(self, index: int, cause: Exception, submitted: int, left: list[str]):
-        self.index, self.cause, self.submitted, self.left = index, cause, submitted, left
-        super().__init__(self.line(str(cause)))
+        self.submitted, self.left = submitted, left
+        super().__init__(index, cause)
 
     def line(self, detail: str) -> str:
-        """The one line naming the point, with `detail` (the cause as the caller shows it),
-        and what became of the points submitted before it."""
         kept = f"; left in place (changed meanwhile): {', '.join(self.left)}" if self.left else ""
         return (
-            f"{point_label(self.index)}: {detail}; the {self.submitted} point(s) this "
-            f"request submitted before it were deleted{kept}"
+            f"{super().line(detail)}; the {self.submitted} point(s) this request submitted "
+            f"before it were deleted{kept}"
         )
 
 
@@ -90,22 +94,23 @@ def _never_failed(result: Any) -> bool:
     return False
 
 
-def _nothing_to_check(job: Any) -> None:
-    return None
+def _nothing_to_check(job: Any) -> Any:
+    return job
 
 
 @dataclass
-class SweepDriver(Generic[Job, Result]):
+class SweepDriver(Generic[Job, Checked, Result]):
     """A sweep's points through prepare -> check -> submit, with a policy for a failed point
     (the module's docstring)."""
 
     prepare: Callable[[Numbered], list[Job]]
     """Every point prepared, in order, one per point; raises on the first bad one."""
-    submit: Callable[[Job], Result]
-    """Submits one prepared point."""
+    submit: Callable[[Checked], Result]
+    """Submits one checked point."""
     policy: Policy
-    check: Callable[[Job], Any] = _nothing_to_check
-    """Raises to refuse a prepared point (before any point is submitted)."""
+    check: Callable[[Job], Checked] = _nothing_to_check
+    """Raises to refuse a prepared point (before any point is submitted), else returns what
+    `submit` takes (by default the prepared point itself)."""
     failed: Callable[[Result], bool] = _never_failed
     """GO_ON: whether a submitted point's result is a failure (counted)."""
     roll_back: Callable[[list[Result]], list[str]] | None = None
@@ -118,20 +123,27 @@ class SweepDriver(Generic[Job, Result]):
     def run(self, points: Numbered) -> Launched[Job, Result]:
         numbers = [index for index, _ in points]
         prepared = self.prepare(points)
-        self.check_all(numbers, prepared)
-        return self.submit_in_order(numbers, prepared)
+        checked = self.check_all(numbers, prepared)
+        launched: Launched[Job, Result] = Launched(prepared, [])
+        self.submit_in_order(numbers, checked, launched)
+        return launched
 
-    def check_all(self, numbers: list[int], prepared: list[Job]) -> None:
+    def check_all(self, numbers: list[int], prepared: list[Job]) -> list[Checked]:
         """Every prepared point checked before the first is submitted."""
+        checked = []
         for index, job in zip(numbers, prepared, strict=True):
             try:
-                self.check(job)
+                checked.append(self.check(job))
             except Exception as err:
                 raise PointRefused(index, err) from err
+        return checked
 
-    def submit_in_order(self, numbers: list[int], prepared: list[Job]) -> Launched[Job, Result]:
-        launched: Launched[Job, Result] = Launched(prepared, [])
-        for index, job in zip(numbers, prepared, strict=True):
+    def submit_in_order(
+        self, numbers: list[int], checked: list[Checked], launched: Launched[Job, Result]
+    ) -> None:
+        """Each point submitted in turn, its result added to `launched`; a failed point is
+        handled by the policy."""
+        for index, job in zip(numbers, checked, strict=True):
             try:
                 result = self.submit(job)
             except Exception as err:
@@ -141,4 +153,3 @@ class SweepDriver(Generic[Job, Result]):
                 raise RolledBack(index, err, len(launched.results), left) from err
             launched.results.append(result)
             launched.failed += 1 if self.failed(result) else 0
-        return launched
