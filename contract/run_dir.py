@@ -1,6 +1,7 @@
 """A run directory's layout: every path below is relative to `<run_dir>` (a local folder or an
 s3:// prefix). The trainer writes `config.yaml`, `logs/` and `checkpoints/`; the launcher writes
-`job/` (local backend state) and `code/` (packed workdirs) and reads the rest."""
+`job/` (local backend state) and `code/` (packed workdirs) and reads the rest; a PyTorchJob's
+pods write `pod-starts/`."""
 
 from __future__ import annotations
 
@@ -16,5 +17,10 @@ JOB_DIR = "job"
 RESTARTS_FILE_ENV = "TRAINSTACK_RESTARTS_FILE"
 """Where the agent (trainer.launch) writes how many times it restarted the ranks so far (the
 local backend's job/restarts, read by `trainstack status`); unset: not recorded."""
+POD_STARTS_DIR = "pod-starts"
+"""`pod-starts/<pod name>`: how many times a PyTorchJob's replica has started (its pods keep one
+name across the operator's recreations), written by `trainer.pod_starts` before the program."""
+POD_NAME_ENV = "TRAINSTACK_POD_NAME"
+"""The pod's own name (the downward API's metadata.name), the key of its `pod-starts/` file."""
 CODE_DIR = "code"
 """Packed `runner.workdir` archives, `code/<sha256>.tar.gz`."""

@@ -69,17 +69,20 @@ class LaunchTask:
     """Points of the multirun that could not be submitted or did not succeed: counted by the
     sweep's launch path (jobs.sweep_driver) under trainstack's launchers, by the task itself
     under any other."""
+    shared: backends.Shared = field(default_factory=backends.Shared)
+    """What the launch's backends share (the kubernetes backend: the runs it submitted, which
+    the launcher's followers may restart, and its cluster connections)."""
 
     def __call__(self, cfg: Any) -> Any:
         """One job (a run, or one point of a multirun) to its backend."""
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode == RunMode.MULTIRUN:
             job = self.prepared.pop(hydra_cfg.job.num, None)
-            result = run_point(cfg, job)
+            result = run_point(cfg, job, self.shared)
             if job is None:  # a launcher not trainstack's: no launch path counted the point
                 self.failed_points += 1 if result.failed else 0
             return result
-        self.code = run_single(cfg, dryrun=self.flags.dryrun)
+        self.code = run_single(cfg, dryrun=self.flags.dryrun, shared=self.shared)
         return None
 
     def hand_over(self, jobs: dict[int, MaterializedJob]) -> None:
@@ -164,7 +167,7 @@ def _writable(cfg: Any) -> Any:
     return cfg
 
 
-def run_single(cfg: Any, *, dryrun: bool) -> int:
+def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None) -> int:
     try:
         cfg, record = relaunch_config(_writable(cfg), list(HydraConfig.get().overrides.task))
         job = materialize(cfg, now=submission.utc_now(), git_sha=submission.git_sha())
@@ -175,12 +178,14 @@ def run_single(cfg: Any, *, dryrun: bool) -> int:
     if record:
         print(f"run {job.run_id}: its recorded config ({record}) with this command line's changes")
     try:
-        return run_job(backends.backend_for(job.cfg), job, dryrun=dryrun)
+        return run_job(backends.backend_for(job.cfg, shared), job, dryrun=dryrun)
     except BackendError as err:
         return fail(str(err))
 
 
-def run_point(cfg: Any, job: MaterializedJob | None) -> PointResult:
+def run_point(
+    cfg: Any, job: MaterializedJob | None, shared: backends.Shared | None = None
+) -> PointResult:
     """One multirun point: the job its launcher prepared (validated with the whole batch), or,
     under a launcher that prepares nothing (`job` None), materialized here. Errors are returned
     in the PointResult, so one failing point never stops the others."""
@@ -201,7 +206,7 @@ def run_point(cfg: Any, job: MaterializedJob | None) -> PointResult:
             )
         result.run_id, result.plan = job.run_id, job.plan.summary()
         result.sweep_id = job.spec.labels.get("trainstack.io/sweep-id")
-        backend = backends.backend_for(job.cfg)
+        backend = backends.backend_for(job.cfg, shared)
         brief = not follows(job)
         if not brief:
             print(f"\n== point {index}: {' '.join(result.overrides)}", flush=True)

@@ -149,11 +149,11 @@ class JobConfig:
     cluster, failed pods (exit 128-255: preempted, killed, peer lost) are recreated: on
     job.api=trainjob by the runtime's JobSet failure policy, whose maxRestarts is the
     platform's (jobs/backends/kubernetes/runtimes.py: 3); on job.api=pytorchjob by the
-    operator, rendered as runPolicy.backoffLimit, which Training Operator v1.9.4 does not
-    count under restartPolicy ExitCode (pkg/core/job.go PastBackoffLimit counts container
-    restarts of OnFailure/Always pods only): those are recreated without end
-    (tests/e2e/test_e2e_queueing.py); job.active_deadline_seconds bounds them. Bad input
-    (exit 2) is never restarted."""
+    operator, up to this many times per replica: each pod counts its starts in
+    `<run_dir>/pod-starts/` (trainer.pod_starts) and exits 2 past them, as Training Operator
+    v1.9.4 bounds nothing under restartPolicy ExitCode (runPolicy.backoffLimit, rendered from
+    this key too, counts container restarts only). A resume after a Kueue preemption is a
+    start too. Bad input (exit 2) is never restarted."""
     max_retries: int = 2
     """kubernetes, second line: while `--wait` follows a run it submitted, resubmit it (same
     run id and manifests, resumes) this many times after it ended Failed."""

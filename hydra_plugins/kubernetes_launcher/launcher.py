@@ -89,10 +89,9 @@ class KubernetesLauncher(TrainstackLauncher):
             print(f"point {index}: {point.run_id} {point.state}")
         return ret
 
-    @staticmethod
-    def _existing(cfg: Any, run_id: str) -> Any:
+    def _existing(self, cfg: Any, run_id: str) -> Any:
         try:
-            status = backends.backend_for(cfg).status(run_id)
+            status = backends.backend_for(cfg, self.task_function.shared).status(run_id)
         except BackendError:
             return None
         return None if status.state in (FAILED, CANCELLED) else status
@@ -102,7 +101,8 @@ class KubernetesLauncher(TrainstackLauncher):
         if ret.status != JobStatus.COMPLETED:
             return ret
         point = ret.return_value
-        backend = backends.backend_for(cfg)
+        # The launch's backends share what the point's was scheduled with: it may restart it.
+        backend = backends.backend_for(cfg, self.task_function.shared)
         try:
             wait = getattr(backend, "wait", None)
             final = wait(point.run_id, on_line=print) if wait else backend.status(point.run_id)

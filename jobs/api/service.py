@@ -151,8 +151,12 @@ class Service:
         # The service checks owners itself (admins may act on anyone's runs).
         self.backend = KubernetesBackend.from_config(self.cfg, check_owner=False)
         # Submissions run the preflight while checking (every point of a sweep before any is
-        # submitted), so the submitting backend does not run it again.
-        self._submitter = KubernetesBackend(self.backend.settings, preflight=False)
+        # submitted), so the submitting backend does not run it again. The two share one record
+        # of what the service submitted, for its lifetime: `backend` forgets or never restarts
+        # what `_submitter` scheduled.
+        self._submitter = KubernetesBackend(
+            self.backend.settings, preflight=False, submissions=self.backend.submissions
+        )
         self._private = private_values(self.cfg)
         self.anonymous = Identity(self.cfg.job.owner or "local", admin=True)
         """Who `--no-auth` requests are: the user running the server, an admin."""

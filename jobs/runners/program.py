@@ -79,6 +79,14 @@ def launcher(shutdown_timeout_s: int, max_restarts: int) -> tuple[str, ...]:
     )
 
 
+def start_counter(max_restarts: int) -> tuple[str, ...]:
+    """`trainer.pod_starts`, a PyTorchJob pod's first step: it counts the replica's starts in
+    the run dir and exits 2 (which the `ExitCode` policy does not retry) past `max_restarts`
+    recreations, which nothing in the Training Operator bounds (see that module). Then PROGRAM.
+    A TrainJob's JobSet counts its own restarts: its pods do not get this."""
+    return ("python", "-m", "trainer.pod_starts", f"--max-restarts={max_restarts}", "--")
+
+
 def exec_wrapper(config_path: str, code: CodeArchive | None) -> tuple[str, ...]:
     """`trainer.runner_exec`, which starts a runner's own program (after `--`): it fetches and
     unpacks `code` into CODE_DIR first, where there is one."""

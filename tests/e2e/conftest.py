@@ -92,6 +92,49 @@ class Cluster:
     def finish(self, run_id: str, exit_code: int) -> list[str]:
         return cluster.finish(self.state.directory, run_id, exit_code)
 
+    def start_step(self, pod: dict) -> int | None:
+        """What `pod`'s container does before its program, done here (kwok runs no container):
+        the rendered command up to its first `--` (`trainer.pod_starts`, a PyTorchJob's pods
+        only; None for pods without it), run with the pod's own env as the API server holds
+        it, its downward-API fields resolved from the pod, and moto's S3. The program after
+        `--` is a stand-in that exits 0: the step's exit code (0: the program would start)."""
+        for container in pod["spec"]["containers"]:
+            command = container.get("command") or []
+            if command[:3] == ["python", "-m", "trainer.pod_starts"]:
+                break
+        else:
+            return None
+        step = [sys.executable, *command[1 : command.index("--") + 1]]
+        env = {"PATH": os.environ["PATH"], **self.env, **pod_env(pod, container)}
+        done = subprocess.run(
+            [*step, sys.executable, "-c", "pass"],
+            cwd=self.workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        print(f"{pod['metadata']['name']}: {' '.join(command[:5])} -> {done.returncode}")
+        print(done.stderr.strip())
+        return done.returncode
+
+
+def pod_env(pod: dict, container: dict) -> dict[str, str]:
+    """The container's env as the kubelet would give it: values, and the downward API's pod
+    name and namespace (any other reference fails the test: resolve it here first)."""
+    fields = {
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": pod["metadata"]["namespace"],
+    }
+    env = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
 
 RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
 KUEUE_API = "kueue.x-k8s.io/v1beta1"

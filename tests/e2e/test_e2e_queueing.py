@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from contract.config import EXIT_BAD_INPUT
 from jobs.backends.kubernetes.runtimes import DEFAULT_MAX_RESTARTS
 from tests.e2e.conftest import (
     JOBS,
@@ -21,8 +22,8 @@ APIS = ["trainjob", "pytorchjob"]
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 LIMITS = {"trainjob": DEFAULT_MAX_RESTARTS, "pytorchjob": 1}
 """Restarts after a killed pod: a TrainJob's runtime's JobSet maxRestarts (the platform's
-value, whatever `job.max_restarts` says), a PyTorchJob's runPolicy.backoffLimit
-(`job.max_restarts`, launched with this value: one restart is enough to show the limit)."""
+value, whatever `job.max_restarts` says), a PyTorchJob's `job.max_restarts` (its pods count
+their own starts: trainer.pod_starts; launched with this value: one restart shows the limit)."""
 ONE_NODE_APIS = ["trainjob", "pytorchjob"]
 TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
 
@@ -147,24 +148,13 @@ def test_exit_code_2_is_not_retried(local_cluster, api):
         remove_run(local_cluster, run_id)
 
 
-UNBOUNDED = pytest.mark.xfail(
-    strict=True,
-    reason="the Training Operator never fails a PyTorchJob for killed pods: with restartPolicy "
-    "ExitCode its pods are restartPolicy Never (kubeflow/training-operator v1.9.4, "
-    "pkg/core/pod.go SetRestartPolicy), a retryable exit deletes the pod for a new one "
-    "(pkg/controller.v1/common/pod.go), and runPolicy.backoffLimit counts only the container "
-    "restartCounts of Running pods (pkg/core/job.go PastBackoffLimit), always 0 here: "
-    "job.max_restarts bounds nothing",
-)
-
-
-@pytest.mark.parametrize(
-    "api",
-    [pytest.param(api, marks=UNBOUNDED) if api == "pytorchjob" else api for api in ONE_NODE_APIS],
-)
+@pytest.mark.parametrize("api", ONE_NODE_APIS)
 def test_killed_pod_137_is_restarted_up_to_the_limit(local_cluster, api):
-    """Exit 137 (killed) gets a new pod, LIMITS[api] times (a TrainJob: its JobSet counts
-    `status.restarts`); the next one fails the job."""
+    """Exit 137 (killed) gets a new pod, LIMITS[api] times; then the job fails. A TrainJob:
+    its JobSet counts `status.restarts`. A PyTorchJob: the operator recreates the pod whatever
+    backoffLimit says, and each pod's own first step (`trainer.pod_starts`, run here on the pod
+    the API server holds: `start_step`) counts its starts in the run dir on moto's S3; the
+    pod after the last restart exits 2, which the ExitCode policy does not retry."""
     run_id = f"e2e-x137-{api[:3]}"
     try:
         _launch_one_node(local_cluster, api, run_id)
@@ -190,8 +180,21 @@ def test_killed_pod_137_is_restarted_up_to_the_limit(local_cluster, api):
             assert failed.get("status") != "True", (attempt, failed)
             if api == "trainjob":
                 assert _jobset_restarts(local_cluster, api, run_id) == attempt
+            assert local_cluster.start_step(pod) in (0, None), f"pod {attempt} did not start"
             ended.add(pod["metadata"]["uid"])
             local_cluster.finish(run_id, 137)
+        if api == "pytorchjob":  # the operator made one more pod: its first step refuses it
+            pod = eventually(
+                lambda: [
+                    p
+                    for p in pods_of(local_cluster, run_id, "Running")
+                    if p["metadata"]["uid"] not in ended
+                ],
+                f"the pod after {limit} restarts of {run_id}",
+            )[0]
+            code = local_cluster.start_step(pod)
+            assert code == EXIT_BAD_INPUT, f"pod {limit + 1} started past the limit: {code}"
+            local_cluster.finish(run_id, code)
         failed = eventually(
             lambda: (
                 conditions(_job(local_cluster, api, run_id)).get("Failed", {}).get("status")

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from contract.config import EXIT_BAD_INPUT
-from jobs.runners.program import CODE_DIR, SCRATCH_DIR
+from jobs.runners.program import CODE_DIR, SCRATCH_DIR, start_counter
 from tests.jobs.conftest import CLUSTER, build, files_under
 
 SCRIPT = ["runner=command", "runner.command=[python,-u,train.py]"]
@@ -154,7 +154,9 @@ def test_render_runs_the_same_command_with_the_workdir_fetch_efa_and_env(
     pytorch_job = job.manifests[1]
     pod = pytorch_job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     container = pod["containers"][0]
-    command = container["command"]
+    counter = list(start_counter(job.cfg.job.max_restarts))  # a PyTorchJob pod's first step
+    assert container["command"][: len(counter)] == counter
+    command = container["command"][len(counter) :]
     assert command[:5] == [
         "python",
         "-m",

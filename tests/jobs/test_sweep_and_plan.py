@@ -77,8 +77,8 @@ def test_a_point_that_fails_to_schedule_fails_the_sweep_and_the_others_go_on(
 
     for_backend = backends.backend_for
 
-    def failing_the_second(cfg):
-        backend = for_backend(cfg)
+    def failing_the_second(cfg, shared=None):
+        backend = for_backend(cfg, shared)
         schedule = backend.schedule
 
         def scheduling(request):
@@ -176,9 +176,9 @@ def test_a_render_sweep_keeps_its_points_frozen_and_unfreezes_at_the_end(cli, wo
     frozen_while_writing = []
     for_backend = backends.backend_for
 
-    def spying(cfg):
+    def spying(cfg, shared=None):
         frozen_while_writing.append(gc.get_freeze_count())
-        return for_backend(cfg)
+        return for_backend(cfg, shared)
 
     monkeypatch.setattr(backends, "backend_for", spying)
     result = cli("launch", "-m", "trainer.lr=1e-4,3e-4", "compute=p4d.24xlarge", *CLUSTER)

@@ -55,9 +55,6 @@ def fast_restarts(monkeypatch: pytest.MonkeyPatch):
     from jobs.backends.kubernetes.backend import KubernetesBackend
 
     monkeypatch.setattr(KubernetesBackend, "restart_backoff_s", 0.01)
-    monkeypatch.setattr(KubernetesBackend, "_scheduled", {})
-    monkeypatch.setattr(KubernetesBackend, "_uids", {})
-    monkeypatch.setattr(KubernetesBackend, "_connections", {})
 
 
 @pytest.fixture

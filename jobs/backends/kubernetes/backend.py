@@ -20,12 +20,12 @@ import queue
 import sys
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from jobs import submission as submissions
-from jobs.backends import run_state
+from jobs.backends import Shared, run_state
 from jobs.backends.base import (
     CANCELLED,
     FAILED,
@@ -129,24 +129,51 @@ def stamped(manifests: list[dict], now: datetime) -> list[dict]:
     return manifests
 
 
+@dataclass
+class Submissions:
+    """What the kubernetes backends that work together share: the runs they submitted (the
+    ones they may restart), the kind each run was found as, and their cluster connections.
+
+    Owned by whoever makes those backends, never by a class: the launch (jobs.app.LaunchTask,
+    through `jobs.backends.Shared`), whose points one backend schedules and another follows
+    (the kubernetes launcher's wait mode restarts them); the Training API's service for its
+    lifetime (its submitting backend schedules, its reading one forgets or never restarts). A
+    backend made without one keeps its own, so two owners never see each other's runs."""
+
+    scheduled: dict[str, tuple[list[dict], int]] = field(default_factory=dict)
+    """run id -> (manifests as submitted, job.max_retries) of the runs submitted here: the ones
+    that may be restarted."""
+    uids: dict[str, str] = field(default_factory=dict)
+    """run id -> uid of the job created or adopted here for it: a job of the same name with
+    another uid (someone resubmitted the run) is not ours to restart."""
+    kinds: dict[str, JobKind] = field(default_factory=dict)
+    """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
+    connections: dict[tuple[str | None, str | None, str], Any] = field(default_factory=dict)
+    """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster: loading
+    a kubeconfig may run its credential plugin (EKS: `aws eks get-token`), and a sweep makes
+    several backends per point. Expired tokens are refreshed by the client."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, run_id: str, manifests: list[dict], max_retries: int, uid: str) -> None:
+        """`run_id` was submitted here as `manifests` (job uid `uid`): it may be restarted up
+        to `max_retries` times."""
+        self.scheduled[run_id] = (manifests, max_retries)
+        self.uids[run_id] = uid
+
+    def connection(self, kubeconfig: str | None, context: str | None, namespace: str) -> Any:
+        """The one Cluster for these settings, connected on first use (one connect even when
+        a sweep's followers ask at once)."""
+        key = (kubeconfig, context, namespace)
+        with self._lock:
+            if key not in self.connections:
+                self.connections[key] = connect(*key)
+            return self.connections[key]
+
+
 class KubernetesBackend:
     name = "kubernetes"
     restart_backoff_s = 30.0
     """Sleep before the first automatic resubmission; doubles per retry (capped at 15 min)."""
-    _uids: ClassVar[dict[str, str]] = {}
-    """run id -> uid of the PyTorchJob this process created or adopted for it: a job of the same
-    name with another uid (someone resubmitted the run) is not ours to restart."""
-    _scheduled: ClassVar[dict[str, tuple[list[dict], int]]] = {}
-    """run id -> (manifests as submitted, job.max_retries) of the runs this process submitted:
-    the ones it may restart. Process-wide, so the sweep launcher's followers (other instances)
-    can restart points that `launch_point` scheduled."""
-    _kinds: ClassVar[dict[str, JobKind]] = {}
-    """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
-    _connections: ClassVar[dict[tuple[str | None, str | None, str], Any]] = {}
-    """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster, shared by
-    this process's instances: loading a kubeconfig may run its credential plugin (EKS: `aws eks
-    get-token`), and a sweep makes several backends per point. Expired tokens are refreshed by the
-    client."""
 
     def __init__(
         self,
@@ -154,8 +181,11 @@ class KubernetesBackend:
         preflight: bool = True,
         user: str | None = None,
         check_owner: bool = False,
+        submissions: Submissions | None = None,
     ):
         self.settings = settings
+        self.submissions = submissions if submissions is not None else Submissions()
+        """Shared with the other backends its owner made (see Submissions); its own if none."""
         self.run_preflight = preflight
         self.user = user
         """Who acts (job.owner): with `check_owner`, only runs labelled with this owner are
@@ -164,8 +194,12 @@ class KubernetesBackend:
         self._cluster = None
 
     @classmethod
-    def from_config(cls, cfg: Any, check_owner: bool | None = None) -> KubernetesBackend:
-        """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`)."""
+    def from_config(
+        cls, cfg: Any, check_owner: bool | None = None, shared: Shared | None = None
+    ) -> KubernetesBackend:
+        """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`).
+        `shared`: what the backends its owner makes share (jobs.backends.Shared); this backend's
+        part is a Submissions."""
 
         cluster = cfg.cluster
         groups = tuple(
@@ -187,15 +221,16 @@ class KubernetesBackend:
             preflight=bool(cfg.backend.preflight),
             user=cfg.job.owner,
             check_owner=check_owner,
+            submissions=shared.part(cls.name, Submissions) if shared is not None else None,
         )
 
     @property
     def cluster(self):
         if self._cluster is None:
-            key = (self.settings.kubeconfig, self.settings.context, self.settings.namespace)
-            if key not in self._connections:
-                self._connections[key] = connect(*key)
-            self._cluster = self._connections[key]
+            settings = self.settings
+            self._cluster = self.submissions.connection(
+                settings.kubeconfig, settings.context, settings.namespace
+            )
         return self._cluster
 
     # -- the backend verbs ---------------------------------------------------------------------
@@ -222,9 +257,9 @@ class KubernetesBackend:
         manifests = stamped(pin_images(dryrun.request), submissions.utc_now())
         submission = submit(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
-            self._scheduled[job.run_id] = (manifests, int(job.cfg.job.max_retries))
-            self._uids[job.run_id] = submission.job["metadata"]["uid"]
-        self._kinds[job.run_id] = kind_of(submission.job)
+            uid = submission.job["metadata"]["uid"]
+            self.submissions.record(job.run_id, manifests, int(job.cfg.job.max_retries), uid)
+        self.submissions.kinds[job.run_id] = kind_of(submission.job)
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -250,17 +285,17 @@ class KubernetesBackend:
 
     def find(self, run_id: str) -> dict | None:
         """The run's job object, of whichever kind it is (the configured one first)."""
-        known = self._kinds.get(run_id)
+        known = self.submissions.kinds.get(run_id)
         kinds = self.settings.kinds
         for kind in (known, *(k for k in kinds if k is not known)) if known else kinds:
             job = self.cluster.get_job(run_id, kind)
             if job is not None:
-                self._kinds[run_id] = kind
+                self.submissions.kinds[run_id] = kind
                 return job
         return None
 
     def kind(self, run_id: str) -> JobKind:
-        return self._kinds.get(run_id) or self.settings.kinds[0]
+        return self.submissions.kinds.get(run_id) or self.settings.kinds[0]
 
     def status(self, run_id: str) -> RunStatus:
         job = self.find(run_id)
@@ -510,20 +545,20 @@ class KubernetesBackend:
         """Treat `run_id` as not submitted by this process: nothing here restarts it. Returns
         the uid of the job this process created for it (None: none), for a caller that undoes
         its own submission."""
-        self._scheduled.pop(run_id, None)
-        return self._uids.pop(run_id, None)
+        self.submissions.scheduled.pop(run_id, None)
+        return self.submissions.uids.pop(run_id, None)
 
     def never_restart(self, run_id: str) -> None:
         """Like `launch` without --wait: whoever follows `run_id` in this process does not
         restart it (the uid stays known, for `forget`)."""
-        self._scheduled.pop(run_id, None)
+        self.submissions.scheduled.pop(run_id, None)
 
     # -- following and restarting --------------------------------------------------------------
     def wait(self, run_id: str, on_line=print) -> RunStatus:
         """Block until the run ends, restarting it on failure if it was scheduled here;
         state changes and restarts go to `on_line` as `[trainstack]` lines."""
 
-        if run_id not in self._kinds:
+        if run_id not in self.submissions.kinds:
             self.find(run_id)
         kind = self.kind(run_id)
         while True:
@@ -540,14 +575,14 @@ class KubernetesBackend:
                 return final
 
     def _restart_due(self, run_id: str, final: RunStatus) -> bool:
-        scheduled = self._scheduled.get(run_id)
+        scheduled = self.submissions.scheduled.get(run_id)
         return final.state == FAILED and scheduled is not None and final.retries < scheduled[1]
 
     def _restart(self, run_id: str, retries_so_far: int) -> Generator[str, None, bool]:
         """Back off, then resubmit unless the run was cancelled meanwhile. Yields progress
         lines; returns whether it resubmitted."""
 
-        manifests, max_retries = self._scheduled[run_id]
+        manifests, max_retries = self.submissions.scheduled[run_id]
         delay = min(self.restart_backoff_s * 2**retries_so_far, 900.0)
         attempt = retries_so_far + 1
         yield f"[trainstack] {run_id}: Failed; restart {attempt}/{max_retries} in {delay:.0f}s"
@@ -556,11 +591,11 @@ class KubernetesBackend:
         if job is not None and k8s_state.is_cancelled(job):
             yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
             return False
-        if job is None or job["metadata"]["uid"] != self._uids.get(run_id):
+        if job is None or job["metadata"]["uid"] != self.submissions.uids.get(run_id):
             yield f"[trainstack] {run_id}: replaced or deleted by someone else; not restarting"
             return False
         submission = submit(self.cluster, manifests, retries=attempt)
-        self._uids[run_id] = submission.job["metadata"]["uid"]
+        self.submissions.uids[run_id] = submission.job["metadata"]["uid"]
         yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
         return True
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import yaml
 
+from contract.run_dir import POD_NAME_ENV
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR as RUNNER_DIR
+from jobs.runners.program import start_counter
 from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
 
 CONTAINER_NAME = "pytorch"
@@ -237,10 +239,23 @@ def _metadata(spec: JobSpec, name: str) -> dict:
     }
 
 
+def counting_starts(template: dict, max_restarts: int) -> dict:
+    """A PyTorchJob's pod template whose container counts its starts first (`start_counter`),
+    keyed by the pod's name (stable across the operator's recreations)."""
+    container = template["spec"]["containers"][0]
+    container["command"] = [*start_counter(max_restarts), *container["command"]]
+    name = {"fieldRef": {"fieldPath": "metadata.name"}}
+    container["env"].append({"name": POD_NAME_ENV, "valueFrom": name})
+    return template
+
+
 def pytorch_job(spec: JobSpec) -> dict:
-    template = pod_template(spec)
+    restarts = spec.run_policy.backoff_limit
+    template = counting_starts(pod_template(spec), restarts)
     # The master fills the model cache; workers wait for it (all fill it without a master).
-    worker_template = pod_template(spec, wait_for_model=bool(spec.master_replicas))
+    worker_template = counting_starts(
+        pod_template(spec, wait_for_model=bool(spec.master_replicas)), restarts
+    )
     replicas = {}
     if spec.master_replicas:
         replicas["Master"] = {

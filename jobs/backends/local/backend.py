@@ -112,7 +112,8 @@ class LocalBackend:
         self.cwd = cwd or os.getcwd()
 
     @classmethod
-    def from_config(cls, cfg: Any) -> LocalBackend:
+    def from_config(cls, cfg: Any, shared: Any = None) -> LocalBackend:
+        """`shared` is unused: its instances share nothing (the run dirs hold the state)."""
         return cls(runs_root=cfg.storage.root)
 
     def state_dir(self, run_id: str) -> Path:

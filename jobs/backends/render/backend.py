@@ -62,7 +62,8 @@ class RenderBackend:
         self.output_root = Path(output_root)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> RenderBackend:
+    def from_config(cls, cfg: Any, shared: Any = None) -> RenderBackend:
+        """`shared` is unused: its instances share nothing."""
         return cls(output_root=cfg.backend.output_root)
 
     def manifest_path(self, run_id: str) -> Path:
