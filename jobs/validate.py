@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from omegaconf import OmegaConf
 
 from contract.model.args import ARCH_FIELDS
-from jobs.backends import check_backend, traits_of
+from jobs.backends import BACKENDS, traits_of
 from jobs.backends.kubernetes.checks import (
     check_cluster_names,
     check_job_api,
@@ -21,12 +21,13 @@ from jobs.backends.kubernetes.checks import (
     check_secrets_approved,
 )
 from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backends.traits import BackendOptions
 from jobs.errors import JobConfigError
 from jobs.naming import OPERATOR_PODS, run_id_problem, sweep_id_problem
 from jobs.resume_from import check_resume_from
 from jobs.runners import check_runner, runner_for
 from jobs.schema import REQUIRED
-from jobs.validate_common import in_pods
+from jobs.validate_common import in_pods, listed
 from jobs.validate_compute import check_compute, check_elastic
 from jobs.validate_inputs import (
     check_fsx,
@@ -48,6 +49,28 @@ __all__ = ["JobConfigError", "validate_job"]
 
 if TYPE_CHECKING:
     from contract.plan import Plan as TrainerPlan
+
+
+def check_backend(cfg: Any) -> None:
+    """The `backend` section's checks (first: the other checks ask the named backend's traits),
+    then the backend's own."""
+    options = cfg.backend
+    if options.name not in BACKENDS:
+        raise JobConfigError(
+            "backend.name", f"unknown backend {options.name!r}; allowed: {listed(BACKENDS)}"
+        )
+    own = traits_of(options.name).options
+    typed = OmegaConf.get_type(options)
+    if isinstance(typed, type) and issubclass(typed, BackendOptions) and typed is not own:
+        raise JobConfigError(
+            "backend.name",
+            f"is {options.name!r} on backend={typed.name}'s options; allowed: pick the backend "
+            f"with backend={options.name} (the group), not backend.name",
+        )
+    for key in options:  # `+backend.<key>=` adds what no option has: refuse, not ignore
+        if key not in own.fields():
+            raise JobConfigError(f"backend.{key}", own.unknown_key())
+    own.check(cfg)
 
 
 def check_names(cfg: Any) -> None:

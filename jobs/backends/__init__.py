@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 
 from jobs.backends.traits import SCHEMA_PREFIX, BackendOptions, BackendTraits
-from jobs.errors import JobConfigError
 
 BACKENDS: dict[str, str] = {
     "local": "jobs.backends.local",
@@ -57,28 +56,6 @@ def register(store: Any) -> None:
     """Each backend's options into Hydra's ConfigStore (its option file starts from them)."""
     for name in NAMES:
         store.store(name=f"{SCHEMA_PREFIX}{name}", node=traits_of(name).options)
-
-
-def check_backend(cfg: Any) -> None:
-    """The `backend` section's checks (first: the other checks ask the named backend's traits),
-    then the backend's own."""
-    options = cfg.backend
-    if options.name not in BACKENDS:
-        raise JobConfigError(
-            "backend.name", f"unknown backend {options.name!r}; allowed: {', '.join(NAMES)}"
-        )
-    own = traits_of(options.name).options
-    typed = OmegaConf.get_type(options)
-    if isinstance(typed, type) and issubclass(typed, BackendOptions) and typed is not own:
-        raise JobConfigError(
-            "backend.name",
-            f"is {options.name!r} on backend={typed.name}'s options; allowed: pick the backend "
-            f"with backend={options.name} (the group), not backend.name",
-        )
-    for key in options:  # `+backend.<key>=` adds what no option has: refuse, not ignore
-        if key not in own.fields():
-            raise JobConfigError(f"backend.{key}", own.unknown_key())
-    own.check(cfg)
 
 
 def configured(cfg: Any, name: str) -> Any:

@@ -16,7 +16,6 @@ import jobs.backends as backends
 from jobs.backends import (
     NAMES,
     backend_for,
-    check_backend,
     configured,
     described,
     recorded_backend,
@@ -27,6 +26,7 @@ from jobs.backends.local import LocalOptions
 from jobs.compose import compose
 from jobs.config_path import CONFIG_PATH_ENV, SHIPPED_CONF_DIR
 from jobs.errors import JobConfigError, one_line
+from jobs.validate import check_backend
 
 LOCAL_KEYS = "name, others_runs, output_root, poll_interval_s, wait"
 
