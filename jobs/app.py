@@ -9,8 +9,9 @@ How the two meet, through Hydra's public surface only:
   completion's `$COMP_LINE` (`completion_line`: the typed line without the word `launch`).
 - The launch's state lives in one object, the task function `LaunchTask`: Hydra hands it to
   the sweeper and the launcher (`setup(task_function=...)`), so the launchers read `--dryrun`
-  from it and leave each batch's prepared jobs in it, the task schedules those, and it counts
-  the points that failed. No module global or class attribute carries any of it.
+  from it and leave each batch's prepared jobs in it, the task schedules those, and the
+  points that failed are counted in it (by the sweep's launch path, jobs.sweep_driver). No
+  module global or class attribute carries any of it.
 - Hydra prints a composition error with a hint and exits 1; trainstack's rule is one line
   naming the key and exit 2. `HYDRA_FULL_ERROR=1` (Hydra's documented switch) makes Hydra
   raise instead, and `launch` turns the error into that line.
@@ -65,7 +66,9 @@ class LaunchTask:
     code: int = 0
     """A single run's exit code."""
     failed_points: int = 0
-    """Points of the multirun that could not be submitted or did not succeed."""
+    """Points of the multirun that could not be submitted or did not succeed: counted by the
+    sweep's launch path (jobs.sweep_driver) under trainstack's launchers, by the task itself
+    under any other."""
     shared: backends.Shared = field(default_factory=backends.Shared)
     """What the launch's backends share (the kubernetes backend: the runs it submitted, which
     the launcher's followers may restart, and its cluster connections)."""
@@ -75,8 +78,9 @@ class LaunchTask:
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode == RunMode.MULTIRUN:
             job = self.prepared.pop(hydra_cfg.job.num, None)
-            code, result = run_point(cfg, job, self.shared)
-            self.failed_points += 1 if code else 0
+            result = run_point(cfg, job, self.shared)
+            if job is None:  # a launcher not trainstack's: no launch path counted the point
+                self.failed_points += 1 if result.failed else 0
             return result
         self.code = run_single(cfg, dryrun=self.flags.dryrun, shared=self.shared)
         return None
@@ -181,7 +185,7 @@ def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None)
 
 def run_point(
     cfg: Any, job: MaterializedJob | None, shared: backends.Shared | None = None
-) -> tuple[int, PointResult]:
+) -> PointResult:
     """One multirun point: the job its launcher prepared (validated with the whole batch), or,
     under a launcher that prepares nothing (`job` None), materialized here. Errors are returned
     in the PointResult, so one failing point never stops the others."""
@@ -212,4 +216,4 @@ def run_point(
             result.loss = last_loss(job.spec.run_dir)
     except Exception as err:  # reported per point in the summary
         result.error = str(err).splitlines()[0] if str(err) else type(err).__name__
-    return result.exit_code or (1 if result.error else 0), result
+    return result

@@ -7,9 +7,11 @@ hydra_plugins/kubernetes_launcher for kubernetes). Before a batch's first point 
 run, the launcher composes and materializes every point of it (`prepare_points`): one bad
 point, or one run id shared by several, and nothing happens (a big batch is prepared in
 worker processes: jobs.sweep_workers). The prepared jobs go to the task object Hydra handed
-the launcher (jobs.app.LaunchTask), whose points schedule them. Every point carries the sweep id
-(`sweep_id=`, else a new one); `SweepSummary` (a Hydra callback, conf/config.yaml) writes
-`<backend.output_root>/sweeps/<sweep_id>/summary.yaml` from the job returns.
+the launcher (jobs.app.LaunchTask), whose points schedule them. Preparing and then submitting
+in order is the launch path the Training API's sweeps take too (jobs.sweep_driver). Every
+point carries the sweep id (`sweep_id=`, else a new one); `SweepSummary` (a Hydra callback,
+conf/config.yaml) writes `<backend.output_root>/sweeps/<sweep_id>/summary.yaml` from the job
+returns.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ from jobs.errors import one_line
 from jobs.materialize import materialize
 from jobs.naming import new_sweep_id, sweep_point_run_id
 from jobs.submission import git_sha
-from jobs.sweep_points import PointResult, SweepPointError, SweepPointsLost, check_one_per_point
+from jobs.sweep_points import (
+    PointResult,
+    SweepPointError,
+    SweepPointsLost,
+    check_one_per_point,
+    point_label,
+)
 from jobs.sweep_workers import prepared_in_workers
 
 SUMMARY_FILE = "summary.yaml"
@@ -237,7 +245,7 @@ def last_loss(run_dir: str) -> float | None:
 
 class SweepSummary(Callback):
     """Hydra callback: collect each point's PointResult, write the summary at the end. (The
-    points that failed are counted by the task function, jobs/app.py `LaunchTask`.)"""
+    points that failed are counted in the task function, jobs/app.py `LaunchTask`.)"""
 
     def __init__(self) -> None:
         self.results: list[PointResult] = []
@@ -249,7 +257,7 @@ class SweepSummary(Callback):
         if isinstance(value, PointResult):
             self.results.append(value)
             if value.error:
-                print(f"sweep point {value.index}: {value.error}", file=sys.stderr)
+                print(f"{point_label(value.index)}: {value.error}", file=sys.stderr)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         done = [r for r in self.results if r.sweep_id and r.state != "dryrun"]

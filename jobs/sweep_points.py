@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 
 
@@ -28,6 +29,11 @@ class PointResult:
     loss: float | None = None
     """The run's last logged training loss (local runs that ran)."""
 
+    @property
+    def failed(self) -> bool:
+        """It could not be submitted, or its run did not succeed."""
+        return bool(self.exit_code or self.error)
+
     def __float__(self) -> float:
         """The objective an optimizing sweeper (Optuna) minimizes: the final loss of a local
         run, else the estimated cost in USD; NaN when neither is known."""
@@ -41,7 +47,7 @@ class SweepPointError(CompactHydraException, ValueError):
     """A point that cannot run; raised before any point of its batch is written or run."""
 
     def __init__(self, index: int, overrides: Sequence[str], message: str):
-        super().__init__(f"sweep point {index} ({_shown(overrides)}): {message}")
+        super().__init__(f"{point_label(index, _shown(overrides))}: {message}")
         self.reason = message
 
 
@@ -51,8 +57,16 @@ class SweepPointsLost(CompactHydraException, RuntimeError):
     without some of them."""
 
 
-def _shown(overrides: Sequence[str]) -> str:
-    return " ".join(o for o in overrides if not o.startswith("sweep_id="))
+def point_label(index: int, shown: Sequence[str] | None = None) -> str:
+    """How every message and summary line names a sweep point: `sweep point <n>`, then the
+    overrides `shown` (what the caller shows of the point) in parentheses when given."""
+    overrides = f" ({' '.join(shown)})" if shown is not None else ""
+    return f"sweep point {index}{overrides}"
+
+
+def _shown(overrides: Sequence[str]) -> list[str]:
+    """A point's overrides as the launchers show them: without the sweep id every point has."""
+    return [o for o in overrides if not o.startswith("sweep_id=")]
 
 
 def check_one_per_point(
@@ -68,7 +82,7 @@ def check_one_per_point(
     # A point is named by what sets it apart: the overrides every point shares are left out.
     shared = set.intersection(*(set(overrides) for _, overrides in numbered)) if numbered else set()
     missing = [
-        f"{index} ({_shown([o for o in overrides if o not in shared])})"
+        f"{index} ({' '.join(_shown([o for o in overrides if o not in shared]))})"
         for index, overrides in numbered
         if not count[index]
     ]
@@ -102,6 +116,15 @@ def indices_of_returns(points: Sequence[Any], returns: Sequence[Any]) -> list[in
         candidates = by_overrides.get(tuple(ret.overrides or ()), [])
         indices.append(candidates.pop(0) if candidates else -1)
     return indices
+
+
+def point_failed(ret: JobReturn) -> bool:
+    """A launched point's JobReturn is a failure: Hydra's status says so (the launcher's
+    verdict), or the task's PointResult does."""
+    if ret.status != JobStatus.COMPLETED:
+        return True
+    value = ret.return_value
+    return isinstance(value, PointResult) and value.failed
 
 
 class PointFailed(CompactHydraException):

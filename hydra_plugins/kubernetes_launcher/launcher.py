@@ -6,10 +6,11 @@ Every point of the batch is composed and materialized first (jobs.sweep.prepare_
 bad point and nothing is submitted. Then each point runs the task function (the `trainstack
 launch` app's: schedule the job prepared for it) through Hydra's own `run_job`, so callbacks
 (the sweep summary) see every point. A point that fails to submit is reported and the others
-go on. Run ids are `<sweep_id>-<point index>` unless set, so
-re-running a sweep with the same `sweep_id` finds its points again and skips those already
-submitted. In wait mode the points are followed concurrently (with auto-restart on failure)
-and each final state becomes the JobReturn's status.
+go on (the sweep's launch path, jobs.sweep_driver, as the basic-style launcher's). Run ids are
+`<sweep_id>-<point index>` unless set, so re-running a sweep with the same `sweep_id` finds
+its points again and skips those already submitted. In wait mode the points are followed
+concurrently (with auto-restart on failure) and each final state becomes the JobReturn's
+status.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Hydra's basic launcher with trainstack's rule first: every point of the batch is composed
 and materialized before the first one is written or run (jobs.sweep.prepare_points). Then,
 like the basic launcher, each point runs through Hydra's `run_job` (so callbacks see it), one
-after another; the task function schedules the job already materialized for it. A point lost
+after another; the task function schedules the job already materialized for it. Both steps
+are the sweep's one launch path (jobs.sweep_driver), going on past a point that failed and
+counting it in the task (jobs.app.LaunchTask). A point lost
 on the way (prepared or run) is an error naming it (jobs.sweep_points.SweepPointsLost). With
 `--dryrun` each point's request is printed and nothing is written (no job dirs either).
 """
@@ -22,7 +24,8 @@ from jobs.sweep import (
     prepare_or_discard,
     sweep_id_for,
 )
-from jobs.sweep_points import PointResult, check_one_per_point, indices_of_returns
+from jobs.sweep_driver import Policy, SweepDriver
+from jobs.sweep_points import PointResult, check_one_per_point, indices_of_returns, point_failed
 from jobs.sweep_workers import workers_for
 
 
@@ -75,18 +78,32 @@ class TrainstackLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
-        """Prepare the batch, then run its points one after another (`run_point`), keeping
-        each out of the collector's sight until the batch is done; `finish` then sees them
-        all. A dry run prints each point's request instead."""
+        """The batch through the sweep's one launch path (jobs.sweep_driver): prepare every
+        point, then run them one after another (`run_point`), going on past a point that
+        failed and counting it in the task; each point is kept out of the collector's sight
+        until the batch is done, and `finish` then sees them all. A dry run prints each
+        point's request instead."""
+        numbered = [(initial_job_idx + offset, list(o)) for offset, o in enumerate(job_overrides)]
+        dryrun = self.task_function.flags.dryrun
         with kept_out_of_gc() as keep:
-            points = self.prepared(job_overrides, initial_job_idx, keep)
-            if self.task_function.flags.dryrun:
-                return [dry_run(point) for point in points]
-            returns = []
-            for point in points:
-                returns.append(self.run_point(point))
+
+            def submitted(point: PreparedPoint) -> JobReturn:
+                ret = self.run_point(point)
                 keep()
-        returns = self.finish(points, returns)
+                return ret
+
+            driver = SweepDriver(
+                prepare=lambda _: self.prepared(job_overrides, initial_job_idx, keep),
+                submit=dry_run if dryrun else submitted,
+                policy=Policy.GO_ON,
+                failed=point_failed,
+            )
+            launched = driver.run(numbered)
+        self.task_function.failed_points += launched.failed
+        if dryrun:
+            return launched.results
+        points = launched.prepared
+        returns = self.finish(points, launched.results)
         # One result per point: Hydra's sweepers take fewer without a word.
         numbered = [(point.index, list(point.cfg.hydra.overrides.task)) for point in points]
         check_one_per_point(numbered, indices_of_returns(points, returns), ran=True)

@@ -35,6 +35,8 @@ from jobs.resume_from import resume_from_path
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 from jobs.submission import BadInput
 from jobs.sweep import expand
+from jobs.sweep_driver import PointError, PointRefused, Policy, SweepDriver
+from jobs.sweep_points import point_label
 
 
 class ApiError(Exception):
@@ -218,54 +220,51 @@ class Service:
         return self._submit(checked)
 
     def submit_sweep(self, request: SweepRequest, who: Identity) -> tuple[str, list[Submitted]]:
+        """The points through the sweep's one launch path (jobs.sweep_driver), all or nothing:
+        every point prepared and checked before the first is submitted; one the cluster fails
+        partway rolls back what this request created (`_roll_back`)."""
         fields = {"sweep_id": request.sweep_id}
         _refuse_bad(lambda: check_request(fields, request.overrides, sweep=True))
         self._refuse_service_keys(request.overrides)
         now = submission.utc_now()
         sweep_id = request.sweep_id or new_sweep_id(now)
         overrides = self._composed(request.overrides, who, sweep_id)
-        jobs = []
+        driver = SweepDriver(
+            prepare=lambda points: self._prepared(points, sweep_id, who, now),
+            check=lambda job: self._check_point(job, who),
+            submit=lambda checked: self._submit(checked)[1],
+            policy=Policy.ALL_OR_NOTHING,
+            roll_back=lambda submitted: self._roll_back(submitted, sweep_id, who),
+        )
         try:
             with self._composing(who):
                 points = expand(overrides)
-            for index, point in enumerate(points):
-                named = point_overrides(point, sweep_id, index)
-                try:
-                    jobs.append(
-                        submission.prepare(named, now=now, compose_lock=self._composing(who))
-                    )
-                except BadInput as err:
-                    shown = " ".join(p for p in point if _key(p) not in self._service_keys)
-                    raise BadInput(f"sweep point {index} ({shown}): {err}") from err
+            return sweep_id, driver.run(list(enumerate(points))).results
         except (HydraException, BadInput) as err:
             raise ApiError(422, str(err).splitlines()[0]) from err
-        # Every point is checked (service settings, preflight, ownership) before the first is
-        # submitted: one bad point and nothing is written.
-        checked = []
-        for index, job in enumerate(jobs):
+        except PointError as err:
+            if isinstance(err.cause, ApiError):
+                raise ApiError(err.cause.status, err.line(err.cause.detail)) from err.cause
+            if isinstance(err, PointRefused):
+                raise err.cause from None  # not a refusal: a fault, as anywhere else
+            raise ApiError(500, err.line("failed")) from err.cause
+
+    def _prepared(self, points, sweep_id: str, who: Identity, now: datetime) -> list:
+        """Each point's job (`submission.prepare`, named by `point_overrides`); BadInput naming
+        the first bad point with what the request set of it."""
+        jobs = []
+        for index, point in points:
+            named = point_overrides(point, sweep_id, index)
             try:
-                self._check_service_wins(job.cfg)
-                checked.append(self._check(job, who))
-            except ApiError as err:
-                raise ApiError(err.status, f"sweep point {index}: {err.detail}") from err
-        submitted: list[Submitted] = []
-        for index, one in enumerate(checked):
-            try:
-                submitted.append(self._submit(one)[1])
-            except Exception as err:
-                # All or nothing, even when the cluster fails partway: what this request
-                # created goes again before the one error line is sent.
-                left = self._roll_back(submitted, sweep_id, who)
-                status, detail = (
-                    (err.status, err.detail) if isinstance(err, ApiError) else (500, "failed")
-                )
-                kept = f"; left in place (changed meanwhile): {', '.join(left)}" if left else ""
-                raise ApiError(
-                    status,
-                    f"sweep point {index}: {detail}; the {len(submitted)} point(s) this "
-                    f"request submitted before it were deleted{kept}",
-                ) from err
-        return sweep_id, submitted
+                jobs.append(submission.prepare(named, now=now, compose_lock=self._composing(who)))
+            except BadInput as err:
+                shown = [p for p in point if _key(p) not in self._service_keys]
+                raise BadInput(f"{point_label(index, shown)}: {err}") from err
+        return jobs
+
+    def _check_point(self, job, who: Identity) -> Checked:
+        self._check_service_wins(job.cfg)
+        return self._check(job, who)
 
     def _roll_back(self, submitted: list[Submitted], sweep_id: str, who: Identity) -> list[str]:
         """Delete the jobs (their ConfigMaps go with them: owner references) this request

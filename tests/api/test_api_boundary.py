@@ -314,3 +314,40 @@ def test_a_sweep_the_cluster_fails_partway_is_rolled_back(api, apiserver):
     assert [(j["metadata"]["name"], j["metadata"]["uid"]) for j in jobs] == [("rb1-0", running_uid)]
     maps = {m["metadata"]["name"] for m in apiserver.list("configmaps", NAMESPACE)}
     assert not any(name.startswith(("rb1-1", "rb1-2")) for name in maps), maps
+
+
+def test_the_api_and_the_launcher_take_the_one_launch_path(api, apiserver, trainstack, monkeypatch):
+    """A point the cluster refuses, asked of the API and of the kubernetes launcher: both
+    submit through jobs.sweep_driver, the API all or nothing (point 0 goes again), the launcher
+    going on past it (points 0 and 2 stay)."""
+    from jobs.sweep_driver import Policy, SweepDriver
+
+    policies, launches = [], []
+    submit_in_order = SweepDriver.submit_in_order
+
+    def spied(driver, numbers, checked, launched):
+        policies.append(driver.policy)
+        launches.append(launched)
+        return submit_in_order(driver, numbers, checked, launched)
+
+    monkeypatch.setattr(SweepDriver, "submit_in_order", spied)
+    apiserver.operator.default = JobPlan(hold=True)
+    apiserver.faults.reject_create.update({"lp-api-1": 403, "lp-cli-1": 403})
+    base = [f"compute={GPU_TYPE}", f"job.image={IMAGE}", "trainer.lr=1,2,3"]
+    response = api.client.post("/v1/sweeps", json={"overrides": base, "sweep_id": "lp-api"})
+    assert response.status_code == 503, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith("sweep point 1: create PyTorchJob training/lp-api-1 failed: 403")
+    assert detail.endswith("; the 1 point(s) this request submitted before it were deleted")
+    assert policies == [Policy.ALL_OR_NOTHING]
+    deadline = time.monotonic() + 10  # Foreground deletes finish after the fake's delay
+    while apiserver.get("pytorchjobs", "lp-api-0", NAMESPACE) is not None:
+        assert time.monotonic() < deadline, "lp-api-0 was not deleted"
+        time.sleep(0.05)
+
+    sweep = ["-m", "hydra/launcher=kubernetes", "trainer.lr=1,2,3", "sweep_id=lp-cli"]
+    assert trainstack("launch", *sweep, launch=True) == 1
+    assert policies == [Policy.ALL_OR_NOTHING, Policy.GO_ON]
+    assert len(launches[1].results) == 3 and launches[1].failed == 1  # counted, went on
+    names = sorted(j["metadata"]["name"] for j in apiserver.list("pytorchjobs", NAMESPACE))
+    assert names == ["lp-cli-0", "lp-cli-2"]
