@@ -191,7 +191,7 @@ CREATED_AT = f"{LABEL_PREFIX}/created-at"
 
 def counting_starts(template: dict, max_restarts: int) -> dict:
     """A PyTorchJob's pod template whose container counts its starts first (`start_counter`),
-    keyed by the pod's name (stable across the operator's recreations)."""
+    keyed by the pod's name (stable across the operator's recreations) and the submission."""
     container = template["spec"]["containers"][0]
     container["command"] = [*start_counter(max_restarts), *container["command"]]
     name = {"fieldRef": {"fieldPath": "metadata.name"}}
