@@ -11,6 +11,7 @@ from omegaconf import ListConfig, OmegaConf, open_dict
 
 from jobs.backends import traits_of
 from jobs.backends.kubernetes.job_kinds import to_manifests
+from jobs.backends.kubernetes.kubernetes_job import KubernetesJob, kubernetes_job
 from jobs.backends.kubernetes.manifest_checks import schemas_installed
 from jobs.errors import JobConfigError
 from jobs.naming import new_run_id
@@ -30,6 +31,8 @@ class MaterializedJob:
     """The composed DictConfig, run_id and sweep_id filled in."""
     spec: JobSpec
     plan: Plan
+    kubernetes: KubernetesJob | None = None
+    """The job's cluster side (namespace, job kind, runtime...); only for backends with pods."""
     manifests: list[dict] | None = None
     """PyTorchJob + ConfigMap, validated; built only for backends that need them."""
     code: PackedWorkdir | None = None
@@ -122,5 +125,6 @@ def materialize(
         # A render works with what `make run` installs (the render backend says what it left
         # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).
         schemas = traits.schema_checks_required or schemas_installed()
-        job.manifests = to_manifests(spec, schemas)
+        job.kubernetes = kubernetes_job(cfg)
+        job.manifests = to_manifests(spec, job.kubernetes, schemas)
     return job

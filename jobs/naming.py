@@ -1,38 +1,72 @@
 """Names of runs and sweeps: DNS-1035 labels short enough for the operators' pod names.
 
-The training operator names a PyTorchJob's pods `<job>-<replica type>-<index>` ("-master-0",
-"-worker-12") and services after them; Kubernetes caps each at 63 characters. A TrainJob's
-JobSet (same name) names its pods `<jobset>-node-0-<index>-<5 random chars>`, and JobSet's
-webhook refuses a JobSet whose longest pod name would pass 63 (kubernetes-sigs/jobset v0.12.0,
-pkg/webhooks/jobset_webhook.go: `placement.GenPodName(js.Name, rJob.Name, maxJobIndex,
-maxPodIndex) + "-abcde"` must be a DNS-1035 label), so its limit depends on the node count:
-48 characters up to 10 nodes, 47 up to 100.
+Each job kind names its pods after the job in its own way (`PodNames`, one per kind in
+jobs.backends.kubernetes.client.kinds). The training operator names a PyTorchJob's pods
+`<job>-<replica type>-<index>` ("-master-0", "-worker-12") and services after them; Kubernetes
+caps each at 63 characters. A TrainJob's JobSet (same name) names its pods
+`<jobset>-node-0-<index>-<5 random chars>`, and JobSet's webhook refuses a JobSet whose longest
+pod name would pass 63 (kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go:
+`placement.GenPodName(js.Name, rJob.Name, maxJobIndex, maxPodIndex) + "-abcde"` must be a
+DNS-1035 label), so its limit depends on the node count: 48 characters up to 10 nodes, 47 up
+to 100.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import dataclass
 from datetime import datetime
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 DNS_LABEL_MAX = 63
-MAX_RUN_ID_LEN = DNS_LABEL_MAX - len("-worker-") - 4
-"""Leaves room for the longest pod suffix with up to 9,999 workers (a PyTorchJob's)."""
-TRAINJOB_POD_INFIX = "-node-0-"
-"""`-<replicated job>-<job index>-` of a TrainJob's pods: Trainer's one replicated job `node`
-(jobs.backends.kubernetes.trainjob.NODE), one replica (index 0)."""
 POD_SUFFIX = "-abcde"
 """The random suffix Kubernetes adds to an indexed Job's pod name, as JobSet's webhook counts it."""
 
 
-def max_run_id_len(api: str | None = None, nodes: int = 1) -> int:
-    """The longest run id a job of `nodes` nodes on `api` may have: a TrainJob's limit from its
-    longest pod name (node index `nodes - 1`), anything else the PyTorchJob's."""
-    if api != "trainjob":
-        return MAX_RUN_ID_LEN
-    index = str(max(nodes, 1) - 1)
-    return DNS_LABEL_MAX - len(TRAINJOB_POD_INFIX) - len(index) - len(POD_SUFFIX)
+@dataclass(frozen=True)
+class PodNames:
+    """How a job kind names its pods after its job, `<job><infix><index><suffix>`, each a
+    DNS-1035 label: the longest run id that allows. Each job kind has one
+    (jobs.backends.kubernetes.client.kinds.JobKind.pod_names)."""
+
+    infix: str
+    suffix: str = ""
+    index_digits: int | None = None
+    """Room kept for the index whatever the node count; None: the job's own last node index,
+    so the limit depends on its node count."""
+    what: str = ""
+    """The job, for a message whose limit depends on the node count ("a TrainJob")."""
+    who: str = ""
+    """What adds to the name, for that message ("JobSet's pod names")."""
+
+    def max_run_id_len(self, nodes: int = 1) -> int:
+        index = "9" * self.index_digits if self.index_digits else str(max(nodes, 1) - 1)
+        return DNS_LABEL_MAX - len(self.infix) - len(index) - len(self.suffix)
+
+    @property
+    def per_node_count(self) -> bool:
+        return self.index_digits is None
+
+    def why(self, nodes: int = 1) -> str:
+        if not self.per_node_count:
+            return f"pod names add '{self.infix}<i>'"
+        count = max(nodes, 1)
+        return (
+            f"for {self.what} of {count} node(s): {self.who} add "
+            f"'{self.infix}{count - 1}{self.suffix}' and must fit in {DNS_LABEL_MAX}"
+        )
+
+
+OPERATOR_PODS = PodNames("-worker-", index_digits=4)
+"""The training operator's pod names, `<job>-<replica type>-<index>` ("-master-0",
+"-worker-12"), with room for up to 9,999 workers; the rule for a name no job kind is known for."""
+MAX_RUN_ID_LEN = OPERATOR_PODS.max_run_id_len()
+
+
+def max_run_id_len(pods: PodNames = OPERATOR_PODS, nodes: int = 1) -> int:
+    """The longest run id a job of `nodes` nodes whose pods are named so (`pods`) may have."""
+    return pods.max_run_id_len(nodes)
 
 
 def slug(text: str) -> str:
@@ -70,25 +104,17 @@ def _name_problem(name: str, max_len: int, why: str) -> str | None:
     return None
 
 
-def _why(api: str | None, nodes: int) -> str:
-    if api != "trainjob":
-        return "pod names add '-worker-<i>'"
-    return (
-        f"for a TrainJob of {max(nodes, 1)} node(s): JobSet's pod names add "
-        f"'{TRAINJOB_POD_INFIX}{max(nodes, 1) - 1}{POD_SUFFIX}' and must fit in {DNS_LABEL_MAX}"
-    )
+def run_id_problem(run_id: str, pods: PodNames = OPERATOR_PODS, nodes: int = 1) -> str | None:
+    """Why `run_id` can't name a job of `nodes` nodes whose pods are named so (`pods`: its
+    kind's), or None when it can."""
+    return _name_problem(run_id, pods.max_run_id_len(nodes), pods.why(nodes))
 
 
-def run_id_problem(run_id: str, api: str | None = None, nodes: int = 1) -> str | None:
-    """Why `run_id` can't name a job of `nodes` nodes on `api`, or None when it can."""
-    return _name_problem(run_id, max_run_id_len(api, nodes), _why(api, nodes))
-
-
-def sweep_id_problem(sweep_id: str, api: str | None = None, nodes: int = 1) -> str | None:
+def sweep_id_problem(sweep_id: str, pods: PodNames = OPERATOR_PODS, nodes: int = 1) -> str | None:
     """Why `sweep_id` can't name a sweep, or None when it can: its points' run ids are
     `<sweep_id>-<point>`, so it is checked as itself, never through a run id it made."""
-    limit = max_run_id_len(api, nodes) - len("-9999")
+    limit = pods.max_run_id_len(nodes) - len("-9999")
     why = "point run ids add '-<point>'"
-    if api == "trainjob":
-        why += f" and {_why(api, nodes).removeprefix('for ')}"
+    if pods.per_node_count:
+        why += f" and {pods.why(nodes).removeprefix('for ')}"
     return _name_problem(sweep_id, limit, why)

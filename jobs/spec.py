@@ -13,56 +13,28 @@ from typing import Any
 
 from catalog import InstanceType, get_instance_type
 from contract.run_dir import CONFIG_FILE
+from jobs.backends.kubernetes.pod_facts import (
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    Resources,
+    platform_env,
+    pod_resources,
+)
+from jobs.resume_from import resume_from_path
 from jobs.run_dirs import run_dir_for
 from jobs.runners import runner_for
 from jobs.runners.program import CodeArchive, PodProgram, code_archive
-from jobs.schema import CAPACITY_TYPES, LOCAL_CPU, plain
+from jobs.schema import LOCAL_CPU, plain
+from trainer.hf.hub import parse_hub
 
 CONFIG_MOUNT_DIR = "/etc/trainstack"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
 LABEL_PREFIX = "trainstack.io"
 OWNER_LABEL = f"{LABEL_PREFIX}/owner"
 """Who launched the run (`job.owner`): `runs --mine`, `GET /v1/runs?owner=me`."""
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-HUGEPAGES_2MI = "5120Mi"
-"""libfabric's EFA provider registers its buffers in 2 MiB huge pages."""
 TORCHRUN_EXIT_MARGIN_S = 30
 """Of the pod's grace period, what torchrun keeps for itself after its workers stopped."""
-
-# NCCL over EFA (aws-ofi-nccl): set only on instances that have EFA.
-EFA_ENV = {
-    "FI_PROVIDER": "efa",
-    "FI_EFA_FORK_SAFE": "1",
-    "NCCL_SOCKET_IFNAME": "^lo,docker",
-    "NCCL_DEBUG": "WARN",
-}
-NCCL_HEARTBEAT_TIMEOUT_S = 300
-# How a GPU rank notices a dead peer or a hung collective (torch's ProcessGroupNCCL): the
-# watchdog aborts a collective after trainer.collective_timeout_s and tears the process down
-# (async error handling 1), so torchrun restarts the ranks; the heartbeat monitor kills a rank
-# whose watchdog itself is stuck (e.g. inside a hung CUDA call) after this many seconds.
-NCCL_RECOVERY_ENV = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-    "TORCH_NCCL_ENABLE_MONITORING": "1",
-    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(NCCL_HEARTBEAT_TIMEOUT_S),
-}
 SECRET_ENV_NAMES = {"wandb_api_key": "WANDB_API_KEY", "hf_token": "HF_TOKEN"}
-RUNTIME_PREFIX = "trainstack-"
-CPU_RUNTIME = f"{RUNTIME_PREFIX}cpu"
-
-
-@dataclass(frozen=True)
-class Resources:
-    """Per pod; requests equal limits so GPU pods get the Guaranteed QoS class."""
-
-    cpu: str
-    memory: str
-    gpus: int
-    efa: int
-    hugepages_2mi: str | None
-    shm_size: str
-    """sizeLimit of the memory-backed /dev/shm emptyDir (counts against `memory`)."""
 
 
 @dataclass(frozen=True)
@@ -79,20 +51,9 @@ class Elastic:
 
 
 @dataclass(frozen=True)
-class RunPolicy:
-    backoff_limit: int
-    clean_pod_policy: str
-    ttl_seconds_after_finished: int
-    active_deadline_seconds: int | None
-    suspend: bool = False
-    """Created suspended for Kueue (job.queue): only Kueue un-suspends it, on admission."""
-
-
-@dataclass(frozen=True)
 class JobSpec:
     name: str
     """The run id: job name, label value and run dir leaf."""
-    namespace: str
     run_dir: str
     image: str | None
     """None for `local_cpu` (runs from this checkout)."""
@@ -108,32 +69,16 @@ class JobSpec:
     secret_env: tuple[SecretEnv, ...]
     nodes: int
     nproc_per_node: int
-    master_replicas: int
-    """1 with `nodes - 1` workers; 0 for an elastic Worker-only job."""
-    worker_replicas: int
     elastic: Elastic | None
     instance_type: str | None
     resources: Resources | None
-    service_account: str
+    """Each node's pod share of its instance (jobs.backends.kubernetes.pod_facts)."""
     termination_grace_period_seconds: int
-    run_policy: RunPolicy
     labels: dict[str, str]
     annotations: dict[str, str]
     trainer_config: dict[str, Any]
     """Exactly the file the trainer reads (`contract.config.RunConfig`)."""
     config_hash: str
-    kubernetes_version: str
-    api: str = "trainjob"
-    """`job.api`: trainjob or pytorchjob."""
-    runtime: str | None = None
-    """trainjob: the ClusterTrainingRuntime the TrainJob names (`runtimeRef`)."""
-    platform_env: tuple[str, ...] = ()
-    """Keys of `env` a trainstack runtime sets for every job on its node group (NCCL/EFA):
-    a TrainJob leaves them to its runtime, a PyTorchJob carries them."""
-    capacity_type: str | None = None
-    """`eks.amazonaws.com/capacityType` the pods select (ON_DEMAND, SPOT), or None: any."""
-    fsx: tuple[str, str] | None = None
-    """(claim, mount path) of the stack's FSx volume mounted in every pod, or None."""
     model_cache: tuple[str, str] | None = None
     """(hf://org/name[@rev], its run storage cache) when a model initializer fills the cache
     before the trainer starts; the trainer config's init_from is then the cache."""
@@ -161,10 +106,6 @@ def trainer_config(cfg: Any, run_dir: str) -> dict[str, Any]:
     runner = runner_for(cfg)
     if runner.reads_model:
         trainer = plain(cfg.trainer)
-        from jobs.resume_from import (
-            resume_from_path,
-        )  # lazy: pulumi up loads this module (the runtime renderer), never the trainer
-
         trainer["resume_from"] = resume_from_path(cfg)
         config.update(model=plain(cfg.model), data=plain(cfg.data), trainer=trainer)
     record = runner.record(cfg.runner)
@@ -190,37 +131,6 @@ def image_for(cfg: Any, git_sha: str | None) -> str | None:
     return None
 
 
-def pod_resources(instance: InstanceType, gpus: int) -> Resources:
-    """A share of the node proportional to the GPUs used, less headroom for the node's
-    daemons (kubelet, EFA/NVIDIA device plugins, CNI, log agents)."""
-    share = gpus / instance.gpus
-    cpu = int((instance.vcpus - max(2, instance.vcpus // 12)) * share)
-    memory_gib = int((instance.memory_gib - max(8, instance.memory_gib // 10)) * share)
-    efa = max(1, int(instance.efa_interfaces * share)) if instance.has_efa else 0
-    return Resources(
-        cpu=str(cpu),
-        memory=f"{memory_gib}Gi",
-        gpus=gpus,
-        efa=efa,
-        hugepages_2mi=HUGEPAGES_2MI if instance.has_efa else None,
-        shm_size=f"{max(1, memory_gib // 4)}Gi",
-    )
-
-
-def platform_env(instance: InstanceType | None) -> dict[str, str]:
-    """What every job on `instance` needs whatever it runs: NCCL's failure detection and, with
-    EFA, libfabric's provider settings. A trainstack runtime carries it
-    (jobs.backends.kubernetes.runtimes)."""
-    env: dict[str, str] = {}
-    if instance is not None and instance.gpus:
-        env.update(NCCL_RECOVERY_ENV)
-    if instance is not None and instance.has_efa:
-        env.update(EFA_ENV)
-        if instance.gpudirect_rdma:
-            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return env
-
-
 def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) -> dict[str, str]:
     env = {
         "PYTHONUNBUFFERED": "1",
@@ -232,36 +142,9 @@ def job_env(cfg: Any, run_id: str, run_dir: str, instance: InstanceType | None) 
     return env | platform_env(instance)
 
 
-def gpu_runtime_name(node_group: str) -> str:
-    """The ClusterTrainingRuntime `pulumi up` installs for GPU node group `node_group`."""
-    return f"{RUNTIME_PREFIX}{node_group}"
-
-
-def default_group_name(instance_type: str) -> str:
-    """The node group name a job assumes without a stack: the instance type, DNS-safe."""
-    return instance_type.replace(".", "-")
-
-
-def runtime_for(cfg: Any) -> str | None:
-    """`job.runtime`, else the runtime of the stack's node group of compute's instance type
-    (the first listed), else the one a group named after the instance type would have."""
-    if cfg.job.runtime:
-        return cfg.job.runtime
-    instance_type = cfg.compute.instance_type
-    if instance_type is None:
-        return CPU_RUNTIME
-    for group in cfg.cluster.node_groups:
-        if group.instance_type == instance_type:
-            return gpu_runtime_name(group.name)
-    return gpu_runtime_name(default_group_name(instance_type))
-
-
 def hub_cache_uri(storage_root: str, source: str) -> str:
     """Where a cluster run keeps a Hub model: one copy per repo and revision under the storage
     root, shared by every run that names them."""
-
-    from trainer.hf.hub import parse_hub  # lazy: pulumi up loads this module, never the trainer
-
     return f"{storage_root.rstrip('/')}/models/{parse_hub(source).cache_key}"
 
 
@@ -321,7 +204,6 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
     )
     return JobSpec(
         name=run_id,
-        namespace=cfg.cluster.namespace,
         run_dir=run_dir,
         image=image_for(cfg, git_sha),
         command=program.argv,
@@ -332,29 +214,13 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
         secret_env=secrets,
         nodes=compute.nodes,
         nproc_per_node=procs_per_node(compute),
-        master_replicas=0 if elastic else 1,
-        worker_replicas=compute.nodes if elastic else compute.nodes - 1,
         elastic=elastic,
         instance_type=None if local else instance.name,
         resources=None if local else pod_resources(instance, compute.gpus_per_node),
-        service_account=cfg.cluster.service_account,
         termination_grace_period_seconds=grace,
-        run_policy=RunPolicy(
-            backoff_limit=cfg.job.max_restarts,
-            clean_pod_policy=cfg.job.clean_pod_policy,
-            ttl_seconds_after_finished=cfg.job.ttl_seconds_after_finished,
-            active_deadline_seconds=cfg.job.active_deadline_seconds,
-            suspend=bool(cfg.job.queue),
-        ),
         labels=labels,
         annotations=annotations,
         trainer_config=trainer_cfg,
         config_hash=digest,
-        kubernetes_version=str(cfg.cluster.kubernetes_version),
-        api=cfg.job.api,
-        runtime=runtime_for(cfg) if cfg.job.api == "trainjob" else None,
-        platform_env=tuple(platform_env(instance)),
-        capacity_type=None if local else CAPACITY_TYPES[compute.capacity],
-        fsx=(cfg.storage.fsx_claim, cfg.storage.fsx_mount) if cfg.storage.fsx else None,
         model_cache=model_cache,
     )

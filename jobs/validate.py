@@ -20,8 +20,9 @@ from jobs.backends.kubernetes.checks import (
     check_priority_approved,
     check_secrets_approved,
 )
+from jobs.backends.kubernetes.client.kinds import KINDS
 from jobs.errors import JobConfigError
-from jobs.naming import run_id_problem, sweep_id_problem
+from jobs.naming import OPERATOR_PODS, run_id_problem, sweep_id_problem
 from jobs.resume_from import check_resume_from
 from jobs.runners import check_runner, runner_for
 from jobs.schema import REQUIRED
@@ -62,12 +63,13 @@ def check_backend(cfg: Any) -> None:
 def check_names(cfg: Any) -> None:
     """The run and sweep ids fit the pod names of the job they will name (on a cluster, a
     TrainJob's limit depends on its node count: jobs.naming), before anything is written."""
-    api = cfg.job.api if in_pods(cfg) else None
+    kind = KINDS.get(cfg.job.api) if in_pods(cfg) else None
+    pods = kind.pod_names if kind else OPERATOR_PODS
     nodes = cfg.compute.nodes if isinstance(cfg.compute.nodes, int) else 1
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
     for key, problem_of in (("sweep_id", sweep_id_problem), ("run_id", run_id_problem)):
         value = cfg[key]
-        problem = problem_of(value, api, nodes) if value is not None else None
+        problem = problem_of(value, pods, nodes) if value is not None else None
         if problem:
             raise JobConfigError(key, f"{value!r} is not allowed; allowed: {problem}")
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from catalog import INSTANCE_TYPES
+from jobs.backends.kubernetes.pod_facts import pod_resources
 from jobs.errors import JobConfigError
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU
-from jobs.spec import elastic_of, pod_resources, procs_per_node
+from jobs.spec import elastic_of, procs_per_node
 from jobs.validate_common import at_least, at_most, in_pods, listed
 
 MAX_NODES = 1024
@@ -74,8 +75,9 @@ def check_compute(cfg: Any) -> None:
 
 
 def check_efa_share(instance_type: str, gpus_per_node: int) -> None:
-    """Pods on an EFA instance set FI_PROVIDER=efa (jobs.spec.EFA_ENV): each must also be
-    given an EFA device, or NCCL fails at start on every node, long after submission."""
+    """Pods on an EFA instance set FI_PROVIDER=efa (jobs.backends.kubernetes.pod_facts.EFA_ENV):
+    each must also be given an EFA device, or NCCL fails at start on every node, long after
+    submission."""
     instance = INSTANCE_TYPES[instance_type]
     if not instance.has_efa or pod_resources(instance, gpus_per_node).efa >= 1:
         return

@@ -30,7 +30,7 @@ from infra.settings.stack import parse_stack_config
 from infra.settings.types import StackConfig
 from infra.stack_defaults import job_defaults, render
 from infra.training_api import RBAC_RULES, api_labels, api_name, network_policy_spec
-from jobs.backends.kubernetes.manifests import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.pod_parts import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL
 
 STACK = "local"
 REGION = "us-east-1"

@@ -22,7 +22,7 @@ from typing import Any
 from catalog import get_instance_type
 from jobs.backends.base import BackendError, RunStatus
 from jobs.backends.kubernetes.backend import to_status
-from jobs.backends.kubernetes.manifests import INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.pod_parts import INSTANCE_TYPE_LABEL
 from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
 from jobs.plot.metrics import max_steps, read_config
 

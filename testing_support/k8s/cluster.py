@@ -44,8 +44,8 @@ def seed_trainer(server: FakeKubeApiServer, instance_type: str = GPU_TYPE) -> No
     of a node group of `instance_type` (named as a job without a stack expects)."""
     from catalog import INSTANCE_TYPES
     from jobs.backends.kubernetes.client.kinds import TRAINJOB
+    from jobs.backends.kubernetes.pod_facts import default_group_name
     from jobs.backends.kubernetes.runtimes import gpu_runtime
-    from jobs.spec import default_group_name
 
     put_crd(server, TRAINJOB)
     group = default_group_name(instance_type)

@@ -8,11 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobs.backends.kubernetes.manifests import (
-    CAPACITY_TYPE_LABEL,
-    CONFIG_MOUNT,
-    INSTANCE_TYPE_LABEL,
-)
+from jobs.backends.kubernetes.manifests import CONFIG_MOUNT
+from jobs.backends.kubernetes.pod_parts import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL
 from tests.e2e.conftest import (
     JOBS,
     RUN_ID_LABEL,

@@ -1,5 +1,6 @@
 """`pulumi up` loads the program's modules: they read the contract, the catalog and the runtime
-renderer, never the trainer (torch-free or not) or jobs' launch pipeline (issue 34)."""
+renderer, never the trainer (torch-free or not) or jobs' launch pipeline (issue 34). Of `jobs`,
+exactly the runtime renderer and the light modules it stands on (JOBS_LOADED)."""
 
 import ast
 import subprocess
@@ -8,6 +9,22 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = ("jobs.app", "jobs.launch", "jobs.sweep", "jobs.materialize", "jobs.validate")
+JOBS_LOADED = {
+    "jobs",
+    "jobs.backends",
+    "jobs.backends.traits",
+    "jobs.backends.kubernetes",
+    "jobs.backends.kubernetes.client",
+    "jobs.backends.kubernetes.client.kinds",
+    "jobs.backends.kubernetes.client.state",  # manifest_checks' node count of a job (pure)
+    "jobs.backends.kubernetes.manifest_checks",  # check_jobset_webhook
+    "jobs.backends.kubernetes.pod_facts",
+    "jobs.backends.kubernetes.pod_parts",
+    "jobs.backends.kubernetes.runtimes",
+    "jobs.naming",  # manifest_checks' run id rules
+}
+"""The `jobs` modules the program loads (19 with jobs.spec on the path, which brought the
+runners, the schema and the run dirs along; 12 since the runtime renderer reads pod_facts)."""
 
 
 def loaded_by_the_program() -> set[str]:
@@ -29,7 +46,12 @@ def loaded_by_the_program() -> set[str]:
 
 def test_the_program_loads_no_trainer_module_and_no_launch_pipeline():
     loaded = loaded_by_the_program()
-    assert "infra.kubeflow_trainer" in loaded and "contract.config" in loaded
+    assert "infra.kubeflow_trainer" in loaded and "jobs.backends.kubernetes.runtimes" in loaded
     assert not {m for m in loaded if m == "trainer" or m.startswith("trainer.")}
     assert not {m for m in loaded if m.startswith(PIPELINE) or m.startswith("jobs.api")}
     assert "torch" not in loaded
+
+
+def test_the_program_loads_only_the_runtime_renderer_of_jobs():
+    loaded = {m for m in loaded_by_the_program() if m == "jobs" or m.startswith("jobs.")}
+    assert loaded == JOBS_LOADED, f"new: {sorted(loaded - JOBS_LOADED)}"

@@ -78,9 +78,9 @@ def trainjob_pod(job: dict, runtime: dict | None = None) -> dict:
 
     from catalog import INSTANCE_TYPES
     from jobs.backends.kubernetes.manifest_checks import trainjob_pod_template
+    from jobs.backends.kubernetes.pod_facts import default_group_name
     from jobs.backends.kubernetes.runtimes import gpu_runtime
     from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
-    from jobs.spec import default_group_name
 
     if runtime is None:
         name = job["metadata"]["annotations"][INSTANCE_TYPE_ANNOTATION]

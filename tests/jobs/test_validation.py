@@ -231,13 +231,14 @@ def test_the_trainjob_run_id_limit_is_jobsets_pod_name_rule(nodes):
     `<jobset>-<replicated job>-<max job index>-<max pod index>` + "-abcde", is a DNS-1035
     label (at most 63). A TrainJob's JobSet has one replicated job `node` of one Job
     (pkg/runtime/framework/plugins/jobset in kubeflow/trainer v2.3.0) and `nodes` pods."""
+    from jobs.backends.kubernetes.client.kinds import TRAINJOB
     from jobs.naming import max_run_id_len, run_id_problem
 
-    limit = max_run_id_len("trainjob", nodes)
+    limit = max_run_id_len(TRAINJOB.pod_names, nodes)
     longest_pod = f"{'a' * limit}-node-0-{nodes - 1}-abcde"
     assert len(longest_pod) == 63
-    assert run_id_problem("a" * limit, "trainjob", nodes) is None
-    assert "at most" in run_id_problem("a" * (limit + 1), "trainjob", nodes)
+    assert run_id_problem("a" * limit, TRAINJOB.pod_names, nodes) is None
+    assert "at most" in run_id_problem("a" * (limit + 1), TRAINJOB.pod_names, nodes)
     assert limit == (48 if nodes <= 10 else 47 if nodes <= 100 else 46)
 
 

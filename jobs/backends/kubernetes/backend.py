@@ -74,7 +74,7 @@ from jobs.backends.kubernetes.client.watch import (
     wait_for_end,
 )
 from jobs.backends.kubernetes.manifests import to_yaml
-from jobs.backends.kubernetes.trainjob import NODE
+from jobs.backends.kubernetes.runtimes import NODE
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -247,7 +247,7 @@ class KubernetesBackend:
         job: MaterializedJob = dryrun.job
         if self.check_owner:
             existing = self.find(job.run_id)
-            kind = kind_of(existing) if existing else KINDS[job.spec.api]
+            kind = kind_of(existing) if existing else KINDS[job.kubernetes.api]
             ensure_ours(kind.kind, self.settings.namespace, job.run_id, existing)
             ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
@@ -264,11 +264,11 @@ class KubernetesBackend:
         return job.run_id
 
     def preflight(self, job: MaterializedJob) -> None:
-        spec = job.spec
+        spec, kube = job.spec, job.kubernetes
         resources = spec.resources
 
         request = PreflightRequest(
-            service_account=spec.service_account,
+            service_account=kube.service_account,
             instance_type=spec.instance_type,
             nodes=spec.nodes,
             gpus_per_node=resources.gpus if resources else 0,
@@ -277,8 +277,8 @@ class KubernetesBackend:
             queue=job.cfg.job.queue,
             cpu_per_node=parse_quantity(resources.cpu) if resources else 0,
             memory_per_node=parse_quantity(resources.memory) if resources else 0,
-            kind=KINDS[spec.api],
-            runtime=spec.runtime,
+            kind=KINDS[kube.api],
+            runtime=kube.runtime,
         )
         for warning in preflight(self.cluster, request):
             print(f"{job.run_id}: preflight warning: {warning}", file=sys.stderr)

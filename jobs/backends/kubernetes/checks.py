@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from catalog.kubernetes import JOB_APIS
+from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, RUNTIME_PREFIX, gpu_runtime_name
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
 from jobs.references import DNS1123_SUBDOMAIN, dns1123_label_problem, dns1123_subdomain_problem
 from jobs.schema import LOCAL_CPU, JobConfig
-from jobs.spec import CPU_RUNTIME, RUNTIME_PREFIX, elastic_of, gpu_runtime_name
+from jobs.spec import elastic_of
 from jobs.validate_common import in_pods, listed
 
 _TRAINJOB_FIXED = {
@@ -30,9 +32,10 @@ def check_job_api(cfg: Any) -> None:
         raise JobConfigError("job.api", f"{job.api!r} is not allowed; allowed: {listed(JOB_APIS)}")
     if job.runtime is not None and not DNS1123_SUBDOMAIN.match(job.runtime):
         raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
-    if job.api != "trainjob" or not in_pods(cfg):
+    if not KINDS[job.api].on_runtime or not in_pods(cfg):
         if job.runtime is not None and in_pods(cfg):
-            raise JobConfigError("job.runtime", "only job.api=trainjob runs on a runtime")
+            on_runtime = "|".join(kind.api for kind in KINDS.values() if kind.on_runtime)
+            raise JobConfigError("job.runtime", f"only job.api={on_runtime} runs on a runtime")
         return
     check_runtime_is_trainstacks(cfg)
     if elastic_of(cfg) is not None:

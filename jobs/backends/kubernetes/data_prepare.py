@@ -24,9 +24,9 @@ from jobs.backends.kubernetes.manifest_checks import (
     check_restricted_pod,
     check_schema,
 )
-from jobs.backends.kubernetes.manifests import (
+from jobs.backends.kubernetes.manifests import drop_none
+from jobs.backends.kubernetes.pod_parts import (
     INSTANCE_TYPE_LABEL,
-    drop_none,
     scratch_volume,
     security_contexts,
 )

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, TRAINJOB
+from jobs.backends.kubernetes.client.state import nodes
 from jobs.naming import run_id_problem
 
 REPLICA_TYPES = ("Master", "Worker")
@@ -41,11 +44,7 @@ class ManifestError(ValueError):
 def _checked_name(job: dict, kind: str) -> str:
     """`<kind> <name>`, what every message starts with, once the name is known to be valid."""
     where = f"{kind} {job['metadata']['name']}"
-    if kind == "TrainJob":
-        nodes = int((job["spec"].get("trainer") or {}).get("numNodes") or 1)
-        problem = run_id_problem(job["metadata"]["name"], "trainjob", nodes)
-    else:
-        problem = run_id_problem(job["metadata"]["name"])
+    problem = run_id_problem(job["metadata"]["name"], BY_KIND[kind].pod_names, nodes(job))
     if problem:
         raise ManifestError(f"{where}: metadata.name: {problem}")
     return where
@@ -297,27 +296,42 @@ def check_manifests(manifests: list[dict], kubernetes_version: str, schemas: boo
     version = kubernetes_version if schemas else None
     for manifest in manifests:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        if kind == "TrainJob":
-            check_trainjob_webhook(manifest)
-            where = f"TrainJob {name} pod template"
-            _check_pod_template(trainjob_pod_template(manifest), name, where, version)
+        if kind in JOB_CHECKS:
+            JOB_CHECKS[kind](manifest, version)
         elif kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
             check_jobset_webhook(manifest)
             for rjob, template in runtime_pod_templates(manifest).items():
                 where = f"{kind} {name} {rjob} template"
                 _check_pod_template(template, f"{name}-{rjob}", where, version)
                 check_restricted_pod(template, where)
-        elif kind == "PyTorchJob":
-            check_pytorchjob_webhook(manifest)
-            for rtype, replica in manifest["spec"]["pytorchReplicaSpecs"].items():
-                wrapped = {
-                    "apiVersion": "v1",
-                    "kind": "PodTemplate",
-                    "metadata": {"name": f"{name}-{rtype.lower()}"},
-                    "template": replica["template"],
-                }
-                where = f"PyTorchJob {name} {rtype} template"
-                check_schema(wrapped, version, where)
-                check_restricted_pod(replica["template"], where)
         else:
             check_schema(manifest, version, f"{kind} {name}")
+
+
+def _check_trainjob(job: dict, version: str | None) -> None:
+    name = job["metadata"]["name"]
+    check_trainjob_webhook(job)
+    _check_pod_template(trainjob_pod_template(job), name, f"TrainJob {name} pod template", version)
+
+
+def _check_pytorchjob(job: dict, version: str | None) -> None:
+    name = job["metadata"]["name"]
+    check_pytorchjob_webhook(job)
+    for rtype, replica in job["spec"]["pytorchReplicaSpecs"].items():
+        wrapped = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": f"{name}-{rtype.lower()}"},
+            "template": replica["template"],
+        }
+        where = f"PyTorchJob {name} {rtype} template"
+        check_schema(wrapped, version, where)
+        check_restricted_pod(replica["template"], where)
+
+
+JOB_CHECKS: dict[str, Callable[[dict, str | None], None]] = {
+    TRAINJOB.kind: _check_trainjob,
+    PYTORCHJOB.kind: _check_pytorchjob,
+}
+"""A job kind's name -> its operator's admission rules and its pod templates' checks (the
+Kubernetes schema for `version`, None: not checked; the restricted standard)."""

@@ -1,11 +1,12 @@
-"""Job spec -> the pieces of a run's Kubernetes objects: the `kubeflow.org/v1` PyTorchJob, the
-ConfigMap holding the trainer's config, and the parts both job kinds share (container env and
-resources, volumes, security contexts), as the plain dicts the API server takes (the fields of
-the official client models, camelCase, unset ones left out). The TrainJob is
+"""Job spec and its cluster side (kubernetes_job.py) -> the pieces of a run's Kubernetes
+objects: the `kubeflow.org/v1` PyTorchJob, the ConfigMap holding the trainer's config, and the
+parts both job kinds share (container env and volumes, the model initializer; what runtimes
+share too is in pod_parts.py), as the plain dicts the API server takes (the fields of the
+official client models, camelCase, unset ones left out). The TrainJob is
 jobs/backends/kubernetes/trainjob.py; jobs/backends/kubernetes/job_kinds.py puts a run's
 objects together and checks them.
 
-Pure: the same spec always gives the same dicts (golden tests pin them).
+Pure: the same spec and cluster side always gives the same dicts (golden tests pin them).
 """
 
 from __future__ import annotations
@@ -15,38 +16,26 @@ from typing import Any
 import yaml
 
 from contract.run_dir import POD_NAME_ENV
+from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
+from jobs.backends.kubernetes.pod_parts import (
+    CAPACITY_TYPE_LABEL,
+    GPU_TOLERATION,
+    INSTANCE_TYPE_LABEL,
+    SHM_MOUNT,
+    container_resources,
+    scratch_volume,
+    security_contexts,
+    shm_volume,
+)
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR as RUNNER_DIR
 from jobs.runners.program import start_counter
-from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec, Resources
+from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
 
 CONTAINER_NAME = "pytorch"
 """The operator finds the trainer container by this name."""
 RESTART_POLICY = "ExitCode"
 """Retry exit codes 128-255 (SIGTERM preemption: the trainer resumes), fail on 1-127."""
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
-"""Set by EKS on managed node groups' nodes: ON_DEMAND or SPOT."""
-GPU_TAINT = "nvidia.com/gpu"
-IMAGE_UID = 10001
-"""The trainer image's user (images/trainer/Dockerfile: `USER 10001:10001`)."""
-
-
-SCRATCH_DIR = "/tmp"
-SCRATCH_ENV = {"HOME": f"{SCRATCH_DIR}/home", "TMPDIR": SCRATCH_DIR}
-"""The root filesystem is read-only: temporary files, the tokenizer staging dir, torch.compile's
-and Triton's caches and everything a library keeps under HOME (Hugging Face, CUDA JIT, config)
-go to the scratch emptyDir. `python -m trainer.smoke` checks each of them is writable."""
-SCRATCH_SIZE = "50Gi"
-"""The scratch emptyDir's sizeLimit (node-local ephemeral storage; inductor caches are GBs)."""
-
-
-def scratch_volume() -> tuple[dict, dict, list[dict]]:
-    """(volume, mount, env) giving a read-only-root pod the writable paths it needs."""
-    volume = {"emptyDir": {"sizeLimit": SCRATCH_SIZE}, "name": "scratch"}
-    mount = {"mountPath": SCRATCH_DIR, "name": "scratch"}
-    env = [{"name": k, "value": v} for k, v in SCRATCH_ENV.items()]
-    return volume, mount, env
 
 
 def config_map_name(run_id: str) -> str:
@@ -72,16 +61,6 @@ def drop_none(value: Any) -> Any:
     return value
 
 
-def container_resources(res: Resources) -> dict:
-    """Requests equal to limits (the Guaranteed QoS class GPU pods need)."""
-    amounts = {"cpu": res.cpu, "memory": res.memory, "nvidia.com/gpu": str(res.gpus)}
-    if res.efa:
-        amounts["vpc.amazonaws.com/efa"] = str(res.efa)
-    if res.hugepages_2mi:
-        amounts["hugepages-2Mi"] = res.hugepages_2mi
-    return {"limits": dict(amounts), "requests": dict(amounts)}
-
-
 def container_env(spec: JobSpec, leave_out: tuple[str, ...] = ()) -> list[dict]:
     """The job's environment (values, then secrets by reference), less `leave_out`."""
     env = [{"name": k, "value": v} for k, v in spec.env.items() if k not in leave_out]
@@ -93,8 +72,6 @@ def container_env(spec: JobSpec, leave_out: tuple[str, ...] = ()) -> list[dict]:
 
 CONFIG_VOLUME = "trainer-config"
 CONFIG_MOUNT = {"mountPath": CONFIG_MOUNT_DIR, "name": CONFIG_VOLUME, "readOnly": True}
-SHM_MOUNT = {"mountPath": "/dev/shm", "name": "dshm"}
-GPU_TOLERATION = {"effect": "NoSchedule", "key": GPU_TAINT, "operator": "Exists"}
 
 
 def config_volume(run_id: str) -> dict:
@@ -108,12 +85,7 @@ def config_volume(run_id: str) -> dict:
     }
 
 
-def shm_volume(size: str) -> dict:
-    """NCCL and the data loader use shared memory; the default 64 MiB is far too small."""
-    return {"emptyDir": {"medium": "Memory", "sizeLimit": size}, "name": "dshm"}
-
-
-def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+def job_volumes(spec: JobSpec, kube: KubernetesJob) -> tuple[list[dict], list[dict]]:
     """(volumes, mounts) of this job's own beyond the config: the runner's scratch for another
     runner than the built-in trainer, the stack's FSx claim with `storage.fsx`."""
     volumes, mounts = [], []
@@ -122,42 +94,16 @@ def job_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
         # kept, here (trainer.runner_exec).
         volumes.append({"emptyDir": {}, "name": "runner"})
         mounts.append({"mountPath": RUNNER_DIR, "name": "runner"})
-    if spec.fsx:
-        claim, mount_path = spec.fsx
+    if kube.fsx:
+        claim, mount_path = kube.fsx
         volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"mountPath": mount_path, "name": "fsx"})
     return volumes, mounts
 
 
-def capacity_selector(spec: JobSpec) -> dict:
+def capacity_selector(kube: KubernetesJob) -> dict:
     """`compute.capacity`'s node selector term (none for `any`)."""
-    return {CAPACITY_TYPE_LABEL: spec.capacity_type} if spec.capacity_type else {}
-
-
-def security_contexts() -> tuple[dict, dict]:
-    """(pod, container) contexts meeting the `restricted` Pod Security Standard: a non-root
-    uid (the image's), no privilege escalation, every capability dropped, the runtime's
-    default seccomp profile. EFA needs none back: the device plugin hands the pod its
-    /dev/infiniband devices, the huge pages come as a resource, and memory locking (which
-    libfabric needs unlimited) is the node runtime's memlock ulimit — CAP_IPC_LOCK would only
-    matter if the pod had to raise that limit itself; the image self-test checks it."""
-    seccomp = {"type": "RuntimeDefault"}
-    pod = {
-        "fsGroup": IMAGE_UID,
-        "runAsGroup": IMAGE_UID,
-        "runAsNonRoot": True,
-        "runAsUser": IMAGE_UID,
-        "seccompProfile": dict(seccomp),
-    }
-    container = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": IMAGE_UID,
-        "seccompProfile": dict(seccomp),
-    }
-    return pod, container
+    return {CAPACITY_TYPE_LABEL: kube.capacity_type} if kube.capacity_type else {}
 
 
 MODEL_INITIALIZER_WAIT_S = 6 * 3600
@@ -185,7 +131,7 @@ def model_initializer(spec: JobSpec, wait: bool, security: dict) -> dict:
     }
 
 
-def pod_template(spec: JobSpec, wait_for_model: bool = False) -> dict:
+def pod_template(spec: JobSpec, kube: KubernetesJob, wait_for_model: bool = False) -> dict:
     """The pod template of every replica, as the plain dict the API takes (no client models:
     importing the Kubernetes client costs half a second that rendering does not need)."""
     pod_security, container_security = security_contexts()
@@ -200,15 +146,15 @@ def pod_template(spec: JobSpec, wait_for_model: bool = False) -> dict:
         "securityContext": container_security,
         "volumeMounts": [CONFIG_MOUNT, SHM_MOUNT, scratch_mount],
     }
-    volumes, mounts = job_volumes(spec)
+    volumes, mounts = job_volumes(spec, kube)
     container["volumeMounts"] += mounts
     pod = {
         # The trainer never calls the Kubernetes API; AWS comes through Pod Identity's own token.
         "automountServiceAccountToken": False,
         "containers": [container],
-        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type} | capacity_selector(spec),
+        "nodeSelector": {INSTANCE_TYPE_LABEL: spec.instance_type} | capacity_selector(kube),
         "securityContext": pod_security,
-        "serviceAccountName": spec.service_account,
+        "serviceAccountName": kube.service_account,
         "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
         "tolerations": [GPU_TOLERATION],
         "volumes": [
@@ -230,12 +176,12 @@ def pod_metadata(spec: JobSpec) -> dict:
     return {"annotations": dict(spec.annotations), "labels": labels}
 
 
-def _metadata(spec: JobSpec, name: str) -> dict:
+def _metadata(spec: JobSpec, kube: KubernetesJob, name: str) -> dict:
     return {
         "annotations": dict(spec.annotations),
         "labels": dict(spec.labels),
         "name": name,
-        "namespace": spec.namespace,
+        "namespace": kube.namespace,
     }
 
 
@@ -249,23 +195,23 @@ def counting_starts(template: dict, max_restarts: int) -> dict:
     return template
 
 
-def pytorch_job(spec: JobSpec) -> dict:
-    restarts = spec.run_policy.backoff_limit
-    template = counting_starts(pod_template(spec), restarts)
+def pytorch_job(spec: JobSpec, kube: KubernetesJob) -> dict:
+    restarts = kube.run_policy.backoff_limit
+    template = counting_starts(pod_template(spec, kube), restarts)
     # The master fills the model cache; workers wait for it (all fill it without a master).
     worker_template = counting_starts(
-        pod_template(spec, wait_for_model=bool(spec.master_replicas)), restarts
+        pod_template(spec, kube, wait_for_model=bool(kube.master_replicas)), restarts
     )
     replicas = {}
-    if spec.master_replicas:
+    if kube.master_replicas:
         replicas["Master"] = {
-            "replicas": spec.master_replicas,
+            "replicas": kube.master_replicas,
             "restartPolicy": RESTART_POLICY,
             "template": template,
         }
-    if spec.worker_replicas:
+    if kube.worker_replicas:
         replicas["Worker"] = {
-            "replicas": spec.worker_replicas,
+            "replicas": kube.worker_replicas,
             "restartPolicy": RESTART_POLICY,
             "template": worker_template,
         }
@@ -273,11 +219,11 @@ def pytorch_job(spec: JobSpec) -> dict:
     if spec.elastic:
         elastic = {
             "maxReplicas": spec.elastic.max_nodes,
-            "maxRestarts": spec.run_policy.backoff_limit,  # job.max_restarts, as torchrun's
+            "maxRestarts": kube.run_policy.backoff_limit,  # job.max_restarts, as torchrun's
             "minReplicas": spec.elastic.min_nodes,
             "rdzvBackend": "c10d",
         }
-    policy = spec.run_policy
+    policy = kube.run_policy
     run_policy = {
         "activeDeadlineSeconds": policy.active_deadline_seconds,
         "backoffLimit": policy.backoff_limit,
@@ -288,7 +234,7 @@ def pytorch_job(spec: JobSpec) -> dict:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": _metadata(spec, spec.name),
+        "metadata": _metadata(spec, kube, spec.name),
         "spec": {
             "elasticPolicy": elastic,
             "nprocPerNode": str(spec.nproc_per_node),
@@ -298,12 +244,12 @@ def pytorch_job(spec: JobSpec) -> dict:
     }
 
 
-def config_map(spec: JobSpec) -> dict:
+def config_map(spec: JobSpec, kube: KubernetesJob) -> dict:
     return {
         "apiVersion": "v1",
         "data": {CONFIG_FILE: trainer_config_yaml(spec)},
         "kind": "ConfigMap",
-        "metadata": _metadata(spec, config_map_name(spec.name)),
+        "metadata": _metadata(spec, kube, config_map_name(spec.name)),
     }
 
 

@@ -5,13 +5,14 @@ it reads from it, so a pod that can reach the master's port runs code with the t
 The training namespace denies all ingress by default (infra/cluster_addons.py); this policy opens
 every port (the rendezvous port, and NCCL's and gloo's sockets, which take ephemeral ports) between
 the pods labelled with this run's id, and nothing else. It is created before the job and owned by
-it, so it lives and goes with the run. Pure: the same spec gives the same dict.
+it, so it lives and goes with the run. Pure: the same spec and cluster side give the same dict.
 """
 
 from __future__ import annotations
 
 import copy
 
+from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
 from jobs.spec import LABEL_PREFIX, JobSpec
 
 RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
@@ -21,7 +22,7 @@ def network_policy_name(run_id: str) -> str:
     return f"{run_id}-peers"
 
 
-def job_network_policy(spec: JobSpec) -> dict:
+def job_network_policy(spec: JobSpec, kube: KubernetesJob) -> dict:
     same_run = {"matchLabels": {RUN_ID_LABEL: spec.name}}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -30,7 +31,7 @@ def job_network_policy(spec: JobSpec) -> dict:
             "annotations": dict(spec.annotations),
             "labels": dict(spec.labels),
             "name": network_policy_name(spec.name),
-            "namespace": spec.namespace,
+            "namespace": kube.namespace,
         },
         "spec": {
             "podSelector": same_run,

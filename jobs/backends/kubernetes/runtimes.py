@@ -7,8 +7,8 @@ A runtime carries what every job on its node group needs and no job should repea
 pods go (the group's node selector, the GPU taint's toleration), the node's EFA interfaces and
 2 MiB huge pages and its share of CPU and memory as default resources, a memory-backed
 /dev/shm, the `restricted` security contexts with a read-only root filesystem and the scratch
-emptyDir at /tmp that HOME and TMPDIR point into (the PyTorchJob pods' own,
-jobs/backends/kubernetes/manifests.py),
+emptyDir at /tmp that HOME and TMPDIR point into (the PyTorchJob pods' own: both
+from jobs/backends/kubernetes/pod_parts.py),
 no service account token, NCCL/EFA environment, and the failure policy:
 
 - exit 1-127 (bad input, a bug) fails the node's Job through its pod failure policy, and the
@@ -21,7 +21,15 @@ no service account token, NCCL/EFA environment, and the failure policy:
 from __future__ import annotations
 
 from catalog import InstanceType
-from jobs.backends.kubernetes.manifests import (
+from jobs.backends.kubernetes.client.kinds import TRAINJOB
+from jobs.backends.kubernetes.pod_facts import (
+    CPU_RUNTIME,
+    default_group_name,
+    gpu_runtime_name,
+    platform_env,
+    pod_resources,
+)
+from jobs.backends.kubernetes.pod_parts import (
     GPU_TOLERATION,
     INSTANCE_TYPE_LABEL,
     SHM_MOUNT,
@@ -30,14 +38,11 @@ from jobs.backends.kubernetes.manifests import (
     security_contexts,
     shm_volume,
 )
-from jobs.backends.kubernetes.trainjob import API_VERSION, NODE, RUNTIME_KIND
-from jobs.spec import (
-    CPU_RUNTIME,
-    default_group_name,
-    gpu_runtime_name,
-    platform_env,
-    pod_resources,
-)
+
+API_VERSION = TRAINJOB.api_version
+RUNTIME_KIND = "ClusterTrainingRuntime"
+NODE = TRAINJOB.container
+"""The torch runtime's replicated job and trainer container: Trainer injects PET_* there."""
 
 NODE_GROUP_LABEL = "trainstack.io/node-group"
 """The label every node of a trainstack GPU node group carries (infra/gpu_nodes.py)."""
@@ -208,9 +213,10 @@ def cluster_training_runtimes(
 ) -> list[dict]:
     """Every runtime a stack installs: one per GPU node group (name, instance); then, for each
     instance type, the runtime a job rendered without a stack names (`trainstack-<instance
-    type>`, jobs.spec.runtime_for), on the type's first group, unless a group has that name
-    already; then CPU. So a render's runtime is installed by every stack with its instance
-    type (the shipped prod stack's group `p5` also gets `trainstack-p5-48xlarge`)."""
+    type>`, jobs.backends.kubernetes.kubernetes_job.runtime_for), on the type's first group,
+    unless a group has that name already; then CPU. So a render's runtime is installed by every
+    stack with its instance type (the shipped prod stack's group `p5` also gets
+    `trainstack-p5-48xlarge`)."""
     runtimes = [gpu_runtime(g, i, service_account=service_account) for g, i in groups]
     names = {runtime["metadata"]["name"] for runtime in runtimes}
     for group, instance in groups:

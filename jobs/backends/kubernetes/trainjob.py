@@ -18,43 +18,42 @@ So a queued job leaves the grace period to its runtime
 (jobs.backends.kubernetes.runtimes.RUNTIME_GRACE_S);
 tests/k8s/test_k8s_kueue_trainer_fields.py checks every rendered field against those types.
 
-Pure, like the PyTorchJob: the same spec always gives the same dict.
+Pure, like the PyTorchJob: the same spec and cluster side always give the same dict.
 """
 
 from __future__ import annotations
 
 from jobs.backends.kubernetes.client.kinds import TRAINJOB
+from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
 from jobs.backends.kubernetes.manifests import (
     CONFIG_MOUNT,
     capacity_selector,
     config_volume,
     container_env,
-    container_resources,
     job_volumes,
     pod_metadata,
 )
-from jobs.spec import QUEUE_LABEL, JobSpec
+from jobs.backends.kubernetes.pod_facts import QUEUE_LABEL
+from jobs.backends.kubernetes.pod_parts import container_resources
+from jobs.backends.kubernetes.runtimes import API_VERSION, NODE, RUNTIME_KIND
+from jobs.spec import JobSpec
 
-API_VERSION = TRAINJOB.api_version
-RUNTIME_KIND = "ClusterTrainingRuntime"
-NODE = TRAINJOB.container
-"""The torch runtime's replicated job and trainer container: Trainer injects PET_* there."""
 INSTANCE_TYPE_ANNOTATION = "trainstack.io/instance-type"
 """Where a TrainJob's nodes run (its runtime's node selector), for cost and the API's views."""
 PATCH_MANAGER = "trainstack.io/launcher"
 """Who owns trainstack's `runtimePatches` entry (a domain-prefixed path, as the webhook wants)."""
 
 
-def job_patch(spec: JobSpec) -> dict:
+def job_patch(spec: JobSpec, kube: KubernetesJob) -> dict:
     """The `runtimePatches` entry: what the pods need from this job that `spec.trainer` can't
     say. Env is not here: the webhook refuses env patches on the `node` container."""
-    volumes, mounts = job_volumes(spec)
+    volumes, mounts = job_volumes(spec, kube)
     queued = QUEUE_LABEL in spec.labels  # Kueue drops the grace period: the runtime's applies
     grace = None if queued else spec.termination_grace_period_seconds
     pod = {
         "containers": [{"name": NODE, "volumeMounts": [dict(CONFIG_MOUNT), *mounts]}],
-        "nodeSelector": capacity_selector(spec) or None,
-        "serviceAccountName": spec.service_account,
+        "nodeSelector": capacity_selector(kube) or None,
+        "serviceAccountName": kube.service_account,
         "terminationGracePeriodSeconds": grace,
         "volumes": [config_volume(spec.name), *volumes],
     }
@@ -67,10 +66,10 @@ def job_patch(spec: JobSpec) -> dict:
     }
 
 
-def train_job(spec: JobSpec) -> dict:
+def train_job(spec: JobSpec, kube: KubernetesJob) -> dict:
     trainer = {
         "command": list(spec.command),
-        "env": container_env(spec, leave_out=spec.platform_env),
+        "env": container_env(spec, leave_out=kube.platform_env),
         "image": spec.image,
         "numNodes": spec.nodes,
         "numProcPerNode": spec.nproc_per_node,
@@ -84,14 +83,14 @@ def train_job(spec: JobSpec) -> dict:
             | ({INSTANCE_TYPE_ANNOTATION: spec.instance_type} if spec.instance_type else {}),
             "labels": dict(spec.labels),
             "name": spec.name,
-            "namespace": spec.namespace,
+            "namespace": kube.namespace,
         },
         "spec": {
-            "activeDeadlineSeconds": spec.run_policy.active_deadline_seconds,
-            "runtimePatches": [job_patch(spec)],
-            "runtimeRef": {"apiGroup": TRAINJOB.group, "kind": RUNTIME_KIND, "name": spec.runtime},
+            "activeDeadlineSeconds": kube.run_policy.active_deadline_seconds,
+            "runtimePatches": [job_patch(spec, kube)],
+            "runtimeRef": {"apiGroup": TRAINJOB.group, "kind": RUNTIME_KIND, "name": kube.runtime},
             # Created suspended for Kueue (job.queue): only Kueue un-suspends it, on admission.
-            "suspend": True if spec.run_policy.suspend else None,
+            "suspend": True if kube.run_policy.suspend else None,
             "trainer": trainer,
         },
     }

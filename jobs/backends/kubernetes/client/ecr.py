@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 
 from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.kinds import BY_KIND
 
 ECR_IMAGE = re.compile(
     r"^(?P<registry>(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?)"
@@ -67,12 +68,7 @@ def pin_images(
         holder["image"] = resolved[image]
 
     for manifest in pinned:
-        if manifest.get("kind") == "TrainJob":
-            pin(manifest["spec"]["trainer"])
-        if manifest.get("kind") != "PyTorchJob":
-            continue
-        for replica in manifest["spec"].get("pytorchReplicaSpecs", {}).values():
-            pod_spec = replica["template"]["spec"]
-            for container in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
-                pin(container)
+        kind = BY_KIND.get(manifest.get("kind", ""))
+        for holder in kind.image_holders(manifest) if kind else ():
+            pin(holder)
     return pinned

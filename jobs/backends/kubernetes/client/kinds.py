@@ -1,11 +1,16 @@
-"""The two job kinds a run can be on the cluster (`job.api`): where each lives in the API, and the
-few things that differ between them (how to suspend one, which container is the trainer's, how its
-pods are labelled). Pure data; jobs/backends/kubernetes/client/state.py reads the objects."""
+"""The job kinds a run can be on the cluster (`job.api`): where each lives in the API, and the
+things that differ between them, as questions the rest asks a kind instead of comparing its
+name (how to suspend one, which container is the trainer's, whether its pods are a JobSet's,
+whether it runs on a ClusterTrainingRuntime, how long a run id its pod names allow, where its
+images are). Pure data; jobs/backends/kubernetes/client/state.py reads the objects. A new kind is
+one JobKind in `KINDS` (and its renderer in jobs/backends/kubernetes/job_kinds.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from jobs.naming import OPERATOR_PODS, POD_SUFFIX, PodNames
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,20 @@ class JobKind:
     """Where `suspend` lives under the job's `spec`."""
     runs_on_jobset: bool
     """Its pods are a JobSet's (found by the JobSet's labels, the newest restart attempt first;
-    the JobSet counts restarts), not pods the operator names by node rank."""
+    the JobSet counts restarts), not pods the operator names by node rank. Such a job's state is
+    Trainer's conditions and its jobs' status, it has no completionTime, its nodes are
+    `spec.trainer.numNodes`, its image is `spec.trainer.image`, and trainstack deletes it once
+    finished (its JobSet has no TTL); the others' are the training operator's conditions, their
+    replica specs (`replica_specs`) and `runPolicy.ttlSecondsAfterFinished`."""
+    on_runtime: bool = False
+    """It names a ClusterTrainingRuntime (`job.runtime`), which the preflight checks."""
+    replica_specs: str | None = None
+    """Where an operator-run kind's replica specs live under `spec` (its nodes, its containers)."""
+    pod_names: PodNames = field(default=OPERATOR_PODS)
+    """How its pods are named after the job: the longest run id it allows (jobs.naming)."""
+    install_hint: str = ""
+    """What a missing CRD's message tells (empty: install `operator`, or choose another
+    `job.api`)."""
 
     @property
     def api_version(self) -> str:
@@ -40,6 +58,17 @@ class JobKind:
         for key in reversed(("spec", *self.suspend_path)):
             patch = {key: patch}
         return patch
+
+    def image_holders(self, job: dict) -> list[dict]:
+        """The parts of a job object of this kind that carry an `image` (its containers)."""
+        spec = job.get("spec") or {}
+        if self.runs_on_jobset:
+            return [spec["trainer"]]
+        holders = []
+        for replica in (spec.get(self.replica_specs or "") or {}).values():
+            pod_spec = replica["template"]["spec"]
+            holders += pod_spec.get("containers", []) + pod_spec.get("initContainers", [])
+        return holders
 
     def is_suspended(self, job: dict) -> bool:
         """Whether the job object's spec asks for it to be suspended."""
@@ -59,6 +88,9 @@ PYTORCHJOB = JobKind(
     "the Kubeflow training operator v1 (trainstack:trainingOperator: pytorchjob)",
     suspend_path=("runPolicy", "suspend"),
     runs_on_jobset=False,
+    replica_specs="pytorchReplicaSpecs",
+    install_hint="install the Kubeflow training operator (the infra stack does) before "
+    "submitting PyTorchJobs",
 )
 TRAINJOB = JobKind(
     "trainjob",
@@ -70,6 +102,12 @@ TRAINJOB = JobKind(
     "Kubeflow Trainer v2 (the infra stack installs it)",
     suspend_path=("suspend",),
     runs_on_jobset=True,
+    on_runtime=True,
+    # kubernetes-sigs/jobset v0.12.0, pkg/webhooks/jobset_webhook.go: its JobSet (same name)
+    # names the pods `<jobset>-node-0-<index>-<5 random chars>` (one replicated job `node`,
+    # jobs.backends.kubernetes.trainjob.NODE, of one Job), and JobSet's webhook refuses one whose
+    # longest pod name would pass 63.
+    pod_names=PodNames("-node-0-", POD_SUFFIX, what="a TrainJob", who="JobSet's pod names"),
 )
 KINDS = {kind.api: kind for kind in (TRAINJOB, PYTORCHJOB)}
 BY_KIND = {kind.kind: kind for kind in KINDS.values()}

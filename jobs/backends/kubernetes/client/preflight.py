@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
-from jobs.backends.kubernetes.client.kinds import PYTORCHJOB, RUNTIME_PLURAL, TRAINJOB, JobKind
+from jobs.backends.kubernetes.client.kinds import (
+    KINDS,
+    PYTORCHJOB,
+    RUNTIME_PLURAL,
+    TRAINJOB,
+    JobKind,
+)
 from jobs.backends.kubernetes.client.kueue import get_cluster_queue, get_local_queue, nominal_quota
 from jobs.backends.kubernetes.client.ownership import labels_of
 from jobs.backends.kubernetes.runtimes import RUNTIME_LABELS
@@ -76,7 +82,8 @@ def preflight(cluster: Cluster, request: PreflightRequest) -> list[str]:
         return cluster_scoped(lambda: _check_crd(cluster, request.kind), "CRD")
 
     def runtime() -> str | None:
-        if request.kind is not TRAINJOB or _check_crd(cluster, request.kind) or not request.runtime:
+        kind = request.kind
+        if not kind.on_runtime or _check_crd(cluster, kind) or not request.runtime:
             return None  # a missing CRD is already the problem
         return cluster_scoped(lambda: _check_runtime(cluster, request.runtime), "runtime")
 
@@ -122,16 +129,12 @@ def _forbidden_as_problem(check) -> str | None:
 
 def _check_crd(cluster: Cluster, kind: JobKind = PYTORCHJOB) -> str | None:
     name = kind.crd_name
-    other = "pytorchjob" if kind is TRAINJOB else "trainjob"
-    missing = (
-        f"CRD {name} is not installed: install {kind.operator} before submitting "
-        f"{kind.kind}s, or set job.api={other} if the cluster runs the other operator"
+    others = "|".join(other.api for other in KINDS.values() if other is not kind)
+    missing = f"CRD {name} is not installed: " + (
+        kind.install_hint
+        or f"install {kind.operator} before submitting {kind.kind}s, or set job.api={others} "
+        "if the cluster runs the other operator"
     )
-    if kind is PYTORCHJOB:  # the message PyTorchJob users have always had
-        missing = (
-            f"CRD {name} is not installed: install the Kubeflow training operator "
-            "(the infra stack does) before submitting PyTorchJobs"
-        )
     crd = cluster.call_or_none(
         f"get CRD {name}", cluster.extensions.read_custom_resource_definition, name
     )

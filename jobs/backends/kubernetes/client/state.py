@@ -60,7 +60,7 @@ def job_state(job: dict) -> str:
     it) and the job has not ended. Cancelled: suspended (or never started) by `trainstack
     cancel`."""
     true_types = {c.type for c in conditions(job)}
-    if kind_of(job).api == "trainjob":
+    if kind_of(job).runs_on_jobset:
         return _trainjob_state(job, true_types)
     for kind in ("Succeeded", "Failed"):
         if kind in true_types:
@@ -94,7 +94,7 @@ def finished_at(job: dict) -> str | None:
     """When the job ended: a PyTorchJob's completionTime; a TrainJob has none, so its Complete
     or Failed condition's transition time."""
     stamp = (job.get("status") or {}).get("completionTime")
-    if stamp or kind_of(job).api != "trainjob":
+    if stamp or not kind_of(job).runs_on_jobset:
         return stamp
     ended = [c.since for c in conditions(job) if c.type in ("Complete", "Failed")]
     return ended[-1] if ended and ended[-1] else None
@@ -107,9 +107,10 @@ def is_suspended(job: dict) -> bool:
 def nodes(job: dict) -> int:
     """The job's node (pod) count."""
     spec = job.get("spec") or {}
-    if kind_of(job).api == "trainjob":
+    kind = kind_of(job)
+    if kind.runs_on_jobset:
         return int((spec.get("trainer") or {}).get("numNodes") or 1)
-    replicas = spec.get("pytorchReplicaSpecs") or {}
+    replicas = spec.get(kind.replica_specs or "") or {}
     return sum(int(r.get("replicas", 0)) for r in replicas.values())
 
 
@@ -131,7 +132,7 @@ def expired(job: dict, now: datetime) -> bool:
     finished or was cancelled more than TRAINJOB_TTL_S ago (no TTL deletes it or its JobSet:
     jobs.backends.kubernetes.runtimes says why)."""
     state = job_state(job)
-    if kind_of(job).api == "trainjob":
+    if kind_of(job).runs_on_jobset:
         ttl = TRAINJOB_TTL_S
         when = cancelled_at(job) if state == "Cancelled" else _parse(finished_at(job))
         if state not in FINAL_STATES:

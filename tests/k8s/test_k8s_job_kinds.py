@@ -1,0 +1,114 @@
+"""A job kind is one entry in the kinds table (jobs.backends.kubernetes.client.kinds): what the
+client, the checks and the names ask of a job are questions to its kind, so a third kind
+registered here is read, suspended, counted, pinned and named without another edit."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.backends.kubernetes.client import state
+from jobs.backends.kubernetes.client.ecr import pin_images
+from jobs.backends.kubernetes.client.kinds import BY_KIND, KINDS, JobKind, kind_of
+from jobs.backends.kubernetes.manifest_checks import ManifestError, _checked_name
+from jobs.naming import POD_SUFFIX, PodNames
+
+TFJOB = JobKind(
+    "tfjob",
+    "TFJob",
+    "kubeflow.org",
+    "v1",
+    "tfjobs",
+    "tensorflow",
+    "the Kubeflow training operator v1",
+    suspend_path=("runPolicy", "suspend"),
+    runs_on_jobset=False,
+    replica_specs="tfReplicaSpecs",
+)
+"""An operator-run kind: the operator's conditions, its replica specs."""
+MPI_TRAINJOB = JobKind(
+    "mpitrainjob",
+    "MPITrainJob",
+    "example.org",
+    "v1",
+    "mpitrainjobs",
+    "node",
+    "an example Trainer",
+    suspend_path=("suspend",),
+    runs_on_jobset=True,
+    on_runtime=True,
+    pod_names=PodNames("-launcher-0-", POD_SUFFIX, what="an MPITrainJob", who="its pod names"),
+)
+"""A JobSet-run kind whose pods are named otherwise."""
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch):
+    for kind in (TFJOB, MPI_TRAINJOB):
+        monkeypatch.setitem(KINDS, kind.api, kind)
+        monkeypatch.setitem(BY_KIND, kind.kind, kind)
+
+
+def replica(count: int, image: str) -> dict:
+    return {
+        "replicas": count,
+        "template": {"spec": {"containers": [{"name": "tensorflow", "image": image}]}},
+    }
+
+
+def tfjob(conditions: list[str], suspend: bool = False) -> dict:
+    return {
+        "kind": "TFJob",
+        "metadata": {"name": "tf1", "uid": "u1"},
+        "spec": {
+            "tfReplicaSpecs": {"Chief": replica(1, "a:v1"), "Worker": replica(3, "b:v1")},
+            "runPolicy": {"suspend": suspend},
+        },
+        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
+    }
+
+
+def mpi_job(nodes: int, conditions: list[str], active: int = 0) -> dict:
+    return {
+        "kind": "MPITrainJob",
+        "metadata": {"name": "m1", "uid": "u2"},
+        "spec": {"trainer": {"numNodes": nodes, "image": "c:v1"}},
+        "status": {
+            "conditions": [
+                {"type": c, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                for c in conditions
+            ],
+            "jobsStatus": [{"active": active}],
+        },
+    }
+
+
+def test_an_operator_run_third_kind_is_read_suspended_counted_and_pinned():
+    assert kind_of(tfjob([])) is TFJOB
+    assert state.nodes(tfjob([])) == 4
+    assert state.job_state(tfjob(["Created", "Running"])) == "Running"
+    assert state.job_state(tfjob(["Succeeded"])) == "Succeeded"
+    assert state.job_state(tfjob([], suspend=True)) == "Suspended"
+    assert TFJOB.suspend_patch() == {"spec": {"runPolicy": {"suspend": True}}}
+    [pinned] = pin_images([tfjob([])], resolve=lambda image: f"{image}@pinned")
+    images = [
+        c["image"]
+        for r in pinned["spec"]["tfReplicaSpecs"].values()
+        for c in r["template"]["spec"]["containers"]
+    ]
+    assert images == ["a:v1@pinned", "b:v1@pinned"]
+
+
+def test_a_jobset_run_third_kind_is_read_by_its_jobs_and_named_by_its_pods():
+    assert state.nodes(mpi_job(3, [])) == 3
+    assert state.job_state(mpi_job(3, [], active=3)) == "Running"
+    assert state.job_state(mpi_job(3, ["Complete"])) == "Succeeded"
+    assert state.finished_at(mpi_job(3, ["Complete"])) == "2026-01-01T00:00:00Z"
+    [pinned] = pin_images([mpi_job(3, [])], resolve=lambda image: f"{image}@pinned")
+    assert pinned["spec"]["trainer"]["image"] == "c:v1@pinned"
+    # 63 - len("-launcher-0-") - len("2") - len("-abcde")
+    fits = mpi_job(3, [])
+    fits["metadata"]["name"] = "a" * 44
+    assert _checked_name(fits, "MPITrainJob") == f"MPITrainJob {'a' * 44}"
+    fits["metadata"]["name"] = "a" * 45
+    with pytest.raises(ManifestError, match=r"at most 44 characters \(for an MPITrainJob of 3"):
+        _checked_name(fits, "MPITrainJob")
