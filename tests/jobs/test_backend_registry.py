@@ -6,6 +6,7 @@ its option file."""
 from __future__ import annotations
 
 import importlib
+import sys
 
 import pytest
 from hydra.core.config_store import ConfigStore
@@ -172,6 +173,8 @@ def fourth(tmp_path, monkeypatch):
     yield
     store.repo.pop("trainstack_backend_fourth.yaml", None)
     store.repo["hydra"]["launcher"].pop("backend_fourth.yaml", None)
+    for module in ("fourth_backend.backend", "fourth_backend"):
+        sys.modules.pop(module, None)
 
 
 def test_a_fourth_backend_is_its_package_one_table_line_and_its_option_file(fourth):
