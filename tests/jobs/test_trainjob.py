@@ -169,8 +169,8 @@ def test_trainjob_on_its_runtime_gets_the_pytorchjob_pod(name: str, runner: str)
 
 def without_the_start_count(container: dict) -> dict:
     """A PyTorchJob container less what only its pods carry: the start-count step, and the pod
-    name and submission it counts under (issue 33: the Training Operator bounds no recreation; a TrainJob's
-    JobSet counts its own restarts)."""
+    name and submission it counts under (issue 33: the Training Operator bounds no recreation;
+    a TrainJob's JobSet counts its own restarts)."""
     step = start_counter(0)
     command = container["command"]
     assert command[: len(step) - 2] == list(step[:-2]) and command[len(step) - 1] == "--"
