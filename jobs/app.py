@@ -160,7 +160,7 @@ def launch(flags: LaunchFlags, hydra_args: Sequence[str]) -> int:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
     except (HydraException, OmegaConfBaseException) as err:
-        return fail(one_line(err))
+        return fail(flags.naming_the_flag(one_line(err)))
     except ValueError as err:  # Hydra's own usage errors (e.g. --resolve alone)
         return fail(str(err).splitlines()[0])
     if multirun:

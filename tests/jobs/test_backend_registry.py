@@ -66,6 +66,17 @@ def test_the_launch_line_says_it_in_one_line_and_exits_2(cli):
     )
 
 
+def test_a_flag_meant_for_another_backend_is_named_in_its_refusal(cli):
+    """`--skip-preflight` sets the kubernetes backend's `backend.preflight`: on backend=local the
+    refusal names the flag the user typed, then the key."""
+    result = cli("launch", "--dryrun", "--skip-preflight", "backend=local")
+    assert result.code == 2
+    assert result.err.strip() == (
+        "trainstack launch: --skip-preflight sets backend.preflight: is not a key of "
+        f"backend=local; allowed: {LOCAL_KEYS}"
+    )
+
+
 def test_a_key_added_to_another_backends_options_or_its_name_is_refused_not_ignored():
     cfg = compose(["+backend.preflight=false"])
     with pytest.raises(JobConfigError) as caught:
