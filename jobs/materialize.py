@@ -9,10 +9,7 @@ from typing import Any
 
 from omegaconf import ListConfig, OmegaConf, open_dict
 
-from jobs.backends import traits_of
-from jobs.backends.kubernetes.job_kinds import to_manifests
-from jobs.backends.kubernetes.kubernetes_job import KubernetesJob, kubernetes_job
-from jobs.backends.kubernetes.manifest_checks import schemas_installed
+from jobs.backends import hook, traits_of
 from jobs.errors import JobConfigError
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
@@ -31,8 +28,9 @@ class MaterializedJob:
     """The composed DictConfig, run_id and sweep_id filled in."""
     spec: JobSpec
     plan: Plan
-    kubernetes: KubernetesJob | None = None
-    """The job's cluster side (namespace, job kind, runtime...); only for backends with pods."""
+    kubernetes: Any = None
+    """The job's cluster side (namespace, job kind, runtime...: the backend's `cluster.job`,
+    jobs.backends.kubernetes.kubernetes_job.KubernetesJob); only for backends with pods."""
     manifests: list[dict] | None = None
     """PyTorchJob + ConfigMap, validated; built only for backends that need them."""
     code: PackedWorkdir | None = None
@@ -121,10 +119,11 @@ def materialize(
         check_unchanged(run_id, cfg.runner.workdir, recorded, old.uri, code)
     job = MaterializedJob(cfg=cfg, spec=spec, plan=make_plan(cfg, spec, *validated), code=code)
     traits = traits_of(cfg.backend.name)
-    if traits.pods:
+    cluster = traits.cluster
+    if traits.pods and cluster is not None:
         # A render works with what `make run` installs (the render backend says what it left
         # unchecked); a submission needs the jobs extra anyway (the Kubernetes client).
-        schemas = traits.schema_checks_required or schemas_installed()
-        job.kubernetes = kubernetes_job(cfg)
-        job.manifests = to_manifests(spec, job.kubernetes, schemas)
+        schemas = traits.schema_checks_required or hook(cluster.schemas_installed)()
+        job.kubernetes = hook(cluster.job)(cfg)
+        job.manifests = hook(cluster.manifests)(spec, job.kubernetes, schemas)
     return job

@@ -18,7 +18,7 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from jobs.backends.kubernetes.manifest_checks import ManifestError
+from jobs.backends import NAMES, hook, traits_of
 from jobs.compose import compose
 from jobs.errors import JobConfigError, one_line
 from jobs.materialize import MaterializedJob, materialize
@@ -55,6 +55,14 @@ def git_sha(repo: Path = REPO_DIR) -> str | None:
         return os.environ.get(GIT_SHA_ENV) or None
 
 
+def refusals() -> tuple[type[Exception], ...]:
+    """The errors the backends' manifest checks raise on bad input (one line each), through
+    their traits; asked only when something was raised (Python evaluates an `except` clause
+    then), so a launch that raises nothing imports no backend's checks."""
+    sides = (traits_of(name).cluster for name in NAMES)
+    return tuple(dict.fromkeys(hook(side.refusal) for side in sides if side is not None))
+
+
 def prepare(
     overrides: Sequence[str],
     *,
@@ -71,5 +79,5 @@ def prepare(
         return materialize(cfg, now=now or utc_now(), git_sha=git_sha())
     except (HydraException, OmegaConfBaseException) as err:
         raise BadInput(one_line(err)) from err
-    except (JobConfigError, ManifestError) as err:
+    except (JobConfigError, *refusals()) as err:
         raise BadInput(str(err)) from err

@@ -13,14 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from omegaconf import OmegaConf
 
 from contract.model.args import ARCH_FIELDS
-from jobs.backends import BACKENDS, traits_of
-from jobs.backends.kubernetes.checks import (
-    check_cluster_names,
-    check_job_api,
-    check_priority_approved,
-    check_secrets_approved,
-)
-from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backends import BACKENDS, hook, traits_of
 from jobs.backends.traits import BackendOptions
 from jobs.errors import JobConfigError
 from jobs.naming import OPERATOR_PODS, run_id_problem, sweep_id_problem
@@ -76,7 +69,8 @@ def check_backend(cfg: Any) -> None:
 def check_names(cfg: Any) -> None:
     """The run and sweep ids fit the pod names of the job they will name (on a cluster, a
     TrainJob's limit depends on its node count: jobs.naming), before anything is written."""
-    kind = KINDS.get(cfg.job.api) if in_pods(cfg) else None
+    cluster = traits_of(cfg.backend.name).cluster
+    kind = hook(cluster.kinds).get(cfg.job.api) if cluster and in_pods(cfg) else None
     pods = kind.pod_names if kind else OPERATOR_PODS
     nodes = cfg.compute.nodes if isinstance(cfg.compute.nodes, int) else 1
     # sweep_id first: a sweep point's run id is made from it, and the user typed only it.
@@ -159,7 +153,9 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_compute(cfg)
     check_elastic(cfg)
     check_fsx(cfg)
-    check_job_api(cfg)
+    traits = traits_of(cfg.backend.name)
+    for check in traits.job_checks:  # the backend's (its home's checks, through its traits)
+        hook(check)(cfg)
     runner = runner_for(cfg)
     if runner.reads_model:  # model.* and data.* are inputs of trainstack and hf only
         check_pod_paths(cfg)  # before the trainer's checks, which read a local init_from
@@ -171,13 +167,12 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_image(cfg, git_sha)
     check_image_reference(cfg)
     check_image_approved(cfg, git_sha)
-    check_secrets_approved(cfg)
-    check_priority_approved(cfg)
-    check_cluster_names(cfg)
+    for check in traits.cluster_checks:
+        hook(check)(cfg)
     check_cost_inputs(cfg)
     if runner.reads_model:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)
-    traits_of(cfg.backend.name).options.check(cfg)
+    traits.options.check(cfg)
     return Validated(trainer_plan, hf_config)

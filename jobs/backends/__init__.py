@@ -46,6 +46,13 @@ def traits_of(name: str) -> BackendTraits:
     return _package(name).TRAITS
 
 
+def hook(entry: str) -> Any:
+    """A traits entry `module:attribute` (jobs.backends.traits.ClusterSide, `job_checks`...),
+    its module imported now: the pipeline reaches a backend's home only through its traits."""
+    module, _, attribute = entry.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 def described() -> str:
     """One line per backend: its name and where it sends a job (help texts)."""
     width = max(map(len, NAMES))

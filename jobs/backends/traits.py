@@ -59,6 +59,25 @@ class BackendOptions:
 
 
 @dataclass(frozen=True)
+class ClusterSide:
+    """Where a backend whose jobs run in pods keeps their cluster side, each entry
+    `module:attribute` (as packaging's entry points name an object), imported only when the
+    pipeline asks it (jobs.backends.hook): the pipeline never imports a backend's home."""
+
+    kinds: str
+    """The job kinds by `job.api` (their `pod_names` bound the run ids: jobs.naming)."""
+    job: str
+    """`cfg -> job`: the job's cluster side (namespace, job kind, replicas, runtime...)."""
+    manifests: str
+    """`(spec, job, schemas) -> list[dict]`: its manifests, checked (`schemas`: against the
+    Kubernetes schemas too); raises the backend's `refusal`."""
+    schemas_installed: str
+    """`() -> bool`: the Kubernetes schemas can be checked here."""
+    refusal: str
+    """The error class the manifest checks raise (a ValueError: one line, bad input)."""
+
+
+@dataclass(frozen=True)
 class BackendTraits:
     name: str
     """`backend.name`."""
@@ -83,3 +102,11 @@ class BackendTraits:
     launcher: str = "trainstack"
     """The Hydra launcher family that runs a multirun's points: `trainstack` (validate every
     point, then run them here) or `kubernetes` (submit every point)."""
+    job_checks: tuple[str, ...] = ()
+    """`module:function` checks of the `job` section (cfg -> None, JobConfigError), run where
+    jobs.validate checks the job's API (after compute and FSx)."""
+    cluster_checks: tuple[str, ...] = ()
+    """`module:function` checks of what the job may ask of the cluster (Secrets, priority,
+    names), run after the image's."""
+    cluster: ClusterSide | None = None
+    """The cluster side of its jobs (set where `pods`)."""

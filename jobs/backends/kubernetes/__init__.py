@@ -11,7 +11,26 @@ only."""
 
 from dataclasses import dataclass
 
-from jobs.backends.traits import BackendOptions, BackendTraits
+from jobs.backends.traits import BackendOptions, BackendTraits, ClusterSide
+
+_HOME = "jobs.backends.kubernetes"
+
+JOB_CHECKS = (f"{_HOME}.checks:check_job_api",)
+"""The `job` section's checks (every backend runs them: the section is every job's)."""
+CLUSTER_CHECKS = (
+    f"{_HOME}.checks:check_secrets_approved",
+    f"{_HOME}.checks:check_priority_approved",
+    f"{_HOME}.checks:check_cluster_names",
+)
+"""What a job may ask of the cluster (every backend runs them, as the `job` section's)."""
+CLUSTER = ClusterSide(
+    kinds=f"{_HOME}.client.kinds:KINDS",
+    job=f"{_HOME}.kubernetes_job:kubernetes_job",
+    manifests=f"{_HOME}.job_kinds:to_manifests",
+    schemas_installed=f"{_HOME}.manifest_checks:schemas_installed",
+    refusal=f"{_HOME}.manifest_checks:ManifestError",
+)
+"""A job's cluster side, here (render writes the same manifests)."""
 
 
 @dataclass
@@ -29,4 +48,7 @@ TRAITS = BackendTraits(
     schema_checks_required=True,
     on_cluster=True,
     launcher="kubernetes",
+    job_checks=JOB_CHECKS,
+    cluster_checks=CLUSTER_CHECKS,
+    cluster=CLUSTER,
 )

@@ -4,6 +4,7 @@ rest), the backend (`backend`) and the supervisor process it starts per run (`su
 
 from dataclasses import dataclass
 
+from jobs.backends.kubernetes import CLUSTER_CHECKS, JOB_CHECKS
 from jobs.backends.traits import BackendOptions, BackendTraits
 
 
@@ -19,4 +20,8 @@ TRAITS = BackendTraits(
     describe="run here as local torchrun processes; the run dir is <storage.root>/<run_id>",
     options=LocalOptions,
     pods=False,
+    # A local job's `job` and `cluster` sections are checked as a cluster's (as they always
+    # were: the first error a user sees does not depend on the backend).
+    job_checks=JOB_CHECKS,
+    cluster_checks=CLUSTER_CHECKS,
 )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.backends.kubernetes import CLUSTER, CLUSTER_CHECKS, JOB_CHECKS
 from jobs.backends.traits import BackendOptions, BackendTraits
 from jobs.errors import JobConfigError
 
@@ -51,4 +52,7 @@ TRAITS = BackendTraits(
     options=RenderOptions,
     pods=True,
     submits=False,
+    job_checks=JOB_CHECKS,
+    cluster_checks=CLUSTER_CHECKS,
+    cluster=CLUSTER,
 )
