@@ -18,7 +18,7 @@ ROOT_DEVICE = "/dev/xvda"
 """The root device name of the EKS AL2023 AMIs."""
 HUGEPAGES_2MI = "5120Mi"
 """2 MiB hugepages each EFA node reserves (libfabric's EFA provider uses them); jobs request
-this much per pod (`jobs.backends.kubernetes.pod_facts.HUGEPAGES_2MI`), and the autoscaler's
+this much per pod (`catalog.pods.HUGEPAGES_2MI`), and the autoscaler's
 node template advertises it."""
 
 

@@ -12,14 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import InstanceType, get_instance_type
+from catalog.kubernetes import PRIORITY_LABEL, QUEUE_LABEL
+from catalog.pods import Resources, platform_env, pod_resources
 from contract.run_dir import CONFIG_FILE
-from jobs.backends.kubernetes.pod_facts import (
-    PRIORITY_LABEL,
-    QUEUE_LABEL,
-    Resources,
-    platform_env,
-    pod_resources,
-)
 from jobs.resume_from import resume_from_path
 from jobs.run_dirs import run_dir_for
 from jobs.runners import runner_for
@@ -72,7 +67,7 @@ class JobSpec:
     elastic: Elastic | None
     instance_type: str | None
     resources: Resources | None
-    """Each node's pod share of its instance (jobs.backends.kubernetes.pod_facts)."""
+    """Each node's pod share of its instance (catalog.pods)."""
     termination_grace_period_seconds: int
     labels: dict[str, str]
     annotations: dict[str, str]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from catalog import INSTANCE_TYPES
-from jobs.backends.kubernetes.pod_facts import pod_resources
+from catalog.pods import pod_resources
 from jobs.errors import JobConfigError
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU
 from jobs.spec import elastic_of, procs_per_node
@@ -75,7 +75,7 @@ def check_compute(cfg: Any) -> None:
 
 
 def check_efa_share(instance_type: str, gpus_per_node: int) -> None:
-    """Pods on an EFA instance set FI_PROVIDER=efa (jobs.backends.kubernetes.pod_facts.EFA_ENV):
+    """Pods on an EFA instance set FI_PROVIDER=efa (catalog.pods.EFA_ENV):
     each must also be given an EFA device, or NCCL fails at start on every node, long after
     submission."""
     instance = INSTANCE_TYPES[instance_type]

@@ -299,7 +299,7 @@ def test_p5_group_scales_from_zero_with_what_a_p5_job_asks(stack_runs):
         "resources/hugepages-2Mi": "5120Mi",
     }
     # The job side asks exactly what the template promises.
-    from jobs.backends.kubernetes.pod_facts import HUGEPAGES_2MI
+    from catalog.pods import HUGEPAGES_2MI
 
     assert template["resources/hugepages-2Mi"] == HUGEPAGES_2MI
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from catalog import INSTANCE_TYPES
-from jobs.backends.kubernetes.pod_facts import EFA_ENV, pod_resources
+from catalog.pods import EFA_ENV, pod_resources
 from tests.jobs.conftest import CLUSTER, build, files_under
 
 

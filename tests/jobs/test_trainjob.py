@@ -9,13 +9,13 @@ import re
 import pytest
 
 from catalog import INSTANCE_TYPES
+from catalog.pods import HUGEPAGES_2MI, platform_env
 from contract.run_dir import POD_NAME_ENV, SUBMISSION_ENV
 from jobs.backends.kubernetes.manifest_checks import (
     ManifestError,
     check_manifests,
     trainjob_pod_template,
 )
-from jobs.backends.kubernetes.pod_facts import HUGEPAGES_2MI, platform_env
 from jobs.backends.kubernetes.pod_parts import SCRATCH_DIR, SCRATCH_ENV
 from jobs.backends.kubernetes.runtimes import (
     DEFAULT_MAX_RESTARTS,

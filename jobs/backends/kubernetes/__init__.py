@@ -2,10 +2,12 @@
 the rest), the backend (`backend`), a job's cluster side (`kubernetes_job`: namespace, job
 kind, replicas, run policy, runtime...), the job kinds it submits (`job_kinds`: `manifests` for
 the PyTorchJob and the pod pieces both kinds share, `trainjob`), the renderers (`runtimes`,
-`network_policy`, `data_prepare`) and the light modules under them (`pod_facts`: a pod's share
-of its instance, its platform env, runtime names; `pod_parts`: volumes, resources, security
-contexts), the schema checks (`manifest_checks`) and the cluster client (`client`, which never
-imports a backend). Choosing another backend loads none of the rest; rendering runtimes in
+`network_policy`, `data_prepare`) and the light modules under them (`pod_facts`: runtime
+names; `pod_parts`: volumes, resources, security contexts; a pod's share of its instance and
+its platform env are instance facts, catalog.pods), the schema checks (`manifest_checks`) and
+the cluster client (`client`, which never imports a backend). The launch pipeline reaches them
+only through the entries below (`JOB_CHECKS`, `CLUSTER_CHECKS`, `CLUSTER`: `module:attribute`,
+imported when asked). Choosing another backend loads none of the rest; rendering runtimes in
 `pulumi up` loads `runtimes`, `pod_facts`, `pod_parts`, `manifest_checks` and `client.kinds`
 only."""
 

@@ -12,13 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog import get_instance_type
+from catalog.pods import platform_env
 from jobs.backends.kubernetes.client.kinds import KINDS
-from jobs.backends.kubernetes.pod_facts import (
-    CPU_RUNTIME,
-    default_group_name,
-    gpu_runtime_name,
-    platform_env,
-)
+from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, default_group_name, gpu_runtime_name
 from jobs.schema import CAPACITY_TYPES, LOCAL_CPU
 from jobs.spec import elastic_of
 

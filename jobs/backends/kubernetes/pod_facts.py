@@ -1,84 +1,14 @@
-"""What a trainstack pod is given on an instance type, read by both the job renderers and the
-runtime renderer that `pulumi up` runs: its share of the node (`Resources`), the environment
-every job on the node needs (`platform_env`), the names of trainstack's runtimes, and the label
-keys Kueue reads. Light on purpose: it imports only the catalog, so infra's path to the runtime
-renderer (jobs/backends/kubernetes/runtimes.py) loads no launch pipeline and no trainer module.
+"""The names of trainstack's runtimes, read by both the job renderers and the runtime renderer
+that `pulumi up` runs (a pod's share of its instance and its platform env are instance facts:
+catalog.pods; Kueue's label keys: catalog.kubernetes). Light on purpose: it imports nothing, so
+infra's path to the runtime renderer (jobs/backends/kubernetes/runtimes.py) loads no launch
+pipeline and no trainer module.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from catalog import InstanceType
-
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-HUGEPAGES_2MI = "5120Mi"
-"""libfabric's EFA provider registers its buffers in 2 MiB huge pages."""
-
-# NCCL over EFA (aws-ofi-nccl): set only on instances that have EFA.
-EFA_ENV = {
-    "FI_PROVIDER": "efa",
-    "FI_EFA_FORK_SAFE": "1",
-    "NCCL_SOCKET_IFNAME": "^lo,docker",
-    "NCCL_DEBUG": "WARN",
-}
-NCCL_HEARTBEAT_TIMEOUT_S = 300
-# How a GPU rank notices a dead peer or a hung collective (torch's ProcessGroupNCCL): the
-# watchdog aborts a collective after trainer.collective_timeout_s and tears the process down
-# (async error handling 1), so torchrun restarts the ranks; the heartbeat monitor kills a rank
-# whose watchdog itself is stuck (e.g. inside a hung CUDA call) after this many seconds.
-NCCL_RECOVERY_ENV = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-    "TORCH_NCCL_ENABLE_MONITORING": "1",
-    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(NCCL_HEARTBEAT_TIMEOUT_S),
-}
 RUNTIME_PREFIX = "trainstack-"
 CPU_RUNTIME = f"{RUNTIME_PREFIX}cpu"
-
-
-@dataclass(frozen=True)
-class Resources:
-    """Per pod; requests equal limits so GPU pods get the Guaranteed QoS class."""
-
-    cpu: str
-    memory: str
-    gpus: int
-    efa: int
-    hugepages_2mi: str | None
-    shm_size: str
-    """sizeLimit of the memory-backed /dev/shm emptyDir (counts against `memory`)."""
-
-
-def pod_resources(instance: InstanceType, gpus: int) -> Resources:
-    """A share of the node proportional to the GPUs used, less headroom for the node's
-    daemons (kubelet, EFA/NVIDIA device plugins, CNI, log agents)."""
-    share = gpus / instance.gpus
-    cpu = int((instance.vcpus - max(2, instance.vcpus // 12)) * share)
-    memory_gib = int((instance.memory_gib - max(8, instance.memory_gib // 10)) * share)
-    efa = max(1, int(instance.efa_interfaces * share)) if instance.has_efa else 0
-    return Resources(
-        cpu=str(cpu),
-        memory=f"{memory_gib}Gi",
-        gpus=gpus,
-        efa=efa,
-        hugepages_2mi=HUGEPAGES_2MI if instance.has_efa else None,
-        shm_size=f"{max(1, memory_gib // 4)}Gi",
-    )
-
-
-def platform_env(instance: InstanceType | None) -> dict[str, str]:
-    """What every job on `instance` needs whatever it runs: NCCL's failure detection and, with
-    EFA, libfabric's provider settings. A trainstack runtime carries it
-    (jobs.backends.kubernetes.runtimes)."""
-    env: dict[str, str] = {}
-    if instance is not None and instance.gpus:
-        env.update(NCCL_RECOVERY_ENV)
-    if instance is not None and instance.has_efa:
-        env.update(EFA_ENV)
-        if instance.gpudirect_rdma:
-            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return env
 
 
 def gpu_runtime_name(node_group: str) -> str:

@@ -8,7 +8,7 @@ takes them. Light on purpose, like pod_facts: infra's path to the runtime render
 
 from __future__ import annotations
 
-from jobs.backends.kubernetes.pod_facts import Resources
+from catalog.pods import Resources
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"

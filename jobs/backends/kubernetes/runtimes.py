@@ -21,14 +21,9 @@ no service account token, NCCL/EFA environment, and the failure policy:
 from __future__ import annotations
 
 from catalog import InstanceType
+from catalog.pods import platform_env, pod_resources
 from jobs.backends.kubernetes.client.kinds import TRAINJOB
-from jobs.backends.kubernetes.pod_facts import (
-    CPU_RUNTIME,
-    default_group_name,
-    gpu_runtime_name,
-    platform_env,
-    pod_resources,
-)
+from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, default_group_name, gpu_runtime_name
 from jobs.backends.kubernetes.pod_parts import (
     GPU_TOLERATION,
     INSTANCE_TYPE_LABEL,

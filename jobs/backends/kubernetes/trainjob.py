@@ -23,6 +23,7 @@ Pure, like the PyTorchJob: the same spec and cluster side always give the same d
 
 from __future__ import annotations
 
+from catalog.kubernetes import QUEUE_LABEL
 from jobs.backends.kubernetes.client.kinds import TRAINJOB
 from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
 from jobs.backends.kubernetes.manifests import (
@@ -33,7 +34,6 @@ from jobs.backends.kubernetes.manifests import (
     job_volumes,
     pod_metadata,
 )
-from jobs.backends.kubernetes.pod_facts import QUEUE_LABEL
 from jobs.backends.kubernetes.pod_parts import container_resources
 from jobs.backends.kubernetes.runtimes import API_VERSION, NODE, RUNTIME_KIND
 from jobs.spec import JobSpec

@@ -11,8 +11,8 @@ suspended: pkg/controller/core/workload_controller.go) and never admitted again.
 
 from __future__ import annotations
 
+from catalog.kubernetes import QUEUE_LABEL
 from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
-from jobs.backends.kubernetes.pod_facts import QUEUE_LABEL
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
