@@ -188,7 +188,6 @@ def test_a_sweep_over_runner_args_is_one_run_per_value_sharing_one_archive(workd
         "storage.root=runs",
         "+runner.args.lr=0.1,0.2",
         "+runner.args.steps=2",
-        "compute.procs_per_node=1",  # one rank per point: the 2-rank path is the test above's
         "sweep_id=lrsweep",
     )
     assert result.code == 0, result.err[-2000:]
