@@ -18,9 +18,13 @@ RESTARTS_FILE_ENV = "TRAINSTACK_RESTARTS_FILE"
 """Where the agent (trainer.launch) writes how many times it restarted the ranks so far (the
 local backend's job/restarts, read by `trainstack status`); unset: not recorded."""
 POD_STARTS_DIR = "pod-starts"
-"""`pod-starts/<pod name>`: how many times a PyTorchJob's replica has started (its pods keep one
-name across the operator's recreations), written by `trainer.pod_starts` before the program."""
+"""`pod-starts/<pod name>`: how many times a PyTorchJob's replica has started in its current
+submission (its pods keep one name across the operator's recreations), and which submission
+that is, written by `trainer.pod_starts` before the program."""
 POD_NAME_ENV = "TRAINSTACK_POD_NAME"
 """The pod's own name (the downward API's metadata.name), the key of its `pod-starts/` file."""
+SUBMISSION_ENV = "TRAINSTACK_SUBMISSION"
+"""Which submission of the run the pod belongs to (the downward API's copy of the job's
+`created-at` annotation, stamped on its pod templates at submit): a new one counts from 0."""
 CODE_DIR = "code"
 """Packed `runner.workdir` archives, `code/<sha256>.tar.gz`."""

@@ -48,7 +48,13 @@ from jobs.relaunch import relaunch_config
 from jobs.run import follows, run_job
 from jobs.schema import register
 from jobs.sweep import last_loss, sweep_id_for
-from jobs.sweep_points import PointFailed, PointResult, SweepPointError, SweepPointsLost
+from jobs.sweep_points import (
+    PointFailed,
+    PointResult,
+    SweepPointError,
+    SweepPointsLost,
+    point_heading,
+)
 
 if TYPE_CHECKING:
     from jobs.materialize import MaterializedJob
@@ -154,7 +160,7 @@ def launch(flags: LaunchFlags, hydra_args: Sequence[str]) -> int:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
     except (HydraException, OmegaConfBaseException) as err:
-        return fail(one_line(err))
+        return fail(flags.naming_the_flag(one_line(err)))
     except ValueError as err:  # Hydra's own usage errors (e.g. --resolve alone)
         return fail(str(err).splitlines()[0])
     if multirun:
@@ -209,7 +215,7 @@ def run_point(
         backend = backends.backend_for(job.cfg, shared)
         brief = not follows(job)
         if not brief:
-            print(f"\n== point {index}: {' '.join(result.overrides)}", flush=True)
+            print(point_heading(index, result.overrides), flush=True)
         result.exit_code = run_job(backend, job, brief=brief)
         result.state = backend.status(job.run_id).state
         if not backends.traits_of(job.cfg.backend.name).pods:  # the run dir is here

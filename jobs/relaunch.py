@@ -26,6 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from jobs.backends import recorded_backend
 from jobs.compose import compose
 from jobs.errors import JobConfigError
 from jobs.run_dirs import LOCAL_STATE_ROOT
@@ -156,6 +157,7 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
     composed = leaves(OmegaConf.to_container(cfg, resolve=False))
     scopes = typed_scopes(overrides, composed)
     merged = recorded_runner(cfg, {k: v for k, v in record.items() if k not in IGNORED_KEYS})
+    merged = recorded_backend(cfg, merged)
     maps = free_maps(cfg)
     for key, value in composed.items():
         if key in IGNORED_KEYS + LAUNCHER_KEYS or key.split(".")[0] not in record:

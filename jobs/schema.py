@@ -18,7 +18,8 @@ from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from contract.config import DataConfig, ModelConfig, TrainerConfig
 from contract.model.args import ARCH_FIELDS
-from jobs import runners
+from jobs import backends, runners
+from jobs.backends.traits import BackendOptions
 from jobs.runners.base import RunnerOptions
 
 SCHEMA_NAME = "trainstack_schema"
@@ -52,23 +53,6 @@ class ComputeConfig:
     step_time_s: float | None = None
     """Seconds per optimizer step for the estimate (e.g. measured); null estimates it from
     FLOPs/token and the GPU's peak at an assumed MFU."""
-
-
-@dataclass
-class BackendConfig:
-    name: str = "local"
-    """Where the job goes: local (torchrun here), render (YAML files), kubernetes (submit)."""
-    output_root: str = "runs"
-    """render: local directory the manifests go under (`<output_root>/<run_id>/`)."""
-    wait: bool = False
-    """kubernetes: follow the job until it ends and exit with its result (`--wait`)."""
-    preflight: bool = True
-    """kubernetes: check CRD, nodes and namespace before submitting (`--skip-preflight`)."""
-    poll_interval_s: float = 5.0
-    """kubernetes: seconds between status polls while waiting."""
-    others_runs: bool = False
-    """kubernetes: resubmit or cancel a run whose owner label (`trainstack.io/owner`) names
-    another user (`--force`). Off, the CLI refuses (exit 2); kubectl RBAC is the real guard."""
 
 
 @dataclass
@@ -244,7 +228,8 @@ class LaunchConfig:
     runner: RunnerOptions = field(default_factory=RunnerOptions)
     """The runner group's option sets its own options' class (jobs/runners/)."""
     compute: ComputeConfig = field(default_factory=ComputeConfig)
-    backend: BackendConfig = field(default_factory=BackendConfig)
+    backend: BackendOptions = field(default_factory=BackendOptions)
+    """The backend group's option sets its own options' class (jobs/backends/)."""
     storage: StorageConfig = field(default_factory=StorageConfig)
     job: JobConfig = field(default_factory=JobConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -282,9 +267,12 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore  # lazy: hydra (~0.14 s), for composing only
 
     OmegaConf.register_new_resolver("required", _required, replace=True)
+    # The help's list of backends, one line each (conf/config.yaml's hydra.help.template).
+    OmegaConf.register_new_resolver("trainstack_backends", backends.described, replace=True)
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=LaunchConfig)
     runners.register(store)
+    backends.register(store)
     for name in INSTANCE_TYPES:
         store.store(group="compute", name=name, node=gpu_compute_option(name))
     _registered = True

@@ -18,7 +18,8 @@ The points come expanded (Hydra's sweeper, or `jobs.sweep.expand`) as (number, o
    sweep's summary is made from: the Hydra callback `jobs.sweep.SweepSummary`, the API's
    response).
 
-Every message naming a point names it with `jobs.sweep_points.point_label`.
+These messages name a point as a bad point's refusal and the summary's lines do:
+`jobs.sweep_points.point_label`.
 """
 
 from __future__ import annotations

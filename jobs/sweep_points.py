@@ -64,6 +64,11 @@ def point_label(index: int, shown: Sequence[str] | None = None) -> str:
     return f"sweep point {index}{overrides}"
 
 
+def point_heading(index: int, overrides: Sequence[str]) -> str:
+    """The line that opens a point's output where its run or request is printed in full."""
+    return f"\n== point {index}: {' '.join(overrides)}"
+
+
 def _shown(overrides: Sequence[str]) -> list[str]:
     """A point's overrides as the launchers show them: without the sweep id every point has."""
     return [o for o in overrides if not o.startswith("sweep_id=")]

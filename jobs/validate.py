@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from omegaconf import OmegaConf
 
 from contract.model.args import ARCH_FIELDS
-from jobs.backends import NAMES as BACKENDS
+from jobs.backends import BACKENDS, traits_of
 from jobs.backends.kubernetes.checks import (
     check_cluster_names,
     check_job_api,
@@ -21,6 +21,7 @@ from jobs.backends.kubernetes.checks import (
     check_secrets_approved,
 )
 from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backends.traits import BackendOptions
 from jobs.errors import JobConfigError
 from jobs.naming import OPERATOR_PODS, run_id_problem, sweep_id_problem
 from jobs.resume_from import check_resume_from
@@ -41,7 +42,6 @@ from jobs.validate_targets import (
     check_image,
     check_image_approved,
     check_image_reference,
-    check_output_root,
 )
 from jobs.validate_trainer import check_trainer
 
@@ -52,12 +52,25 @@ if TYPE_CHECKING:
 
 
 def check_backend(cfg: Any) -> None:
-    """First: the other checks ask the named backend's traits."""
-    backend = cfg.backend.name
-    if backend not in BACKENDS:
+    """The `backend` section's checks (first: the other checks ask the named backend's traits),
+    then the backend's own."""
+    options = cfg.backend
+    if options.name not in BACKENDS:
         raise JobConfigError(
-            "backend.name", f"unknown backend {backend!r}; allowed: {listed(BACKENDS)}"
+            "backend.name", f"unknown backend {options.name!r}; allowed: {listed(BACKENDS)}"
         )
+    own = traits_of(options.name).options
+    typed = OmegaConf.get_type(options)
+    if isinstance(typed, type) and issubclass(typed, BackendOptions) and typed is not own:
+        raise JobConfigError(
+            "backend.name",
+            f"is {options.name!r} on backend={typed.name}'s options; allowed: pick the backend "
+            f"with backend={options.name} (the group), not backend.name",
+        )
+    for key in options:  # `+backend.<key>=` adds what no option has: refuse, not ignore
+        if key not in own.fields():
+            raise JobConfigError(f"backend.{key}", own.unknown_key())
+    own.check(cfg)
 
 
 def check_names(cfg: Any) -> None:
@@ -166,5 +179,5 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)
-    check_output_root(cfg)
+    traits_of(cfg.backend.name).options.check(cfg)
     return Validated(trainer_plan, hf_config)

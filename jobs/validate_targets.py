@@ -1,15 +1,12 @@
 """Checks of what a job points at outside itself: the image it pulls (its tag, reference and
-approval), the estimate's inputs, and the directory it writes to. Each raises
-`JobConfigError` (one line: key, problem, what is allowed) before anything is written.
+approval) and the estimate's inputs (where backend=render writes: jobs/backends/render/). Each
+raises `JobConfigError` (one line: key, problem, what is allowed) before anything is written.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-from jobs.backends import traits_of
 from jobs.errors import JobConfigError
 from jobs.references import IMAGE_ALLOWED, image_approved, image_reference_problem
 from jobs.schema import LOCAL_CPU
@@ -64,35 +61,6 @@ def check_cost_inputs(cfg: Any) -> None:
             "compute.step_time_s",
             f"{compute.step_time_s} is not a duration; allowed: null (estimated) or "
             "seconds per step > 0",
-        )
-
-
-def unwritable_reason(path: Path) -> str | None:
-    """Why a directory could not be made (or written) at `path`, without making it."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            return "no existing parent directory"
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{str(probe)!r} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{str(probe)!r} is not writable"
-    return None
-
-
-def check_output_root(cfg: Any) -> None:
-    """backend=render writes its manifests under backend.output_root: refuse a root that
-    cannot be written before the first file (a half-rendered sweep) instead of a traceback."""
-    if not traits_of(cfg.backend.name).writes_output_root:
-        return
-    root = Path(cfg.backend.output_root)
-    reason = unwritable_reason(root)
-    if reason:
-        raise JobConfigError(
-            "backend.output_root",
-            f"{str(root)!r} cannot be written ({reason}); allowed: a directory this user "
-            "can create or write",
         )
 
 

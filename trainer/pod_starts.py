@@ -13,11 +13,20 @@ but the kubelet would then restart a container that exited 2 (bad input) as well
 
 The key is the pod's name (TRAINSTACK_POD_NAME, from the downward API): `<job>-master-0`,
 `<job>-worker-<i>`, the same for every pod the operator makes for that replica, and unlike
-PET_NODE_RANK/RANK also set in elastic jobs (no master) and not reordered by c10d. Every start
-counts, a Kueue preemption's resume too, and so does a relaunch of the same run id (nothing the
-pod can read tells one submission from the next): the refusal names the file to delete.
+PET_NODE_RANK/RANK also set in elastic jobs (no master) and not reordered by c10d. The count is
+per submission: the file holds `<count> <submission>`, and a start whose TRAINSTACK_SUBMISSION
+differs from the recorded one counts from 0 again. The submission is the job's `created-at`
+annotation (jobs.backends.kubernetes.backend.stamped writes it at each submit, the follower's
+resubmissions included, on the job and on its pod templates; the operator copies a template's
+annotations onto every pod it makes: kubeflow/training-operator v1.9.4
+pkg/controller.v1/common/pod.go, createNewPod, and pkg/controller.v1/control/pod_control.go,
+GetPodFromTemplate). The job's uid would do too, but a pod sees it only in its ownerReferences,
+which the downward API does not expose. A Kueue preemption's resume keeps its job, so it counts
+on; a relaunch or a resubmission of the same run id starts again from 0. Two submissions of one
+run in the same second would share a count (a resubmission follows a failure: seconds later).
+A job applied without the stamp has an empty submission: its starts count across submissions.
 The file is the user's code's to write as well (the run dir is theirs): more than MAX_BYTES,
-or anything but a count, is refused in one line.
+or anything but a count and a submission, is refused in one line.
 
 Never imports jobs/: the trainer image carries trainer/ alone.
 """
@@ -31,13 +40,15 @@ import sys
 from collections.abc import Mapping
 
 from contract.config import EXIT_BAD_INPUT
-from contract.run_dir import POD_NAME_ENV, POD_STARTS_DIR
+from contract.run_dir import POD_NAME_ENV, POD_STARTS_DIR, SUBMISSION_ENV
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
-MAX_BYTES = 20
-"""A start count's file: a decimal count and a newline (far under 20 bytes)."""
+MAX_BYTES = 100
+"""A start count's file: a decimal count, a space, the submission and a newline (under 100)."""
 POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 """A Kubernetes object name (DNS-1123 subdomain): safe as one path segment."""
+SUBMISSION = re.compile(r"[0-9A-Za-z:._+-]{0,64}")
+"""A submission's identity: `created-at` is `2026-11-27T17:21:24Z`; empty when unstamped."""
 
 
 class StartsError(Exception):
@@ -57,35 +68,50 @@ def starts_file(pod_name: str) -> str:
     return f"{POD_STARTS_DIR}/{pod_name}"
 
 
-def previous_starts(storage: RunStorage, rel: str) -> int:
-    """The count so far: 0 when there is no file; a file over MAX_BYTES or not a count is
-    refused (read at most MAX_BYTES + 1 bytes of it)."""
+def submission_of(environ: Mapping[str, str]) -> str:
+    submission = environ.get(SUBMISSION_ENV, "")
+    if not SUBMISSION.fullmatch(submission):
+        raise StartsError(
+            f"{SUBMISSION_ENV}={submission[:80]!r} is not a submission; allowed: up to 64 "
+            "letters, digits and ':._+-' (the job's created-at annotation)"
+        )
+    return submission
+
+
+def _refused(storage: RunStorage, rel: str, what: str) -> StartsError:
+    return StartsError(
+        f"{storage.uri(rel)} {what}; allowed: the '<count> <submission>' trainer.pod_starts "
+        "writes (delete the file to count again)"
+    )
+
+
+def previous_starts(storage: RunStorage, rel: str, submission: str) -> int:
+    """The count so far in `submission`: 0 when there is no file or it records another
+    submission; a file over MAX_BYTES or not a count (and a submission) is refused (read at
+    most MAX_BYTES + 1 bytes of it)."""
     try:
         read = storage.read_range(rel, 0, end=MAX_BYTES + 1)
     except StorageNotFoundError:
         return 0
     raw = read.data or b""
     if len(raw) > MAX_BYTES or (read.size or 0) > MAX_BYTES:
-        raise StartsError(
-            f"{storage.uri(rel)} is over {MAX_BYTES} bytes; allowed: the start count "
-            "trainer.pod_starts writes (delete the file to start counting again)"
-        )
-    text = raw.decode("ascii", errors="replace").strip()
-    if not text.isdigit() or not text.isascii():
-        raise StartsError(
-            f"{storage.uri(rel)} holds {text[:MAX_BYTES]!r}; allowed: the start count "
-            "trainer.pod_starts writes (delete the file to start counting again)"
-        )
-    return int(text)
+        raise _refused(storage, rel, f"is over {MAX_BYTES} bytes")
+    text = raw.decode("ascii", errors="replace")
+    fields = text.split()
+    count, recorded = [*fields, ""][:2] if 0 < len(fields) <= 2 else ("", "")
+    if not (count.isascii() and count.isdigit() and SUBMISSION.fullmatch(recorded)):
+        raise _refused(storage, rel, f"holds {text.strip()[:MAX_BYTES]!r}")
+    return int(count) if recorded == submission else 0
 
 
-def count_start(storage: RunStorage, pod_name: str) -> int:
-    """Add this start to the pod's count and return it (1 for a replica's first pod). One pod
-    of a replica runs at a time (the operator recreates it under the same name), so the read
-    and the write never race with another writer of the file."""
+def count_start(storage: RunStorage, pod_name: str, submission: str) -> int:
+    """Add this start to the pod's count in `submission` and return it (1 for a replica's
+    first pod of a submission). One pod of a replica runs at a time (the operator recreates it
+    under the same name, and a new submission's pods come once the old job is deleted with
+    its pods), so the read and the write never race with another writer of the file."""
     rel = starts_file(pod_name)
-    starts = previous_starts(storage, rel) + 1
-    storage.write_text(rel, f"{starts}\n")
+    starts = previous_starts(storage, rel, submission) + 1
+    storage.write_text(rel, f"{starts} {submission}\n" if submission else f"{starts}\n")
     return starts
 
 
@@ -94,8 +120,9 @@ def check(environ: Mapping[str, str], max_restarts: int) -> int | None:
     not answer is bookkeeping lost, never the reason a run stops: the program starts."""
     pod_name = environ.get(POD_NAME_ENV, "")
     try:
+        submission = submission_of(environ)
         storage = open_run_storage(environ.get("TRAINSTACK_RUN_DIR", ""))
-        starts = count_start(storage, pod_name)
+        starts = count_start(storage, pod_name, submission)
     except StartsError as exc:
         _say(str(exc))
         return EXIT_BAD_INPUT
@@ -105,8 +132,9 @@ def check(environ: Mapping[str, str], max_restarts: int) -> int | None:
     if starts > max_restarts + 1:
         _say(
             f"pod {pod_name} started {starts} times, over job.max_restarts={max_restarts} "
-            f"restarts: not starting it again (delete {storage.uri(starts_file(pod_name))} "
-            "to count again from 0)"
+            f"restarts, in submission {submission or '(unstamped)'}: not starting it again "
+            "(a new submission of the run counts from 0: `trainstack relaunch`, or a launch "
+            "of the same run_id)"
         )
         return EXIT_BAD_INPUT
     _say(f"pod {pod_name}: start {starts} of at most {max_restarts + 1}")

@@ -25,7 +25,13 @@ from jobs.sweep import (
     sweep_id_for,
 )
 from jobs.sweep_driver import Policy, SweepDriver
-from jobs.sweep_points import PointResult, check_one_per_point, indices_of_returns, point_failed
+from jobs.sweep_points import (
+    PointResult,
+    check_one_per_point,
+    indices_of_returns,
+    point_failed,
+    point_heading,
+)
 from jobs.sweep_workers import workers_for
 
 
@@ -126,7 +132,7 @@ class TrainstackLauncher(Launcher):
 def dry_run(point: PreparedPoint) -> JobReturn:
     """Print one point's plan and request; write nothing."""
     job = point.job
-    print(f"\n== point {point.index}: {' '.join(point.cfg.hydra.overrides.task)}", flush=True)
+    print(point_heading(point.index, point.cfg.hydra.overrides.task), flush=True)
     run.run_job(backends.backend_for(job.cfg), job, dryrun=True)
     overrides = list(point.cfg.hydra.overrides.task)
     ret = JobReturn(overrides=overrides, cfg=point.cfg, status=JobStatus.COMPLETED)

@@ -1,24 +1,30 @@
 """Backends: where a materialized job goes. One table names them, as TorchX's scheduler table
-does; every other list of backend names (the schema's, the launcher configs', `runs`') reads
-`NAMES`, and the pipeline asks a backend's traits instead of comparing its name.
+does; every other list of backend names (the schema's ConfigStore entries, the launcher
+configs', the help's, `runs`') reads `NAMES`, and the pipeline asks a backend's traits
+instead of comparing its name.
 
 A backend is a package under jobs/backends/: its `__init__` holds its `TRAITS`
-(jobs.backends.traits.BackendTraits) and imports nothing else; its `backend` module holds the
-implementation as `BACKEND` (the verbs of jobs.backends.base.Backend, plus
-`from_config(cfg, shared=None)`, `shared` a `Shared`). That module is imported only when the
-backend is chosen, for start-up time: the kubernetes one loads the cluster client, and
-`launch` with another backend, the completion and the Training API's light paths never need it.
-A new backend is one package and one line here.
+(jobs.backends.traits.BackendTraits: the one-line describe, the traits, its options dataclass
+and their checks) and imports nothing heavy; its `backend` module holds the implementation as
+`BACKEND` (the verbs of jobs.backends.base.Backend, plus `from_config(cfg, shared=None)`,
+`shared` a `Shared`). That module is imported only when the backend is chosen, for start-up
+time: the kubernetes one loads the cluster client, and `launch` with another backend, the
+completion and the Training API's light paths never need it. A new backend is one package, one
+line here and its option file `conf/backend/<name>.yaml`
+(`defaults: [/trainstack_backend_<name>@_here_, _self_]`, as a runner's).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from jobs.backends.traits import BackendTraits
+from omegaconf import OmegaConf
+
+from jobs.backends.traits import SCHEMA_PREFIX, BackendOptions, BackendTraits
 
 BACKENDS: dict[str, str] = {
     "local": "jobs.backends.local",
@@ -40,10 +46,57 @@ def traits_of(name: str) -> BackendTraits:
     return _package(name).TRAITS
 
 
+def described() -> str:
+    """One line per backend: its name and where it sends a job (help texts)."""
+    width = max(map(len, NAMES))
+    return "\n".join(f"{name:<{width}} : {traits_of(name).describe}" for name in NAMES)
+
+
+def register(store: Any) -> None:
+    """Each backend's options into Hydra's ConfigStore (its option file starts from them)."""
+    for name in NAMES:
+        store.store(name=f"{SCHEMA_PREFIX}{name}", node=traits_of(name).options)
+
+
+def configured(cfg: Any, name: str) -> Any:
+    """`cfg` as backend `name` reads it: itself where its `backend` section is that backend's,
+    else a copy whose section is that backend's defaults with the keys every backend has taken
+    from `cfg` (`runs` and `cancel` consult every backend from one composition)."""
+    if cfg.backend.name == name:
+        return cfg
+    options = OmegaConf.structured(traits_of(name).options)
+    for key in BackendOptions.fields() - {"name"}:
+        options[key] = cfg.backend[key]
+    out = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(out, False)
+    out.backend = options
+    return out
+
+
+def recorded_backend(cfg: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """A relaunch of a recorded run: `cfg.backend` takes the recorded backend's options (the
+    line may not name the backend: `run_id=X` alone), and the record's `backend` section keeps
+    only that backend's keys (a record written before each backend had its own options holds
+    every backend's keys, those of the others at their defaults)."""
+    section = record.get("backend")
+    name = section.get("name") if isinstance(section, dict) else None
+    if name not in BACKENDS:
+        return record  # not a backend we know: the merge and validation say so
+    own = traits_of(name).options
+    if OmegaConf.get_type(cfg.backend) is not own:
+        cfg.backend = own()
+    return {**record, "backend": {k: v for k, v in section.items() if k in own.fields()}}
+
+
 def backend_class(name: str) -> Any:
     """The backend class named `name`, its module imported now (start-up time: see above)."""
     _package(name)
     return importlib.import_module(f"{BACKENDS[name]}.backend").BACKEND
+
+
+def backend_named(name: str, cfg: Any, shared: Shared | None = None) -> Any:
+    """The backend `name` made from the composed config (`configured` for it)."""
+    return backend_class(name).from_config(configured(cfg, name), shared=shared)
 
 
 def backend_for(cfg: Any, shared: Shared | None = None) -> Any:

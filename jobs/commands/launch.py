@@ -44,12 +44,25 @@ class LaunchFlags:
     wait: bool = False
     skip_preflight: bool = False
 
+    def naming_the_flag(self, line: str) -> str:
+        """A one-line refusal of a key one of these flags set, saying which flag set it (the
+        user typed `--skip-preflight`, not `backend.preflight=false`)."""
+        for name, key in FLAG_KEYS.items():
+            if getattr(self, name) and line.startswith(f"{key}:"):
+                return f"--{name.replace('_', '-')} sets {line}"
+        return line
+
     def to_env(self) -> str:
         return ",".join(name for name, value in asdict(self).items() if value)
 
     @classmethod
     def from_env(cls, value: str) -> LaunchFlags:
         return cls(**{name: True for name in value.split(",") if name})
+
+
+FLAG_KEYS = {"wait": "backend.wait", "skip_preflight": "backend.preflight"}
+"""The backend option each LaunchFlags flag sets (kept per backend: `backend.preflight` is only
+the kubernetes backend's)."""
 
 
 def flags_parser() -> argparse.ArgumentParser:
@@ -86,8 +99,8 @@ def split_args(argv: Sequence[str]) -> tuple[LaunchFlags, list[str]]:
             options.append(arg)
         else:
             overrides.append(arg)
-    overrides += ["backend.wait=true"] if flags.wait else []
-    overrides += ["backend.preflight=false"] if flags.skip_preflight else []
+    overrides += [f"{FLAG_KEYS['wait']}=true"] if flags.wait else []
+    overrides += [f"{FLAG_KEYS['skip_preflight']}=false"] if flags.skip_preflight else []
     overrides += ["backend.others_runs=true"] if known.force else []
     return flags, [*options, *overrides]
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from jobs.backends import NAMES, backend_class, traits_of
+from jobs.backends import NAMES, backend_named, traits_of
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.client.api import kubeconfig_file
 from jobs.compose import compose
@@ -55,7 +55,7 @@ def backends_for(args: argparse.Namespace) -> list[Any]:
         if args.backend
         else [n for n in NAMES if not traits_of(n).on_cluster or cluster_configured(cfg)]
     )
-    return [backend_class(name).from_config(cfg) for name in chosen]
+    return [backend_named(name, cfg) for name in chosen]
 
 
 def find_run(backends: list[Any], run_id: str) -> tuple[Any, Any]:

@@ -122,17 +122,22 @@ class Cluster:
 
 def pod_env(pod: dict, container: dict) -> dict[str, str]:
     """The container's env as the kubelet would give it: values, and the downward API's pod
-    name and namespace (any other reference fails the test: resolve it here first)."""
+    name, namespace and annotations (an annotation the pod lacks: empty, as the kubelet gives
+    it; any other reference fails the test: resolve it here first)."""
     fields = {
         "metadata.name": pod["metadata"]["name"],
         "metadata.namespace": pod["metadata"]["namespace"],
     }
+    for key, value in (pod["metadata"].get("annotations") or {}).items():
+        fields[f"metadata.annotations['{key}']"] = value
     env = {}
     for var in container.get("env") or []:
         if "value" in var:
             env[var["name"]] = var["value"]
-        else:
-            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+            continue
+        path = var["valueFrom"]["fieldRef"]["fieldPath"]
+        annotation = path.startswith("metadata.annotations[")
+        env[var["name"]] = fields.get(path, "") if annotation else fields[path]
     return env
 
 

@@ -154,7 +154,9 @@ def test_killed_pod_137_is_restarted_up_to_the_limit(local_cluster, api):
     its JobSet counts `status.restarts`. A PyTorchJob: the operator recreates the pod whatever
     backoffLimit says, and each pod's own first step (`trainer.pod_starts`, run here on the pod
     the API server holds: `start_step`) counts its starts in the run dir on moto's S3; the
-    pod after the last restart exits 2, which the ExitCode policy does not retry."""
+    pod after the last restart exits 2, which the ExitCode policy does not retry; a launch of
+    the same run id then is a new submission (its own created-at on the pods): its pod starts,
+    counted from 0 again."""
     run_id = f"e2e-x137-{api[:3]}"
     try:
         _launch_one_node(local_cluster, api, run_id)
@@ -210,5 +212,21 @@ def test_killed_pod_137_is_restarted_up_to_the_limit(local_cluster, api):
             assert f"JobSet restarts: {limit}" in _status(local_cluster, run_id)
         assert "failed" in _status(local_cluster, run_id).lower()
         assert not pods_of(local_cluster, run_id, "Running"), "restarted past the limit"
+        if api == "pytorchjob":  # relaunched: a new submission, its count from 0
+            _launch_one_node(local_cluster, api, run_id)
+            pod = eventually(
+                lambda: [
+                    p
+                    for p in pods_of(local_cluster, run_id, "Running")
+                    if p["metadata"]["uid"] not in ended
+                ],
+                f"the relaunched {run_id}'s pod",
+            )[0]
+            assert local_cluster.start_step(pod) == 0, "the relaunch went on counting"
+            local_cluster.finish(run_id, 0)
+            eventually(
+                lambda: "succeeded" in _status(local_cluster, run_id).lower(),
+                f"the relaunched {run_id} succeeded",
+            )
     finally:
         remove_run(local_cluster, run_id)

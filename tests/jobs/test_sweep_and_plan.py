@@ -71,7 +71,8 @@ def test_the_points_run_the_jobs_their_launcher_prepared(cli, workdir, monkeypat
 def test_a_point_that_fails_to_schedule_fails_the_sweep_and_the_others_go_on(
     cli, workdir, monkeypatch
 ):
-    """The task object counts the points that failed: the sweep exits 1, the others ran."""
+    """The points that failed are counted in the task object (by the sweep's launch path,
+    jobs.sweep_driver): the sweep exits 1, the others ran."""
     from jobs import backends
     from jobs.backends.base import BackendError
 

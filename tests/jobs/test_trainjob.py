@@ -9,7 +9,7 @@ import re
 import pytest
 
 from catalog import INSTANCE_TYPES
-from contract.run_dir import POD_NAME_ENV
+from contract.run_dir import POD_NAME_ENV, SUBMISSION_ENV
 from jobs.backends.kubernetes.manifest_checks import (
     ManifestError,
     check_manifests,
@@ -168,14 +168,14 @@ def test_trainjob_on_its_runtime_gets_the_pytorchjob_pod(name: str, runner: str)
 
 
 def without_the_start_count(container: dict) -> dict:
-    """A PyTorchJob container less what only its pods carry: the start-count step and the pod
-    name it counts under (issue 33: the Training Operator bounds no recreation; a TrainJob's
-    JobSet counts its own restarts)."""
+    """A PyTorchJob container less what only its pods carry: the start-count step, and the pod
+    name and submission it counts under (issue 33: the Training Operator bounds no recreation;
+    a TrainJob's JobSet counts its own restarts)."""
     step = start_counter(0)
     command = container["command"]
     assert command[: len(step) - 2] == list(step[:-2]) and command[len(step) - 1] == "--"
-    env = [e for e in container["env"] if e["name"] != POD_NAME_ENV]
-    assert len(env) == len(container["env"]) - 1
+    env = [e for e in container["env"] if e["name"] not in (POD_NAME_ENV, SUBMISSION_ENV)]
+    assert len(env) == len(container["env"]) - 2
     return {**container, "command": command[len(step) :], "env": env}
 
 

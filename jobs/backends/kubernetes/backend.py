@@ -53,6 +53,7 @@ from jobs.backends.kubernetes.client.kinds import (
     JOBSET_VERSION,
     JOBSETS,
     KINDS,
+    PYTORCHJOB,
     JobKind,
     kind_of,
 )
@@ -73,7 +74,7 @@ from jobs.backends.kubernetes.client.watch import (
     read_log,
     wait_for_end,
 )
-from jobs.backends.kubernetes.manifests import to_yaml
+from jobs.backends.kubernetes.manifests import CREATED_AT, to_yaml
 from jobs.backends.kubernetes.runtimes import NODE
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
@@ -116,16 +117,19 @@ class ClusterSettings:
         return (first, *(k for k in KINDS.values() if k is not first))
 
 
-CREATED_AT = f"{LABEL_PREFIX}/created-at"
-
-
 def stamped(manifests: list[dict], now: datetime) -> list[dict]:
     """`manifests` with the submit time on the job (renders carry none: the same config
-    renders the same bytes)."""
+    renders the same bytes), and on a PyTorchJob's pod templates too: its pods read it as
+    their submission (SUBMISSION_ENV), and count their starts per submission
+    (trainer.pod_starts)."""
+    created_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for manifest in manifests:
         if manifest.get("kind") in BY_KIND:
-            annotations = manifest["metadata"].setdefault("annotations", {})
-            annotations[CREATED_AT] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+            manifest["metadata"].setdefault("annotations", {})[CREATED_AT] = created_at
+        if manifest.get("kind") == PYTORCHJOB.kind:
+            for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
+                metadata = replica["template"].setdefault("metadata", {})
+                metadata.setdefault("annotations", {})[CREATED_AT] = created_at
     return manifests
 
 
@@ -594,6 +598,8 @@ class KubernetesBackend:
         if job is None or job["metadata"]["uid"] != self.submissions.uids.get(run_id):
             yield f"[trainstack] {run_id}: replaced or deleted by someone else; not restarting"
             return False
+        # A new submission: a new created-at, so the pods count their starts from 0 again.
+        stamped(manifests, submissions.utc_now())
         submission = submit(self.cluster, manifests, retries=attempt)
         self.submissions.uids[run_id] = submission.job["metadata"]["uid"]
         yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from contract.run_dir import POD_NAME_ENV
+from contract.run_dir import POD_NAME_ENV, SUBMISSION_ENV
 from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
 from jobs.backends.kubernetes.pod_parts import (
     CAPACITY_TYPE_LABEL,
@@ -30,7 +30,7 @@ from jobs.backends.kubernetes.pod_parts import (
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR as RUNNER_DIR
 from jobs.runners.program import start_counter
-from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, JobSpec
+from jobs.spec import CONFIG_FILE, CONFIG_MOUNT_DIR, LABEL_PREFIX, JobSpec
 
 CONTAINER_NAME = "pytorch"
 """The operator finds the trainer container by this name."""
@@ -185,13 +185,20 @@ def _metadata(spec: JobSpec, kube: KubernetesJob, name: str) -> dict:
     }
 
 
+CREATED_AT = f"{LABEL_PREFIX}/created-at"
+"""When the job was submitted (jobs.backends.kubernetes.backend.stamped; renders carry none)."""
+
+
 def counting_starts(template: dict, max_restarts: int) -> dict:
     """A PyTorchJob's pod template whose container counts its starts first (`start_counter`),
-    keyed by the pod's name (stable across the operator's recreations)."""
+    keyed by the pod's name (stable across the operator's recreations) and the submission."""
     container = template["spec"]["containers"][0]
     container["command"] = [*start_counter(max_restarts), *container["command"]]
     name = {"fieldRef": {"fieldPath": "metadata.name"}}
     container["env"].append({"name": POD_NAME_ENV, "valueFrom": name})
+    # The submission, which the backend stamps on the pod templates at submit: a new one resets.
+    submission = {"fieldRef": {"fieldPath": f"metadata.annotations['{CREATED_AT}']"}}
+    container["env"].append({"name": SUBMISSION_ENV, "valueFrom": submission})
     return template
 
 
