@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from jobs.errors import JobConfigError
-from tests.jobs.conftest import CLUSTER, build
+from jobs.submission import BadInput, prepare
+from tests.jobs.conftest import CLUSTER, NOW, build
 
 P5 = ["compute=p5.48xlarge", *CLUSTER]
 LOCAL = ["backend=local"]
@@ -44,3 +45,10 @@ def test_the_first_error_is_the_same_through_the_traits(case):
     with pytest.raises(JobConfigError) as caught:
         build(overrides)
     assert caught.value.key == key, str(caught.value)
+
+
+def test_a_manifest_refusal_is_bad_input():
+    """The backend's manifest checks raise their own error (its `cluster.refusal`): the one way
+    to make a job (the Training API's) still turns it into one line, not a traceback."""
+    with pytest.raises(BadInput, match=r"cluster\.kubernetes_version"):
+        prepare([*P5, "cluster.kubernetes_version=2.5"], now=NOW)
