@@ -53,7 +53,6 @@ from jobs.backends.kubernetes.client.kinds import (
     JOBSET_VERSION,
     JOBSETS,
     KINDS,
-    PYTORCHJOB,
     JobKind,
     kind_of,
 )
@@ -75,7 +74,9 @@ from jobs.backends.kubernetes.client.watch import (
     wait_for_end,
 )
 from jobs.backends.kubernetes.manifests import CREATED_AT, to_yaml
+from jobs.backends.kubernetes.pod_parts import INSTANCE_TYPE_LABEL
 from jobs.backends.kubernetes.runtimes import NODE
+from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -119,17 +120,18 @@ class ClusterSettings:
 
 def stamped(manifests: list[dict], now: datetime) -> list[dict]:
     """`manifests` with the submit time on the job (renders carry none: the same config
-    renders the same bytes), and on a PyTorchJob's pod templates too: its pods read it as
-    their submission (SUBMISSION_ENV), and count their starts per submission
-    (trainer.pod_starts)."""
+    renders the same bytes), and on its pod templates too where its kind has them (a
+    PyTorchJob's, JobKind.pod_templates): its pods read it as their submission
+    (SUBMISSION_ENV), and count their starts per submission (trainer.pod_starts)."""
     created_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for manifest in manifests:
-        if manifest.get("kind") in BY_KIND:
-            manifest["metadata"].setdefault("annotations", {})[CREATED_AT] = created_at
-        if manifest.get("kind") == PYTORCHJOB.kind:
-            for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
-                metadata = replica["template"].setdefault("metadata", {})
-                metadata.setdefault("annotations", {})[CREATED_AT] = created_at
+        kind = BY_KIND.get(manifest.get("kind", ""))
+        if kind is None:
+            continue
+        manifest["metadata"].setdefault("annotations", {})[CREATED_AT] = created_at
+        for template in kind.pod_templates(manifest):
+            metadata = template.setdefault("metadata", {})
+            metadata.setdefault("annotations", {})[CREATED_AT] = created_at
     return manifests
 
 
@@ -617,6 +619,20 @@ def _drain(lines: Generator[str, None, bool], on_line) -> bool:
 
 def _deleted(run_id: str, kind: JobKind) -> RunStatus:
     return RunStatus(run_id, CANCELLED, "kubernetes", message=f"the {kind.kind} was deleted")
+
+
+def instance_type_of(job: dict) -> str | None:
+    """The instance type a job object's pods run on: a TrainJob's annotation (its pods' node
+    selector is the runtime's), else the first pod template's node selector."""
+    annotated = k8s_state.annotations(job).get(INSTANCE_TYPE_ANNOTATION)
+    if annotated:
+        return annotated
+    for template in kind_of(job).pod_templates(job):
+        pod = template.get("spec") or {}
+        found = (pod.get("nodeSelector") or {}).get(INSTANCE_TYPE_LABEL)
+        if found:
+            return found
+    return None
 
 
 def to_status(job: dict) -> RunStatus:
