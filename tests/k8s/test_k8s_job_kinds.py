@@ -5,15 +5,18 @@ registered here is read, suspended, counted, pinned and named without another ed
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
 from jobs.backends.kubernetes.backend import instance_type_of, stamped
+from jobs.backends.kubernetes.checks import check_job_api
 from jobs.backends.kubernetes.client import state
 from jobs.backends.kubernetes.client.ecr import pin_images
 from jobs.backends.kubernetes.client.kinds import BY_KIND, KINDS, JobKind, kind_of
 from jobs.backends.kubernetes.manifest_checks import ManifestError, _checked_name
 from jobs.backends.kubernetes.manifests import CREATED_AT
+from jobs.errors import JobConfigError
 from jobs.naming import POD_SUFFIX, PodNames
 
 TFJOB = JobKind(
@@ -144,3 +147,17 @@ def test_a_third_kinds_pod_templates_are_stamped_read_and_ranked():
     ]
     with pytest.raises(ValueError, match=r"--rank 4 is out of range: the job has ranks 0\.\.3"):
         state.pod_for_rank(job, 4)
+
+
+def test_job_api_allows_exactly_the_registered_kinds():
+    def cfg(api: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            job=SimpleNamespace(api=api, runtime=None), backend=SimpleNamespace(name="local")
+        )
+
+    for api in KINDS:  # the two built in and the two registered here
+        check_job_api(cfg(api))
+    with pytest.raises(JobConfigError) as err:
+        check_job_api(cfg("mxjob"))
+    assert str(err.value).endswith(f"'mxjob' is not allowed; allowed: {', '.join(KINDS)}")
+    assert {"tfjob", "mpitrainjob", "trainjob", "pytorchjob"} == set(KINDS)
