@@ -12,6 +12,11 @@ runs submitted before a stack changed operator.
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
 to `job.max_retries` times with exponential backoff, and resumes from its checkpoint.
+
+Its callers (the Training API among them) use this module, never the client: besides the
+backend and its methods, the errors its calls raise (`ClusterError`: the cluster failed;
+`PreflightError`, one of them: this cluster cannot run the job) and a log follow's handle
+(`Cancellation`, and `FollowCancelled` when it was used) are named here.
 """
 
 from __future__ import annotations
@@ -63,8 +68,15 @@ from jobs.backends.kubernetes.client.kueue import (
     queue_reason,
     workload_of,
 )
-from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
+from jobs.backends.kubernetes.client.ownership import (
+    MANAGED_BY,
+    MANAGER,
+    ensure_ours,
+    ensure_owned_by,
+    labels_of,
+)
 from jobs.backends.kubernetes.client.preflight import NodeGroup, PreflightRequest, preflight
+from jobs.backends.kubernetes.client.preflight import PreflightError as PreflightError
 from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, delete_job, submit
 from jobs.backends.kubernetes.client.watch import (
     Cancellation,
@@ -73,6 +85,7 @@ from jobs.backends.kubernetes.client.watch import (
     read_log,
     wait_for_end,
 )
+from jobs.backends.kubernetes.client.watch import FollowCancelled as FollowCancelled
 from jobs.backends.kubernetes.manifests import CREATED_AT, to_yaml
 from jobs.backends.kubernetes.pod_parts import INSTANCE_TYPE_LABEL
 from jobs.backends.kubernetes.runtimes import NODE
@@ -253,8 +266,7 @@ class KubernetesBackend:
         job: MaterializedJob = dryrun.job
         if self.check_owner:
             existing = self.find(job.run_id)
-            kind = kind_of(existing) if existing else KINDS[job.kubernetes.api]
-            ensure_ours(kind.kind, self.settings.namespace, job.run_id, existing)
+            self.check_ours(job.run_id, existing)
             ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
             self.preflight(job)
@@ -519,8 +531,7 @@ class KubernetesBackend:
         the job is deleted instead: it can't start, and its run dir stays."""
 
         job = self.find(run_id)
-        kind_name = kind_of(job).kind if job else self.settings.kinds[0].kind
-        ensure_ours(kind_name, self.settings.namespace, run_id, job)
+        self.check_ours(run_id, job)
         if self.check_owner:
             ensure_owned_by("cancel", run_id, job, self.user)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
@@ -545,6 +556,33 @@ class KubernetesBackend:
                 return deactivate(self.cluster, workload)
             if attempt < WORKLOAD_WAIT_S:
                 self.cluster.sleep(1.0)
+        return False
+
+    def check_ours(self, run_id: str, job: dict | None) -> None:
+        """NotOurs (a BackendError) when `job`, `run_id`'s job object as `find` returned it
+        (None: there is none), is not trainstack's (no managed-by label): nothing trainstack
+        did not make is changed."""
+        if job is not None:
+            ensure_ours(kind_of(job).kind, self.settings.namespace, run_id, job)
+
+    def withdraw(self, run_id: str, uid: str | None, labels: dict[str, str]) -> bool:
+        """Undo a submission made here (a caller rolling back its own request): delete
+        `run_id`'s job, not waiting (its ConfigMap goes with it: owner references), only when
+        it is still the one created then (`uid`, as `forget` returned it), trainstack's and
+        carries every one of `labels`. Returns whether a job of that name is left in place
+        (another's, or resubmitted since); BackendError when the cluster cannot say."""
+        job = self.find(run_id)
+        if job is None:
+            return False
+        found = labels_of(job)
+        if (
+            uid is None
+            or job["metadata"].get("uid") != uid
+            or found.get(MANAGED_BY) != MANAGER
+            or any(found.get(key) != value for key, value in labels.items())
+        ):
+            return True
+        delete_job(self.cluster, run_id, wait=False, kind=kind_of(job))
         return False
 
     def forget(self, run_id: str) -> str | None:
