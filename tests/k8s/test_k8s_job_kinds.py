@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from jobs.backends.base import NoLogs
+from jobs.backends.kubernetes import backend
 from jobs.backends.kubernetes.backend import instance_type_of, stamped
 from jobs.backends.kubernetes.checks import check_job_api
 from jobs.backends.kubernetes.client import state
@@ -161,3 +163,18 @@ def test_job_api_allows_exactly_the_registered_kinds():
         check_job_api(cfg("mxjob"))
     assert str(err.value).endswith(f"'mxjob' is not allowed; allowed: {', '.join(KINDS)}")
     assert {"tfjob", "mpitrainjob", "trainjob", "pytorchjob"} == set(KINDS)
+
+
+def test_a_third_kinds_archived_log_is_read_from_its_own_pod_names(monkeypatch):
+    read = []
+
+    def archived_log(region, group, pod, container):
+        read.append((pod, container))
+
+    monkeypatch.setattr(backend, "archived_log", archived_log)
+    settings = backend.ClusterSettings(None, None, "training", log_group="logs")
+    reader = backend.KubernetesBackend(settings)
+    for rank in (0, 2):
+        with pytest.raises(NoLogs):
+            reader.archived_logs("tf1", rank, TFJOB)
+    assert read == [("tf1-chief-0", "tensorflow"), ("tf1-worker-1", "tensorflow")]

@@ -436,17 +436,16 @@ class KubernetesBackend:
 
     def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
-        named pod (rank 0 master-0, rank N worker-(N-1)); a TrainJob's is the newest of its
-        JobSet pods' streams. A run whose job is gone too is looked for as either kind, the
-        configured one first."""
+        named pod (JobKind.gone_pod: rank 0 master-0, rank N worker-(N-1)); a TrainJob's is
+        the newest of its JobSet pods' streams. A run whose job is gone too is looked for as
+        either kind, the configured one first."""
 
         group, region = self.settings.log_group, self.settings.region
         found = None
         for each in ((kind,) if kind else self.settings.kinds) if group else ():
             try:
                 if not each.runs_on_jobset:
-                    pod = f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}"
-                    found = archived_log(region, group, pod, each.container)
+                    found = archived_log(region, group, each.gone_pod(run_id, rank), each.container)
                 else:
                     prefix = jobset_pod_prefix(run_id, NODE, rank)
                     found = archived_log_by_prefix(region, group, prefix, each.container)

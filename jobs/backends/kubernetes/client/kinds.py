@@ -78,6 +78,13 @@ class JobKind:
         specs = (job.get("spec") or {}).get(self.replica_specs or "") or {}
         return {rtype: int((replica or {}).get("replicas", 0)) for rtype, replica in specs.items()}
 
+    def gone_pod(self, job_name: str, rank: int) -> str:
+        """An operator-run kind's pod of node rank `rank` once its job object is gone (its
+        replica counts unknown): pod 0 of the first of `rank_replicas` (a PyTorchJob's one
+        Master), then the last's (its Workers)."""
+        first, last = self.rank_replicas[0].lower(), self.rank_replicas[-1].lower()
+        return f"{job_name}-{first}-0" if rank == 0 else f"{job_name}-{last}-{rank - 1}"
+
     def image_holders(self, job: dict) -> list[dict]:
         """The parts of a job object of this kind that carry an `image` (its containers)."""
         if self.runs_on_jobset:
