@@ -12,11 +12,6 @@ must bundle its schemas.
 
 KUBERNETES_VERSION = "1.35"
 
-JOB_APIS = ("trainjob", "pytorchjob")
-"""`job.api`: a Kubeflow Trainer v2 TrainJob on a trainstack ClusterTrainingRuntime, or a
-Training Operator v1 PyTorchJob (clusters that still run the old operator). `jobs` validates a
-job's choice against it, `infra` a stack's `trainstack:trainingOperator` and `job_api` output."""
-
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 """The label keys Kueue reads on a job (its LocalQueue and WorkloadPriorityClass): a job's

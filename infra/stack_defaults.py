@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from catalog.kubernetes import JOB_APIS
 from infra.bucket_layout import ACCESS_LEVELS, POD_ROLES
+from jobs.backends.kubernetes.client.kinds import KINDS
 from jobs.config_path import user_config_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,8 +72,8 @@ def job_api(outputs: dict[str, Any]) -> str:
     """The job API of the operator the stack installed (output `job_api`); a stack from before
     that output runs the Training Operator v1, so its jobs stay PyTorchJobs."""
     api = outputs.get("job_api") or "pytorchjob"
-    if api not in JOB_APIS:
-        raise StackOutputError(f"stack output 'job_api' must be one of {JOB_APIS}, got {api!r}")
+    if api not in KINDS:
+        raise StackOutputError(f"stack output 'job_api' must be one of {tuple(KINDS)}, got {api!r}")
     return api
 
 

@@ -17,7 +17,6 @@ import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from catalog import INSTANCE_TYPES
-from catalog.kubernetes import JOB_APIS
 from infra.bucket_layout import ACCESS_LEVELS, READ, Grant
 from infra.ci_policies import GITHUB_OIDC_HOST
 from infra.policies import RESERVED_PREFIXES
@@ -43,6 +42,7 @@ from infra.settings.types import (
     SystemNodeGroupConfig,
 )
 from infra.settings.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
+from jobs.backends.kubernetes.client.kinds import KINDS
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
@@ -112,7 +112,7 @@ TOP_LEVEL_KEYS = (
     "dataAccess",
     "dataPrepareServiceAccount",
 )
-TRAINING_OPERATORS = JOB_APIS
+TRAINING_OPERATORS = tuple(KINDS)
 """`trainstack:trainingOperator`, named after the job API each operator serves."""
 DATA_ACCESS_KEYS = ("bucket", "prefix", "access", "kmsKeyArn")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from jobs.backends.kubernetes.client.watch import Cancellation, FollowCancelled
+from jobs.backends.kubernetes.backend import Cancellation, FollowCancelled
 
 BACKLOG_LINES = 10_000
 """Lines kept per upstream for followers who join after it started."""

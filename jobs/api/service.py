@@ -23,16 +23,17 @@ from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, override_v
 from jobs.api.request_policy import Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
 from jobs.backends.base import BackendError
-from jobs.backends.kubernetes.backend import MANAGED_SELECTOR, KubernetesBackend
-from jobs.backends.kubernetes.client.api import ClusterError
-from jobs.backends.kubernetes.client.kinds import kind_of
-from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
-from jobs.backends.kubernetes.client.preflight import PreflightError
-from jobs.backends.kubernetes.client.submit import delete_job
+from jobs.backends.kubernetes.backend import (
+    MANAGED_SELECTOR,
+    SWEEP_LABEL,
+    ClusterError,
+    KubernetesBackend,
+    PreflightError,
+)
 from jobs.compose import compose
 from jobs.naming import new_sweep_id, sweep_point_run_id
 from jobs.resume_from import resume_from_path
-from jobs.spec import LABEL_PREFIX, OWNER_LABEL
+from jobs.spec import OWNER_LABEL
 from jobs.submission import BadInput
 from jobs.sweep import expand
 from jobs.sweep_driver import PointError, PointRefused, Policy, SweepDriver
@@ -270,7 +271,7 @@ class Service:
         """Delete the jobs (their ConfigMaps go with them: owner references) this request
         created, and only those: the job must still be the one it created (uid), trainstack's,
         this user's and of this sweep. Returns the run ids left in place."""
-        cluster = self.backend.cluster
+        labels = {OWNER_LABEL: who.name, SWEEP_LABEL: sweep_id}
         left = []
         for point in submitted:
             if point.outcome == "already active":
@@ -278,19 +279,7 @@ class Service:
             run_id = point.run_id
             uid = self.backend.forget(run_id)
             try:
-                job = self.backend.find(run_id)
-                labels = labels_of(job)
-                ours = (
-                    job is not None
-                    and uid is not None
-                    and job["metadata"].get("uid") == uid
-                    and labels.get(MANAGED_BY) == MANAGER
-                    and labels.get(OWNER_LABEL) == who.name
-                    and labels.get(f"{LABEL_PREFIX}/sweep-id") == sweep_id
-                )
-                if ours:
-                    delete_job(cluster, run_id, wait=False, kind=kind_of(job))
-                elif job is not None:
+                if self.backend.withdraw(run_id, uid, labels):
                     left.append(run_id)
                 self.snapshot.refresh_run(run_id, self.backend.find)
             except BackendError:
@@ -344,8 +333,7 @@ class Service:
             if dryrun:
                 return checked
             existing = backend.find(job.run_id)
-            kind = kind_of(existing).kind if existing else backend.settings.kinds[0].kind
-            ensure_ours(kind, self.namespace, job.run_id, existing)
+            backend.check_ours(job.run_id, existing)
             if backend.run_preflight:
                 backend.preflight(job)
         except BackendError as err:

@@ -21,9 +21,7 @@ from typing import Any
 
 from catalog import get_instance_type
 from jobs.backends.base import BackendError, RunStatus
-from jobs.backends.kubernetes.backend import to_status
-from jobs.backends.kubernetes.pod_parts import INSTANCE_TYPE_LABEL
-from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
+from jobs.backends.kubernetes.backend import instance_type_of, to_status
 from jobs.plot.metrics import max_steps, read_config
 
 CONFIG_RETRY_S = 30.0
@@ -50,18 +48,6 @@ def _parse(stamp: str | None) -> datetime | None:
         return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except (TypeError, ValueError):
         return None
-
-
-def instance_type_of(job: dict) -> str | None:
-    annotated = ((job.get("metadata") or {}).get("annotations") or {}).get(INSTANCE_TYPE_ANNOTATION)
-    if annotated:  # a TrainJob (its pods' node selector is the runtime's)
-        return annotated
-    for replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).values():
-        pod = (replica.get("template") or {}).get("spec") or {}
-        found = (pod.get("nodeSelector") or {}).get(INSTANCE_TYPE_LABEL)
-        if found:
-            return found
-    return None
 
 
 def hourly_usd(instance_type: str | None, nodes: int) -> float | None:

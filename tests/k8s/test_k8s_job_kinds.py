@@ -4,12 +4,21 @@ registered here is read, suspended, counted, pinned and named without another ed
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
 import pytest
 
+from jobs.backends.base import NoLogs
+from jobs.backends.kubernetes import backend
+from jobs.backends.kubernetes.backend import instance_type_of, stamped
+from jobs.backends.kubernetes.checks import check_job_api
 from jobs.backends.kubernetes.client import state
 from jobs.backends.kubernetes.client.ecr import pin_images
 from jobs.backends.kubernetes.client.kinds import BY_KIND, KINDS, JobKind, kind_of
 from jobs.backends.kubernetes.manifest_checks import ManifestError, _checked_name
+from jobs.backends.kubernetes.manifests import CREATED_AT
+from jobs.errors import JobConfigError
 from jobs.naming import POD_SUFFIX, PodNames
 
 TFJOB = JobKind(
@@ -23,6 +32,7 @@ TFJOB = JobKind(
     suspend_path=("runPolicy", "suspend"),
     runs_on_jobset=False,
     replica_specs="tfReplicaSpecs",
+    rank_replicas=("Chief", "Worker"),
 )
 """An operator-run kind: the operator's conditions, its replica specs."""
 MPI_TRAINJOB = JobKind(
@@ -112,3 +122,59 @@ def test_a_jobset_run_third_kind_is_read_by_its_jobs_and_named_by_its_pods():
     fits["metadata"]["name"] = "a" * 45
     with pytest.raises(ManifestError, match=r"at most 44 characters \(for an MPITrainJob of 3"):
         _checked_name(fits, "MPITrainJob")
+
+
+def test_a_third_kinds_pod_templates_are_stamped_read_and_ranked():
+    job = tfjob([])
+    templates = [r["template"] for r in job["spec"]["tfReplicaSpecs"].values()]
+    assert TFJOB.pod_templates(job) == templates
+    assert all(a is b for a, b in zip(TFJOB.pod_templates(job), templates, strict=True))
+    assert MPI_TRAINJOB.pod_templates(mpi_job(3, [])) == []
+    # the submission stamp reaches its pods (issue 33's start count per submission)
+    [job] = stamped([job], datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert job["metadata"]["annotations"][CREATED_AT] == "2026-01-02T03:04:05Z"
+    assert [t["metadata"]["annotations"][CREATED_AT] for t in templates] == [
+        "2026-01-02T03:04:05Z"
+    ] * 2
+    # the API's instance type (its cost) is read from its pod templates' node selector
+    assert instance_type_of(job) is None
+    templates[1]["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    assert instance_type_of(job) == "p5.48xlarge"
+    # ranks are numbered across its rank_replicas: the Chief, then the Workers
+    assert [state.pod_for_rank(job, r) for r in range(4)] == [
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+    ]
+    with pytest.raises(ValueError, match=r"--rank 4 is out of range: the job has ranks 0\.\.3"):
+        state.pod_for_rank(job, 4)
+
+
+def test_job_api_allows_exactly_the_registered_kinds():
+    def cfg(api: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            job=SimpleNamespace(api=api, runtime=None), backend=SimpleNamespace(name="local")
+        )
+
+    for api in KINDS:  # the two built in and the two registered here
+        check_job_api(cfg(api))
+    with pytest.raises(JobConfigError) as err:
+        check_job_api(cfg("mxjob"))
+    assert str(err.value).endswith(f"'mxjob' is not allowed; allowed: {', '.join(KINDS)}")
+    assert {"tfjob", "mpitrainjob", "trainjob", "pytorchjob"} == set(KINDS)
+
+
+def test_a_third_kinds_archived_log_is_read_from_its_own_pod_names(monkeypatch):
+    read = []
+
+    def archived_log(region, group, pod, container):
+        read.append((pod, container))
+
+    monkeypatch.setattr(backend, "archived_log", archived_log)
+    settings = backend.ClusterSettings(None, None, "training", log_group="logs")
+    reader = backend.KubernetesBackend(settings)
+    for rank in (0, 2):
+        with pytest.raises(NoLogs):
+            reader.archived_logs("tf1", rank, TFJOB)
+    assert read == [("tf1-chief-0", "tensorflow"), ("tf1-worker-1", "tensorflow")]

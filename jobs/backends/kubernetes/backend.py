@@ -12,6 +12,11 @@ runs submitted before a stack changed operator.
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
 to `job.max_retries` times with exponential backoff, and resumes from its checkpoint.
+
+Its callers (the Training API among them) use this module, never the client: besides the
+backend and its methods, the errors its calls raise (`ClusterError`: the cluster failed;
+`PreflightError`, one of them: this cluster cannot run the job) and a log follow's handle
+(`Cancellation`, and `FollowCancelled` when it was used) are named here.
 """
 
 from __future__ import annotations
@@ -53,7 +58,6 @@ from jobs.backends.kubernetes.client.kinds import (
     JOBSET_VERSION,
     JOBSETS,
     KINDS,
-    PYTORCHJOB,
     JobKind,
     kind_of,
 )
@@ -64,8 +68,15 @@ from jobs.backends.kubernetes.client.kueue import (
     queue_reason,
     workload_of,
 )
-from jobs.backends.kubernetes.client.ownership import ensure_ours, ensure_owned_by
+from jobs.backends.kubernetes.client.ownership import (
+    MANAGED_BY,
+    MANAGER,
+    ensure_ours,
+    ensure_owned_by,
+    labels_of,
+)
 from jobs.backends.kubernetes.client.preflight import NodeGroup, PreflightRequest, preflight
+from jobs.backends.kubernetes.client.preflight import PreflightError as PreflightError
 from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, delete_job, submit
 from jobs.backends.kubernetes.client.watch import (
     Cancellation,
@@ -74,8 +85,11 @@ from jobs.backends.kubernetes.client.watch import (
     read_log,
     wait_for_end,
 )
+from jobs.backends.kubernetes.client.watch import FollowCancelled as FollowCancelled
 from jobs.backends.kubernetes.manifests import CREATED_AT, to_yaml
+from jobs.backends.kubernetes.pod_parts import INSTANCE_TYPE_LABEL
 from jobs.backends.kubernetes.runtimes import NODE
+from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
 from jobs.materialize import MaterializedJob
 from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
@@ -119,17 +133,18 @@ class ClusterSettings:
 
 def stamped(manifests: list[dict], now: datetime) -> list[dict]:
     """`manifests` with the submit time on the job (renders carry none: the same config
-    renders the same bytes), and on a PyTorchJob's pod templates too: its pods read it as
-    their submission (SUBMISSION_ENV), and count their starts per submission
-    (trainer.pod_starts)."""
+    renders the same bytes), and on its pod templates too where its kind has them (a
+    PyTorchJob's, JobKind.pod_templates): its pods read it as their submission
+    (SUBMISSION_ENV), and count their starts per submission (trainer.pod_starts)."""
     created_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for manifest in manifests:
-        if manifest.get("kind") in BY_KIND:
-            manifest["metadata"].setdefault("annotations", {})[CREATED_AT] = created_at
-        if manifest.get("kind") == PYTORCHJOB.kind:
-            for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
-                metadata = replica["template"].setdefault("metadata", {})
-                metadata.setdefault("annotations", {})[CREATED_AT] = created_at
+        kind = BY_KIND.get(manifest.get("kind", ""))
+        if kind is None:
+            continue
+        manifest["metadata"].setdefault("annotations", {})[CREATED_AT] = created_at
+        for template in kind.pod_templates(manifest):
+            metadata = template.setdefault("metadata", {})
+            metadata.setdefault("annotations", {})[CREATED_AT] = created_at
     return manifests
 
 
@@ -251,8 +266,7 @@ class KubernetesBackend:
         job: MaterializedJob = dryrun.job
         if self.check_owner:
             existing = self.find(job.run_id)
-            kind = kind_of(existing) if existing else KINDS[job.kubernetes.api]
-            ensure_ours(kind.kind, self.settings.namespace, job.run_id, existing)
+            self.check_ours(job.run_id, existing)
             ensure_owned_by("resubmit", job.run_id, existing, self.user)
         if self.run_preflight:
             self.preflight(job)
@@ -422,17 +436,16 @@ class KubernetesBackend:
 
     def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
-        named pod (rank 0 master-0, rank N worker-(N-1)); a TrainJob's is the newest of its
-        JobSet pods' streams. A run whose job is gone too is looked for as either kind, the
-        configured one first."""
+        named pod (JobKind.gone_pod: rank 0 master-0, rank N worker-(N-1)); a TrainJob's is
+        the newest of its JobSet pods' streams. A run whose job is gone too is looked for as
+        either kind, the configured one first."""
 
         group, region = self.settings.log_group, self.settings.region
         found = None
         for each in ((kind,) if kind else self.settings.kinds) if group else ():
             try:
                 if not each.runs_on_jobset:
-                    pod = f"{run_id}-master-0" if rank == 0 else f"{run_id}-worker-{rank - 1}"
-                    found = archived_log(region, group, pod, each.container)
+                    found = archived_log(region, group, each.gone_pod(run_id, rank), each.container)
                 else:
                     prefix = jobset_pod_prefix(run_id, NODE, rank)
                     found = archived_log_by_prefix(region, group, prefix, each.container)
@@ -517,8 +530,7 @@ class KubernetesBackend:
         the job is deleted instead: it can't start, and its run dir stays."""
 
         job = self.find(run_id)
-        kind_name = kind_of(job).kind if job else self.settings.kinds[0].kind
-        ensure_ours(kind_name, self.settings.namespace, run_id, job)
+        self.check_ours(run_id, job)
         if self.check_owner:
             ensure_owned_by("cancel", run_id, job, self.user)
         if job is None or k8s_state.job_state(job) in ("Succeeded", "Cancelled"):
@@ -543,6 +555,33 @@ class KubernetesBackend:
                 return deactivate(self.cluster, workload)
             if attempt < WORKLOAD_WAIT_S:
                 self.cluster.sleep(1.0)
+        return False
+
+    def check_ours(self, run_id: str, job: dict | None) -> None:
+        """NotOurs (a BackendError) when `job`, `run_id`'s job object as `find` returned it
+        (None: there is none), is not trainstack's (no managed-by label): nothing trainstack
+        did not make is changed."""
+        if job is not None:
+            ensure_ours(kind_of(job).kind, self.settings.namespace, run_id, job)
+
+    def withdraw(self, run_id: str, uid: str | None, labels: dict[str, str]) -> bool:
+        """Undo a submission made here (a caller rolling back its own request): delete
+        `run_id`'s job, not waiting (its ConfigMap goes with it: owner references), only when
+        it is still the one created then (`uid`, as `forget` returned it), trainstack's and
+        carries every one of `labels`. Returns whether a job of that name is left in place
+        (another's, or resubmitted since); BackendError when the cluster cannot say."""
+        job = self.find(run_id)
+        if job is None:
+            return False
+        found = labels_of(job)
+        if (
+            uid is None
+            or job["metadata"].get("uid") != uid
+            or found.get(MANAGED_BY) != MANAGER
+            or any(found.get(key) != value for key, value in labels.items())
+        ):
+            return True
+        delete_job(self.cluster, run_id, wait=False, kind=kind_of(job))
         return False
 
     def forget(self, run_id: str) -> str | None:
@@ -617,6 +656,20 @@ def _drain(lines: Generator[str, None, bool], on_line) -> bool:
 
 def _deleted(run_id: str, kind: JobKind) -> RunStatus:
     return RunStatus(run_id, CANCELLED, "kubernetes", message=f"the {kind.kind} was deleted")
+
+
+def instance_type_of(job: dict) -> str | None:
+    """The instance type a job object's pods run on: a TrainJob's annotation (its pods' node
+    selector is the runtime's), else the first pod template's node selector."""
+    annotated = k8s_state.annotations(job).get(INSTANCE_TYPE_ANNOTATION)
+    if annotated:
+        return annotated
+    for template in kind_of(job).pod_templates(job):
+        pod = template.get("spec") or {}
+        found = (pod.get("nodeSelector") or {}).get(INSTANCE_TYPE_LABEL)
+        if found:
+            return found
+    return None
 
 
 def to_status(job: dict) -> RunStatus:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from catalog.kubernetes import JOB_APIS
 from jobs.backends.kubernetes.client.kinds import KINDS
 from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, RUNTIME_PREFIX, gpu_runtime_name
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
@@ -24,12 +23,12 @@ _TRAINJOB_FIXED = {
 
 
 def check_job_api(cfg: Any) -> None:
-    """`job.api` is one of JOB_APIS, and what the chosen API cannot express is refused rather
-    than dropped (Kubeflow Trainer v2.2 removed ElasticPolicy; cleanup and TTL are the
-    runtime's)."""
+    """`job.api` is one of the job kinds (client.kinds.KINDS), and what the chosen API cannot
+    express is refused rather than dropped (Kubeflow Trainer v2.2 removed ElasticPolicy;
+    cleanup and TTL are the runtime's)."""
     job = cfg.job
-    if job.api not in JOB_APIS:
-        raise JobConfigError("job.api", f"{job.api!r} is not allowed; allowed: {listed(JOB_APIS)}")
+    if job.api not in KINDS:
+        raise JobConfigError("job.api", f"{job.api!r} is not allowed; allowed: {listed(KINDS)}")
     if job.runtime is not None and not DNS1123_SUBDOMAIN.match(job.runtime):
         raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
     if not KINDS[job.api].on_runtime or not in_pods(cfg):

@@ -38,6 +38,9 @@ class JobKind:
     """It names a ClusterTrainingRuntime (`job.runtime`), which the preflight checks."""
     replica_specs: str | None = None
     """Where an operator-run kind's replica specs live under `spec` (its nodes, its containers)."""
+    rank_replicas: tuple[str, ...] = ()
+    """An operator-run kind's replica types its node ranks are numbered across, in order (rank 0
+    is the first one's pod 0); its pods are `<job>-<type, lowercase>-<index>`."""
     pod_names: PodNames = field(default=OPERATOR_PODS)
     """How its pods are named after the job: the longest run id it allows (jobs.naming)."""
     install_hint: str = ""
@@ -59,14 +62,36 @@ class JobKind:
             patch = {key: patch}
         return patch
 
+    def pod_templates(self, job: dict) -> list[dict]:
+        """The pod templates of a job object of this kind, as the objects in it (edits land in
+        the job): one per replica spec; none for a kind on a JobSet (its pods are templated by
+        the runtime, not the job)."""
+        specs = (job.get("spec") or {}).get(self.replica_specs or "") or {}
+        return [
+            replica["template"]
+            for replica in specs.values()
+            if isinstance((replica or {}).get("template"), dict)
+        ]
+
+    def replica_counts(self, job: dict) -> dict[str, int]:
+        """An operator-run job's replica type -> its pod count (empty on a JobSet)."""
+        specs = (job.get("spec") or {}).get(self.replica_specs or "") or {}
+        return {rtype: int((replica or {}).get("replicas", 0)) for rtype, replica in specs.items()}
+
+    def gone_pod(self, job_name: str, rank: int) -> str:
+        """An operator-run kind's pod of node rank `rank` once its job object is gone (its
+        replica counts unknown): pod 0 of the first of `rank_replicas` (a PyTorchJob's one
+        Master), then the last's (its Workers)."""
+        first, last = self.rank_replicas[0].lower(), self.rank_replicas[-1].lower()
+        return f"{job_name}-{first}-0" if rank == 0 else f"{job_name}-{last}-{rank - 1}"
+
     def image_holders(self, job: dict) -> list[dict]:
         """The parts of a job object of this kind that carry an `image` (its containers)."""
-        spec = job.get("spec") or {}
         if self.runs_on_jobset:
-            return [spec["trainer"]]
+            return [(job.get("spec") or {})["trainer"]]
         holders = []
-        for replica in (spec.get(self.replica_specs or "") or {}).values():
-            pod_spec = replica["template"]["spec"]
+        for template in self.pod_templates(job):
+            pod_spec = template["spec"]
             holders += pod_spec.get("containers", []) + pod_spec.get("initContainers", [])
         return holders
 
@@ -89,6 +114,7 @@ PYTORCHJOB = JobKind(
     suspend_path=("runPolicy", "suspend"),
     runs_on_jobset=False,
     replica_specs="pytorchReplicaSpecs",
+    rank_replicas=("Master", "Worker"),
     install_hint="install the Kubeflow training operator (the infra stack does) before "
     "submitting PyTorchJobs",
 )

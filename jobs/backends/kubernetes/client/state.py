@@ -106,12 +106,10 @@ def is_suspended(job: dict) -> bool:
 
 def nodes(job: dict) -> int:
     """The job's node (pod) count."""
-    spec = job.get("spec") or {}
     kind = kind_of(job)
     if kind.runs_on_jobset:
-        return int((spec.get("trainer") or {}).get("numNodes") or 1)
-    replicas = spec.get(kind.replica_specs or "") or {}
-    return sum(int(r.get("replicas", 0)) for r in replicas.values())
+        return int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+    return sum(kind.replica_counts(job).values())
 
 
 def cancelled_at(job: dict) -> datetime | None:
@@ -182,15 +180,18 @@ def check_rank(job: dict, rank: int) -> None:
 
 
 def pod_for_rank(job: dict, rank: int) -> tuple[str, int]:
-    """(replica type, index) of a PyTorchJob's node rank `rank`: rank 0 is the Master when the
+    """(replica type, lowercase; index) of an operator-run job's node rank `rank`, numbered
+    across its kind's `rank_replicas` in order: a PyTorchJob's rank 0 is the Master when the
     job has one; elastic jobs are Worker-only."""
-    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    masters = int((specs.get("Master") or {}).get("replicas", 0))
-    workers = int((specs.get("Worker") or {}).get("replicas", 0))
-    if rank < 0 or rank >= masters + workers:
-        raise ValueError(
-            f"--rank {rank} is out of range: the job has ranks 0..{masters + workers - 1}"
-        )
-    if rank < masters:
-        return "master", rank
-    return "worker", rank - masters
+    kind = kind_of(job)
+    counts = kind.replica_counts(job)
+    ranked = [(rtype, counts.get(rtype, 0)) for rtype in kind.rank_replicas]
+    total = sum(count for _, count in ranked)
+    if rank < 0 or rank >= total:
+        raise ValueError(f"--rank {rank} is out of range: the job has ranks 0..{total - 1}")
+    index = rank
+    for rtype, count in ranked:
+        if index < count:
+            return rtype.lower(), index
+        index -= count
+    raise AssertionError("unreachable: rank < total")
