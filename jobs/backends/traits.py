@@ -3,7 +3,9 @@ can do; the optimizer asks instead of comparing names). Each backend's package d
 `TRAITS` here-typed, in its light `__init__`, with its options (the `backend` section: a
 `BackendOptions` subclass registered with Hydra's ConfigStore, so a key of another backend fails
 at compose time); `jobs.backends.traits_of(name)` reads them without importing the backend
-itself. Nothing in the pipeline compares backend names."""
+itself. Nothing in the pipeline compares backend names or imports a backend's home: what it
+needs of one (its checks, a job's cluster side) the traits name as `module:attribute` hooks,
+imported when asked (jobs.backends.hook; pyproject's jobs floors keep the homes above it)."""
 
 from __future__ import annotations
 
