@@ -119,12 +119,12 @@ def test_cancel_stops_a_running_local_run_after_a_checkpoint(workdir):
     deadline = time.monotonic() + 120
     while backend.status("cancel-me").last_step is None:
         assert time.monotonic() < deadline, (run_dir / "job" / "output.log").read_text()
-        time.sleep(0.5)
+        time.sleep(0.1)
     backend.cancel("cancel-me")
     backend.cancel("cancel-me")  # idempotent
     while not backend.status("cancel-me").finished:
         assert time.monotonic() < deadline
-        time.sleep(0.5)
+        time.sleep(0.1)
     status = backend.status("cancel-me")
     assert (status.state, status.exit_code) == (CANCELLED, 143)
     # The trainer saved where it stopped (SIGTERM -> checkpoint), so a relaunch resumes.

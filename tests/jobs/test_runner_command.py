@@ -75,7 +75,8 @@ DDP_SCRIPT = textwrap.dedent(
             with metrics.open("a") as f:
                 f.write(json.dumps({"step": step, "loss": loss.item()}) + "\\n")
         dist.barrier()
-        time.sleep(float(os.environ.get("STEP_S", "0")))
+        if not start:  # slow steps in the first attempt only: a restart runs at full speed
+            time.sleep(float(os.environ.get("STEP_S", "0")))
     dist.destroy_process_group()
     '''
 )

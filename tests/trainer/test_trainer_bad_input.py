@@ -7,6 +7,7 @@ this process; one case runs a real process to check the exit code and the lone s
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from contract.config import EXIT_BAD_INPUT, DataConfig
-from tests.trainer.harness import REPO
+from tests.trainer.harness import REPO, TrainerResult
 from trainer import __main__ as trainer_main
 from trainer.__main__ import main, say_once
 from trainer.data import read_documents
@@ -213,13 +214,16 @@ def test_launch_wrapper_maps_the_first_failure(first_code, job_code):
     assert exit_code_for(first_code) == job_code
 
 
-def test_a_checkpoint_that_does_not_fit_the_model_is_exit_2_and_keeps_the_record(run_trainer):
-    """A run dir with checkpoints of one model, started again building another: the one
-    line names the run and the key, exit 2 at once (no restart), and config.yaml still
-    records the model the checkpoints hold."""
-    first = run_trainer(0, ["trainer.max_steps=2", "trainer.checkpoint.interval=2"])
-    assert first.returncode == 0, first.stderr
-    record = Path(first.run_dir, "config.yaml").read_bytes()
+def test_a_checkpoint_that_does_not_fit_the_model_is_exit_2_and_keeps_the_record(
+    run_trainer, tmp_path: Path, every_2_reference: TrainerResult
+):
+    """A run dir with checkpoints of one model (a copy of the session's reference run,
+    tests/trainer/conftest.py), started again building another: the one line names the run
+    and the key, exit 2 at once (no restart), and config.yaml still records the model the
+    checkpoints hold."""
+    run_dir = tmp_path / "run"  # where run_trainer runs
+    shutil.copytree(every_2_reference.run_dir, run_dir)
+    record = (run_dir / "config.yaml").read_bytes()
     again = run_trainer(
         2,
         ["trainer.max_steps=4", "model.dim=128"],
@@ -227,7 +231,7 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_exit_2_and_keeps_the_record
         torchrun_args=("--max-restarts=3",),
     )
     assert again.returncode == EXIT_BAD_INPUT, again.stderr
-    line = f"error: model.dim: the checkpoints of run {first.run_dir} were trained with dim=64"
+    line = f"error: model.dim: the checkpoints of run {run_dir} were trained with dim=64"
     assert again.stderr.count(line) == 1, again.stderr
     assert "will restart worker group" not in again.stderr
-    assert Path(first.run_dir, "config.yaml").read_bytes() == record
+    assert (run_dir / "config.yaml").read_bytes() == record

@@ -14,7 +14,6 @@ import pytest
 from tests.trainer.harness import (
     TrainerResult,
     committed_steps,
-    launch_trainer,
     losses_by_step,
     read_metrics,
 )
@@ -26,17 +25,8 @@ pytestmark = pytest.mark.slow
 CHECKPOINT_EVERY_2 = ["trainer.checkpoint.interval=2"]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> TrainerResult:
-    """The uninterrupted 2-rank run: 8 steps, checkpoints 4, 6 and 8 kept (keep=3)."""
-    work = tmp_path_factory.mktemp("reference")
-    result = launch_trainer(work, 2, CHECKPOINT_EVERY_2).finish()
-    assert result.returncode == 0, result.stderr
-    assert committed_steps(Path(result.run_dir)) == [4, 6, 8]
-    return result
-
-
 def copy_of(reference: TrainerResult, tmp_path: Path) -> Path:
+    """A copy of the uninterrupted run (`every_2_reference`, conftest.py), to damage."""
     run_dir = tmp_path / "run"
     shutil.copytree(reference.run_dir, run_dir)
     return run_dir
@@ -64,9 +54,9 @@ def garble(path: Path) -> None:
     [(delete, "missing __1_0.distcp"), (truncate, "short __1_0.distcp"), (garble, "does not load")],
 )
 def test_a_broken_newest_checkpoint_falls_back_to_the_previous(
-    run_trainer, tmp_path: Path, reference: TrainerResult, damage, why: str
+    run_trainer, tmp_path: Path, every_2_reference: TrainerResult, damage, why: str
 ) -> None:
-    run_dir = copy_of(reference, tmp_path)
+    run_dir = copy_of(every_2_reference, tmp_path)
     damage(shard(run_dir, 8, rank=1))
     resumed = run_trainer(2, CHECKPOINT_EVERY_2)
     assert resumed.returncode == 0, resumed.stderr
@@ -74,15 +64,15 @@ def test_a_broken_newest_checkpoint_falls_back_to_the_previous(
     assert len(warnings) == 1, resumed.stderr
     assert f"{run_dir}/checkpoints/step-00000008: {why}" in warnings[0]
     assert "step-00000006 at step 6" in resumed.stdout
-    assert losses_by_step(str(run_dir)) == losses_by_step(reference.run_dir)
+    assert losses_by_step(str(run_dir)) == losses_by_step(every_2_reference.run_dir)
     assert committed_steps(run_dir) == [4, 6, 8]  # step 8 written again, whole
     assert all(r.complete for r in list_checkpoints(open_run_storage(str(run_dir))))
 
 
 def test_no_committed_checkpoint_loads_fails_in_one_line(
-    run_trainer, tmp_path: Path, reference: TrainerResult
+    run_trainer, tmp_path: Path, every_2_reference: TrainerResult
 ) -> None:
-    run_dir = copy_of(reference, tmp_path)
+    run_dir = copy_of(every_2_reference, tmp_path)
     for step in (4, 6, 8):
         delete(shard(run_dir, step, rank=1))
     lines_before = len(read_metrics(str(run_dir)))
@@ -96,11 +86,11 @@ def test_no_committed_checkpoint_loads_fails_in_one_line(
 
 
 def test_pruning_keeps_the_newest_loadable_checkpoint(
-    run_trainer, tmp_path: Path, reference: TrainerResult
+    run_trainer, tmp_path: Path, every_2_reference: TrainerResult
 ) -> None:
     # Step 8 committed but broken: the run resumes from 6 and commits 7 (its final save).
     # With keep=1, 7 is the newest loadable checkpoint: it must survive the broken 8.
-    run_dir = copy_of(reference, tmp_path)
+    run_dir = copy_of(every_2_reference, tmp_path)
     delete(shard(run_dir, 8, rank=1))
     result = run_trainer(2, ["trainer.checkpoint.keep=1", "trainer.max_steps=7"])
     assert result.returncode == 0, result.stderr

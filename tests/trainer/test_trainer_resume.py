@@ -13,7 +13,6 @@ from contract.config import EXIT_PREEMPTED
 from tests.trainer.harness import (
     TrainerResult,
     committed_steps,
-    launch_trainer,
     losses_by_step,
     read_metrics,
 )
@@ -23,23 +22,10 @@ pytestmark = pytest.mark.slow
 
 CHECKPOINT_EVERY_2 = ["trainer.checkpoint.interval=2"]
 ASYNC = ["trainer.checkpoint.async_save=true"]
-ALL_STEPS = list(range(1, 9))
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> TrainerResult:
-    """The uninterrupted 2-rank run, 8 steps, async checkpoints at 2, 4, 6 and a final one at 8
-    (latest 3 kept). Checkpointing never changes the training, so sync runs match it too."""
-    work = tmp_path_factory.mktemp("reference")
-    result = launch_trainer(work, 2, [*CHECKPOINT_EVERY_2, *ASYNC]).finish()
-    assert result.returncode == 0, result.stderr
-    assert sorted(losses_by_step(result.run_dir)) == ALL_STEPS
-    assert committed_steps(Path(result.run_dir)) == [4, 6, 8]
-    return result
 
 
 def test_sigkill_while_writing_a_checkpoint_resumes_exactly_from_the_previous(
-    start_trainer, tmp_path: Path, reference: TrainerResult
+    start_trainer, tmp_path: Path, every_2_reference: TrainerResult
 ):
     run_dir = tmp_path / "run"
     # Step 2's checkpoint commits; step 4's shards are written, then the whole job is killed
@@ -58,12 +44,12 @@ def test_sigkill_while_writing_a_checkpoint_resumes_exactly_from_the_previous(
     assert "step-00000002 at step 2" in resumed.stdout
     # Steps 3-4 were logged by the killed run and again by the resumed one.
     assert [r["step"] for r in read_metrics(str(run_dir))] == [1, 2, 3, 4, *range(3, 9)]
-    assert losses_by_step(str(run_dir)) == losses_by_step(reference.run_dir)
+    assert losses_by_step(str(run_dir)) == losses_by_step(every_2_reference.run_dir)
     assert committed_steps(run_dir) == [4, 6, 8]
 
 
 def test_sigterm_mid_run_checkpoints_exits_143_and_resumes_exactly(
-    start_trainer, tmp_path: Path, reference: TrainerResult
+    start_trainer, tmp_path: Path, every_2_reference: TrainerResult
 ):
     run_dir = tmp_path / "run"
     # Slow steps, async checkpoints every 2 steps: SIGTERM waits for one in flight, then saves
@@ -85,18 +71,18 @@ def test_sigterm_mid_run_checkpoints_exits_143_and_resumes_exactly(
     resumed = start_trainer(2, []).finish()
     assert resumed.returncode == 0, resumed.stderr
     assert f"at step {stop_step}" in resumed.stdout
-    assert losses_by_step(str(run_dir)) == losses_by_step(reference.run_dir)
+    assert losses_by_step(str(run_dir)) == losses_by_step(every_2_reference.run_dir)
 
 
-def test_two_rank_async_checkpoint_resumes_on_one_rank(run_trainer, tmp_path, reference):
+def test_two_rank_async_checkpoint_resumes_on_one_rank(run_trainer, tmp_path, every_2_reference):
     run_dir = tmp_path / "run"
-    source = Path(reference.run_dir) / "checkpoints/step-00000004"
+    source = Path(every_2_reference.run_dir) / "checkpoints/step-00000004"
     shutil.copytree(source, run_dir / "checkpoints/step-00000004")
     # One process, same global batch: micro 2 x accumulation 2 instead of micro 2 x 2 ranks.
     result = run_trainer(0, [*CHECKPOINT_EVERY_2, "trainer.global_batch_size=4"])
     assert result.returncode == 0, result.stderr
     assert "at step 4" in result.stdout
-    resumed, expected = losses_by_step(str(run_dir)), losses_by_step(reference.run_dir)
+    resumed, expected = losses_by_step(str(run_dir)), losses_by_step(every_2_reference.run_dir)
     assert sorted(resumed) == [5, 6, 7, 8]
     # Same data and weights; only the order of float additions differs from 2 ranks.
     for step in resumed:
