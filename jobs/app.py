@@ -45,7 +45,7 @@ from jobs.errors import EXIT_BAD_INPUT, JobConfigError, one_line
 from jobs.materialize import materialize
 from jobs.naming import sweep_point_run_id
 from jobs.relaunch import relaunch_config
-from jobs.run import follows, run_job
+from jobs.run import Warned, follows, run_job
 from jobs.schema import register
 from jobs.sweep import last_loss, sweep_id_for
 from jobs.sweep_points import (
@@ -78,13 +78,15 @@ class LaunchTask:
     shared: backends.Shared = field(default_factory=backends.Shared)
     """What the launch's backends share (the kubernetes backend: the runs it submitted, which
     the launcher's followers may restart, and its cluster connections)."""
+    warned: Warned = field(default_factory=Warned)
+    """The plan warnings this launch's points have printed (a sweep says each once)."""
 
     def __call__(self, cfg: Any) -> Any:
         """One job (a run, or one point of a multirun) to its backend."""
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode == RunMode.MULTIRUN:
             job = self.prepared.pop(hydra_cfg.job.num, None)
-            result = run_point(cfg, job, self.shared)
+            result = run_point(cfg, job, self.shared, self.warned)
             if job is None:  # a launcher not trainstack's: no launch path counted the point
                 self.failed_points += 1 if result.failed else 0
             return result
@@ -190,7 +192,10 @@ def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None)
 
 
 def run_point(
-    cfg: Any, job: MaterializedJob | None, shared: backends.Shared | None = None
+    cfg: Any,
+    job: MaterializedJob | None,
+    shared: backends.Shared | None = None,
+    warned: Warned | None = None,
 ) -> PointResult:
     """One multirun point: the job its launcher prepared (validated with the whole batch), or,
     under a launcher that prepares nothing (`job` None), materialized here. Errors are returned
@@ -216,7 +221,7 @@ def run_point(
         brief = not follows(job)
         if not brief:
             print(point_heading(index, result.overrides), flush=True)
-        result.exit_code = run_job(backend, job, brief=brief)
+        result.exit_code = run_job(backend, job, brief=brief, warned=warned)
         result.state = backend.status(job.run_id).state
         if not backends.traits_of(job.cfg.backend.name).pods:  # the run dir is here
             result.loss = last_loss(job.spec.run_dir)

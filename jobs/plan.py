@@ -56,6 +56,11 @@ class Plan:
     """Which runner and what it runs (its `describe`, jobs/runners/)."""
     trained: str = ""
     """What of the model trains when not all of it does (LoRA: how many parameters)."""
+    builtin_runner: bool = True
+    """The runner is the built-in trainer (its `builtin`): the plan names no runner line."""
+    reads_model: bool = True
+    """The runner reads model.* (its `reads_model`): the plan has a model line even when the
+    launcher does not size the model."""
 
     @property
     def hours(self) -> float | None:
@@ -102,12 +107,12 @@ class Plan:
         lines = [
             f"run      {self.run_id}" + (f"  (sweep {self.sweep_id})" if self.sweep_id else "")
         ]
-        if not self.runner.startswith("trainstack"):
+        if not self.builtin_runner:
             lines.append(f"runner   {self.runner}")
         if self.params is not None:
             trained = f"; {self.trained}" if self.trained else ""
             lines.append(f"model    {self.model}, {self.params / 1e6:,.1f}M parameters{trained}")
-        elif not self.runner.startswith("command"):
+        elif self.reads_model:
             trained = f"; {self.trained}" if self.trained else ""
             lines.append(f"model    {self.model}{trained}")
         lines.append(f"compute  {where}, backend={self.backend}")
@@ -201,6 +206,8 @@ def make_plan(
         warnings=tuple(warnings),
         data=() if command else data_sources(cfg.data),
         runner=runner.describe(cfg),
+        builtin_runner=runner.builtin,
+        reads_model=runner.reads_model,
         trained=hf_lora_trained(cfg, hf_config) if args is None else lora_trained(cfg, args),
     )
 

@@ -26,6 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from contract.run_dir import CONFIG_FILE as RUN_CONFIG_FILE
 from jobs.backends import recorded_backend
 from jobs.compose import compose
 from jobs.errors import JobConfigError
@@ -97,7 +98,7 @@ def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
     from jobs.backends.local.backend import CONFIG_FILE, LAUNCH_FILE  # lazy: start-up (~0.1 s)
 
     here = state_dir(cfg)
-    run_dir = None if cfg.storage.root.startswith("s3://") else here / "config.yaml"
+    run_dir = None if cfg.storage.root.startswith("s3://") else here / RUN_CONFIG_FILE
     for path in (here / LAUNCH_FILE, here / CONFIG_FILE, run_dir):
         if path is None or not path.is_file():
             continue
@@ -109,7 +110,7 @@ def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
                 f"cannot read the record {path} of run {cfg.run_id} ({err}); use a new run_id",
             ) from None
         if isinstance(record, dict):
-            if path.name == "config.yaml":
+            if path.name == RUN_CONFIG_FILE:  # a trainer's `--config`: its sections only
                 record = {k: record[k] for k in TRAINER_SECTIONS if k in record}
             return str(path), record
     return None

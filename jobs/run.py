@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobs.backends import traits_of
@@ -14,9 +15,21 @@ if TYPE_CHECKING:
     from jobs.materialize import MaterializedJob
 
 
-_WARNED: set[str] = set()
-"""Plan warnings a sweep's one-line points have printed (points may run in threads)."""
-_WARNED_LOCK = threading.Lock()
+@dataclass
+class Warned:
+    """The plan warnings one launch's one-line points have printed, so that a sweep says each
+    once, not once per point (points may run in threads). Owned by the launch (jobs.app
+    LaunchTask), so the next launch in the same process says them again."""
+
+    seen: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def first(self, warning: str) -> bool:
+        """True the first time this launch meets `warning`."""
+        with self.lock:
+            new = warning not in self.seen
+            self.seen.add(warning)
+        return new
 
 
 def follows(job: MaterializedJob) -> bool:
@@ -33,19 +46,23 @@ def _exists(backend: Backend, run_id: str) -> bool:
 
 
 def run_job(
-    backend: Backend, job: MaterializedJob, *, dryrun: bool = False, brief: bool = False
+    backend: Backend,
+    job: MaterializedJob,
+    *,
+    dryrun: bool = False,
+    brief: bool = False,
+    warned: Warned | None = None,
 ) -> int:
     """Exit code: 0 when scheduled (or succeeded, when followed), else the run's exit code.
-    `brief`: one line per job (sweep points that are not followed)."""
+    `brief`: one line per job (sweep points that are not followed), its plan's warnings only
+    where the launch's `warned` has not met them yet (without one, all of them)."""
     if brief and not dryrun and not follows(job):
         dry = backend.dryrun(job)
         backend.schedule(dry)
         print(f"{job.plan.one_line()} -> {dry.extra.get('path', backend.name)}", flush=True)
+        warned = warned or Warned()
         for warning in job.plan.warnings:  # once per sweep, not once per point
-            with _WARNED_LOCK:
-                new = warning not in _WARNED
-                _WARNED.add(warning)
-            if new:
+            if warned.first(warning):
                 print(f"warning  {warning}", flush=True)
         return 0
     print(job.plan, flush=True)

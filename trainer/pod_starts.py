@@ -41,6 +41,7 @@ from collections.abc import Mapping
 
 from contract.config import EXIT_BAD_INPUT
 from contract.run_dir import POD_NAME_ENV, POD_STARTS_DIR, SUBMISSION_ENV
+from trainer.exec_program import exec_program
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
 
 MAX_BYTES = 100
@@ -161,14 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     code = check(os.environ, max_restarts)
     if code is not None:
         return code
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(program[0], program)
-    except OSError as exc:
-        _say(f"cannot start {program[0]!r}: {exc.strerror or exc}")
-        return EXIT_BAD_INPUT
-    return EXIT_BAD_INPUT  # not reached
+    return exec_program(program, _say)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import yaml
 
 from contract.config import EXIT_BAD_INPUT, EXIT_FAILED
 from contract.run_dir import CONFIG_FILE
+from trainer.exec_program import exec_program
 from trainer.runner_sync import CheckpointMirror, run_syncing, syncs_for
 from trainer.storage import StorageNotFoundError, open_run_storage, read_uri_bytes
 
@@ -158,14 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"restored {restored} files from {run_dir}/checkpoints into {mirror.local}")
     if syncs:
         return run_syncing(program, syncs)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvp(program[0], program)
-    except OSError as exc:
-        _say(f"cannot start {program[0]!r}: {exc.strerror or exc}")
-        return EXIT_BAD_INPUT
-    return EXIT_FAILED  # not reached
+    return exec_program(program, _say)
 
 
 if __name__ == "__main__":

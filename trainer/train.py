@@ -13,6 +13,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from torch.optim.lr_scheduler import LRScheduler
 
+from contract.checkpoints import step_dir
 from contract.config import EXIT_OK, EXIT_PREEMPTED, RunConfig
 from contract.plan import Plan, make_plan, tokenizer_source
 from contract.run_dir import CONFIG_FILE
@@ -251,7 +252,7 @@ def _train(parts: Parts, data: TrainingData, stop: StopSignal) -> int:
         latest, (progress, rng_restored) = resumed
         note = "" if rng_restored else " (RNG states not restored: new rank count)"
         metrics.note(
-            f"resumed from {checkpointer.storage.uri(f'checkpoints/step-{latest:08d}')}"
+            f"resumed from {checkpointer.storage.uri(step_dir(latest))}"
             f" at step {progress.step}{note}"
         )
     elif parts.source is not None:

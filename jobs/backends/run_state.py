@@ -14,6 +14,8 @@ from jobs.backends.base import UNKNOWN, RunStatus
 from jobs.plot.metrics import LAST_METRICS
 
 STATE_FILE = f"{JOB_DIR}/state.json"
+REQUEST_FILE = f"{JOB_DIR}/request.json"
+"""What the local backend asks its supervisor to run (argv, env, cwd)."""
 OUTPUT_LOG = f"{JOB_DIR}/output.log"
 CANCEL_MARKER = f"{JOB_DIR}/cancel-requested"
 

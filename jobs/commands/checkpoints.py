@@ -14,6 +14,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from contract.run_dir import CHECKPOINTS
 from jobs.backends.base import BackendError
 from jobs.commands import arguments
 from jobs.commands.run_lookup import existing_run_dir, fail
@@ -37,18 +38,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         storage = open_run_storage(existing_run_dir(args.run, args.overrides))
         reports = list_checkpoints(storage)
-        others = [] if reports else storage.list_dir("checkpoints")
+        others = [] if reports else storage.list_dir(CHECKPOINTS)
     except (BackendError, StorageError) as err:
         return fail("checkpoints", str(err))
     if others:  # a runner=command program's own files: its format, not trainstack's
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         print(
-            f"{storage.uri('checkpoints')} holds your program's own files ({shown}), not "
+            f"{storage.uri(CHECKPOINTS)} holds your program's own files ({shown}), not "
             "the built-in trainer's checkpoints: your program resumes from them itself"
         )
         return 0
     if not reports:
-        print(f"no checkpoints under {storage.uri('checkpoints')}")
+        print(f"no checkpoints under {storage.uri(CHECKPOINTS)}")
         return 0
     grid = Table(box=None, header_style="bold")
     for column in ("step", "committed", "size", "files"):

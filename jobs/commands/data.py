@@ -16,6 +16,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from contract.config import DataConfig
+from jobs.backends import traits_of
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.client.api import connect
 from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     except (HydraException, OmegaConfBaseException) as err:
         return fail(one_line(err))
     data["tokenizer"] = data["tokenizer"] or "byte"
-    if cfg.backend.name == "local":
+    if not traits_of(cfg.backend.name).pods:
         return _here(args, data)
     try:
         return _on_cluster(args, cfg, data)
@@ -98,7 +99,8 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
             "job.image: the pods need the trainer image; set job.image or select a stack "
             "(job.image_repository)"
         )
-    if cfg.backend.name == "kubernetes" and not args.dryrun:
+    submits = traits_of(cfg.backend.name).submits
+    if submits and not args.dryrun:
         # Pinned as a training job's pods are: every index and retry runs the same bits.
         image = resolve_digest(image)
     slices = args.slices or DEFAULT_SLICES
@@ -124,7 +126,7 @@ def _on_cluster(args: argparse.Namespace, cfg, data: dict) -> int:
     if args.dryrun:
         print(text, end="")
         return 0
-    if cfg.backend.name == "render":
+    if not submits:  # written out only (backend=render)
         path = Path(cfg.backend.output_root) / spec.name / "manifests.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

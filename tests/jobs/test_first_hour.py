@@ -88,3 +88,15 @@ def test_a_pod_read_tokenizer_for_a_tiny_vocabulary_warns_and_a_sweep_says_it_on
     )  # fmt: skip
     assert swept.code == 0, swept.err[-2000:]
     assert swept.out.count("warning  data.path=") == 1  # the sample corpus on GPUs, said once
+
+
+def test_each_launch_in_one_process_says_a_sweeps_warning_once(cli):
+    """Once per launch, not once per process (the API and a test session launch many)."""
+    sweep = (
+        "launch", "-m", "trainer.lr=1e-4,3e-4", "backend=render", "compute=g5.12xlarge",
+        "job.image=ghcr.io/me/trainer:v1", "storage.root=s3://bkt/runs",
+    )  # fmt: skip
+    for _ in range(2):
+        swept = cli(*sweep)
+        assert swept.code == 0, swept.err[-2000:]
+        assert swept.out.count("warning  data.path=") == 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.checkpoints import MARKER, step_dir
+from contract.checkpoints import MARKER, parse_step, step_dir
 from contract.run_dir import CHECKPOINTS
 from trainer.checkpoint.layout import inspect_step, step_files
 from trainer.errors import ConfigError
@@ -45,9 +45,9 @@ def split_step_dir(value: str) -> tuple[str, int | None]:
     """(run dir, step) of `<run_dir>/checkpoints/step-<N>`; (value, None) for anything else."""
     head, _, leaf = value.rstrip("/").rpartition("/")
     run_dir, _, parent = head.rpartition("/")
-    digits = leaf.removeprefix("step-")
-    if parent == CHECKPOINTS and leaf.startswith("step-") and digits.isdigit() and run_dir:
-        return run_dir, int(digits)
+    step = parse_step(leaf)
+    if parent == CHECKPOINTS and step is not None and run_dir:
+        return run_dir, step
     return value, None
 
 

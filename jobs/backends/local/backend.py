@@ -44,7 +44,6 @@ from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
 
-REQUEST_FILE = f"{JOB_DIR}/request.json"
 CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"
 LAUNCH_FILE = f"{JOB_DIR}/launch.yaml"
 RESTARTS_FILE = f"{JOB_DIR}/restarts"
@@ -98,7 +97,7 @@ def operator_env(nproc_per_node: int, state_dir: str) -> dict[str, str]:
         "PET_NPROC_PER_NODE": str(nproc_per_node),
         "PET_STANDALONE": "1",
         "PET_TEE": "3",
-        "PET_LOG_DIR": f"{state_dir}/job/torchrun",
+        "PET_LOG_DIR": f"{state_dir}/{JOB_DIR}/torchrun",
         RESTARTS_FILE_ENV: f"{state_dir}/{RESTARTS_FILE}",
     }
 
@@ -162,7 +161,7 @@ class LocalBackend:
         run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
         (state_dir / RESTARTS_FILE).unlink(missing_ok=True)  # counted per attempt
-        (state_dir / REQUEST_FILE).write_text(
+        (state_dir / run_state.REQUEST_FILE).write_text(
             json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
         )
         attempt = (previous or {}).get("attempt", 0) + 1
@@ -277,7 +276,7 @@ def _ranks(state_dir: Path, state: dict) -> int | None:
     if "ranks" in state:
         return int(state["ranks"])
     try:
-        request = json.loads((state_dir / REQUEST_FILE).read_text())
+        request = json.loads((state_dir / run_state.REQUEST_FILE).read_text())
         return int(request["env"]["PET_NPROC_PER_NODE"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -40,7 +40,7 @@ def _prepare_torchrun() -> None:
 
 def supervise(state_dir: Path) -> int:
     run_state.update_state(state_dir, supervisor_pid=os.getpid())
-    request = json.loads((state_dir / "job" / "request.json").read_text())
+    request = json.loads((state_dir / run_state.REQUEST_FILE).read_text())
     # A cancel SIGTERMs torchrun only; ignore strays so the outcome is always recorded.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

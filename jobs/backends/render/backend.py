@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from contract.run_dir import CODE_DIR
 from jobs.backends import run_state
 from jobs.backends.base import RENDERED, BackendError, DryRun, RunStatus, matching
 from jobs.backends.kubernetes.client.ecr import ECR_IMAGE, pin_images, resolve_digest
@@ -111,7 +112,7 @@ class RenderBackend:
             if job.code is None or job.spec.code is None:
                 raise
             uri = job.spec.code.uri
-            local = local_dir / "code" / uri.rsplit("/", 1)[1]
+            local = local_dir / CODE_DIR / uri.rsplit("/", 1)[1]
             local.parent.mkdir(parents=True, exist_ok=True)
             local.write_bytes(job.code.data)
             reason = str(err.__cause__ or err).rsplit(": ", 1)[-1]
