@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 import pulumi
 import pulumi_aws as aws
 
+from catalog.pods import HUGEPAGES_2MI
 from infra.launch_template import (
-    HUGEPAGES_2MI,
     efa_network_interfaces,
     hugepages_user_data,
     metadata_options,

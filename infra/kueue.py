@@ -16,9 +16,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from catalog.pods import HUGEPAGES_2MI
 from infra.cluster_addons import helm_release
 from infra.gpu_nodes import GPU_TAINT, GROUP_LABEL
-from infra.launch_template import HUGEPAGES_2MI
 from infra.settings.types import GpuNodeGroupConfig, KueueConfig
 from infra.settings.versions import KUEUE
 

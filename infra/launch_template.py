@@ -13,13 +13,10 @@ import base64
 import pulumi
 
 from catalog import InstanceType
+from catalog.pods import HUGEPAGES_2MI
 
 ROOT_DEVICE = "/dev/xvda"
 """The root device name of the EKS AL2023 AMIs."""
-HUGEPAGES_2MI = "5120Mi"
-"""2 MiB hugepages each EFA node reserves (libfabric's EFA provider uses them); jobs request
-this much per pod (`catalog.pods.HUGEPAGES_2MI`), and the autoscaler's
-node template advertises it."""
 
 
 def root_volume(size_gib: int) -> dict:
