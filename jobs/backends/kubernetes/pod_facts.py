@@ -9,6 +9,12 @@ from __future__ import annotations
 
 RUNTIME_PREFIX = "trainstack-"
 CPU_RUNTIME = f"{RUNTIME_PREFIX}cpu"
+RUNTIME_LABELS = {
+    "app.kubernetes.io/part-of": "trainstack",
+    "trainer.kubeflow.org/framework": "torch",
+}
+"""The labels every trainstack runtime carries (the client's preflight tells a trainstack runtime
+from another by them)."""
 
 
 def gpu_runtime_name(node_group: str) -> str:

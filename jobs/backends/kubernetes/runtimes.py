@@ -23,7 +23,12 @@ from __future__ import annotations
 from catalog import InstanceType
 from catalog.pods import platform_env, pod_resources
 from jobs.backends.kubernetes.client.kinds import TRAINJOB
-from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, default_group_name, gpu_runtime_name
+from jobs.backends.kubernetes.pod_facts import (
+    CPU_RUNTIME,
+    RUNTIME_LABELS,
+    default_group_name,
+    gpu_runtime_name,
+)
 from jobs.backends.kubernetes.pod_parts import (
     GPU_TOLERATION,
     INSTANCE_TYPE_LABEL,
@@ -51,10 +56,6 @@ queued TrainJob with Trainer types whose pod patch has no grace period
 exits as soon as its SIGTERM checkpoint is written. A TrainJob outside Kueue patches its own."""
 PERMANENT_EXIT_CODES = list(range(1, 128))
 """Exit codes no restart fixes: the trainer's 2 (bad input), 1 (a bug), anything below 128."""
-RUNTIME_LABELS = {
-    "app.kubernetes.io/part-of": "trainstack",
-    "trainer.kubeflow.org/framework": "torch",
-}
 FAILURE_RULE_NAME = "PermanentExitCode"
 """The JobSet failure-policy rule that fails the JobSet on a permanent exit code. JobSet's
 webhook allows letters, digits, '_', ',' and ':' only

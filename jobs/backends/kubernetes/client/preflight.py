@@ -21,7 +21,7 @@ from jobs.backends.kubernetes.client.kinds import (
 )
 from jobs.backends.kubernetes.client.kueue import get_cluster_queue, get_local_queue, nominal_quota
 from jobs.backends.kubernetes.client.ownership import labels_of
-from jobs.backends.kubernetes.runtimes import RUNTIME_LABELS
+from jobs.backends.kubernetes.pod_facts import RUNTIME_LABELS
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
