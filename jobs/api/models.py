@@ -8,10 +8,12 @@ compute.nodes=4` compose the same config.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from jobs.api.request_policy import KEY, Refused, _shown
 from jobs.runners import names as runner_names
 
 Scalar = str | int | float | bool | None
@@ -32,16 +34,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class RunRequest(Strict):
-    overrides: list[str] = Field(
-        default_factory=list,
-        max_length=MAX_OVERRIDES,
-        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first. "
-        "Only options of model, data, trainer, compute, experiment (plain names) and keys "
-        "under model., data., trainer., compute., job. (not job.image_repository), storage.root, "
-        "run_id, sweep_id, seed; no `${...}` interpolations.",
-    )
-    run_id: str | None = Field(None, description="run_id; the same id resumes that run")
+class LaunchFields(Strict):
+    """The typed fields a run and a sweep share: each names one config key (`_field_overrides`),
+    its value quoted (`override_value`), so a request's value is data, never grammar."""
+
     model: str | None = Field(None, description="model=<option>, e.g. llama3_8b")
     init_from: str | None = Field(
         None, description="model.init_from: a Hugging Face checkpoint to start from (dir or s3://)"
@@ -52,11 +48,6 @@ class RunRequest(Strict):
     gpus_per_node: int | None = Field(None, ge=0, description="compute.gpus_per_node")
     image: str | None = Field(None, description="job.image (ECR tags are pinned to digests)")
     storage_root: str | None = Field(None, description="storage.root: run dirs go under it")
-    resume: bool = Field(
-        True,
-        description="An existing run with this run_id resumes from its latest checkpoint "
-        "(true, the CLI's rule); false refuses with 409 instead.",
-    )
     trainer: dict[str, Scalar] = Field(
         default_factory=dict,
         max_length=MAX_MAP_ENTRIES,
@@ -75,26 +66,63 @@ class RunRequest(Strict):
     )
 
 
-class SweepRequest(Strict):
+class RunRequest(LaunchFields):
     overrides: list[str] = Field(
-        ...,
-        min_length=1,
+        default_factory=list,
         max_length=MAX_OVERRIDES,
-        description="`launch -m` overrides, e.g. trainer.lr=1e-3,3e-3",
+        description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first. "
+        "Only options of model, data, trainer, compute, experiment (plain names) and keys "
+        "under model., data., trainer., compute., job. (not job.image_repository), storage.root, "
+        "run_id, sweep_id, seed; no `${...}` interpolations.",
+    )
+    run_id: str | None = Field(None, description="run_id; the same id resumes that run")
+    resume: bool = Field(
+        True,
+        description="An existing run with this run_id resumes from its latest checkpoint "
+        "(true, the CLI's rule); false refuses with 409 instead.",
+    )
+
+
+class SweepRequest(LaunchFields):
+    overrides: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_OVERRIDES,
+        description="`launch -m` overrides, e.g. trainer.lr=1e-3,3e-3; applied first. "
+        "At least one of overrides and axes.",
+    )
+    axes: dict[str, list[Scalar]] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description='Swept config keys, each with its values: {"trainer.lr": [1e-3, 3e-3]} '
+        "is the override trainer.lr=1e-3,3e-3 with every value quoted (a string's commas and "
+        "quotes stay in it); the sweep is every combination. Keys as in overrides (a dotted "
+        "key, no grammar).",
     )
     sweep_id: str | None = Field(None, description="re-using an id addresses the same runs")
+
+
+_ESCAPED = re.compile(r"(\\*)('|\Z)")
+"""A run of backslashes before a quote or the end of the string."""
+
+
+def _escape(match: re.Match) -> str:
+    return match[1] * 2 + ("\\'" if match[2] else "")
 
 
 def override_value(value: Scalar) -> str:
     """A value in Hydra's override grammar: strings quoted (any character survives)."""
     if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        # Hydra reads backslashes as escapes only in a run of them before a quote or the
+        # closing quote (facebookresearch/hydra v1.3.8, hydra/grammar/OverrideLexer.g4,
+        # QUOTED_VALUE): only those runs are doubled; any other backslash stays as it is.
+        return "'" + _ESCAPED.sub(_escape, value) + "'"
     return json.dumps(value)  # true/false/null and numbers read the same in Hydra
 
 
-def to_overrides(request: RunRequest) -> list[str]:
+def _field_overrides(request: LaunchFields, run_id: str | None = None) -> list[str]:
+    """The typed fields' overrides: the one place a field becomes `key=value`."""
     pairs: list[tuple[str, Scalar]] = [
-        ("run_id", request.run_id),
+        ("run_id", run_id),
         ("model.init_from", request.init_from),
         ("data.path", request.data),
         ("compute.nodes", request.nodes),
@@ -110,7 +138,32 @@ def to_overrides(request: RunRequest) -> list[str]:
         values.append(f"runner.command=[{','.join(override_value(a) for a in request.command)}]")
     values += [f"+runner.args.{k}={override_value(v)}" for k, v in request.args.items()]
     trainer = [f"trainer.{k}={override_value(v)}" for k, v in request.trainer.items()]
-    return [*request.overrides, *groups, *values, *trainer]
+    return [*groups, *values, *trainer]
+
+
+def to_overrides(request: RunRequest) -> list[str]:
+    return [*request.overrides, *_field_overrides(request, request.run_id)]
+
+
+def to_sweep_overrides(request: SweepRequest) -> list[str]:
+    """A sweep request's overrides: its own, its typed fields', then one `key=v1,v2,...` per
+    axis. Raises Refused (one line naming the axis) for a key that is not a plain dotted config
+    key (it would be grammar: `=`, `,`, `+`, `~`, quotes ...) or an axis with no value (the
+    sweep would be 0 points, as `range(1,0)` in overrides is refused); what a key may set, the
+    service's keys and the point cap are checked on these overrides as on any request's."""
+    if not request.overrides and not request.axes:
+        raise Refused("overrides, axes: a sweep needs at least one; allowed: either or both")
+    axes = []
+    for key, values in request.axes.items():
+        if not KEY.match(key):
+            raise Refused(
+                f"axes: {_shown(key)} is not a config key; allowed: a dotted key "
+                "(letters, digits, _ and . only, e.g. trainer.lr)"
+            )
+        if not values:
+            raise Refused(f"axes.{key}: no value; allowed: a list of one or more values")
+        axes.append(f"{key}={','.join(override_value(v) for v in values)}")
+    return [*request.overrides, *_field_overrides(request), *axes]
 
 
 class Submitted(BaseModel):

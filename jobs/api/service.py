@@ -19,7 +19,15 @@ from starlette.concurrency import run_in_threadpool
 from jobs import submission
 from jobs.api.auth import Identity
 from jobs.api.follow import MAX_FOLLOWS_PER_CALLER, Follower, LogHub, TooManyFollowers
-from jobs.api.models import Run, RunRequest, Submitted, SweepRequest, override_value, to_overrides
+from jobs.api.models import (
+    Run,
+    RunRequest,
+    Submitted,
+    SweepRequest,
+    override_value,
+    to_overrides,
+    to_sweep_overrides,
+)
 from jobs.api.request_policy import Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
 from jobs.backends.base import BackendError
@@ -58,9 +66,9 @@ class Checked:
     """The run's status before (None: a new run)."""
 
 
-def _refuse_bad(check) -> None:
+def _refuse_bad(check):
     try:
-        check()
+        return check()
     except Refused as err:
         raise ApiError(422, str(err)) from None
 
@@ -224,12 +232,13 @@ class Service:
         """The points through the sweep's one launch path (jobs.sweep_driver), all or nothing:
         every point prepared and checked before the first is submitted; one the cluster fails
         partway rolls back what this request created (`_roll_back`)."""
-        fields = {"sweep_id": request.sweep_id}
-        _refuse_bad(lambda: check_request(fields, request.overrides, sweep=True))
-        self._refuse_service_keys(request.overrides)
+        fields = request.model_dump(exclude={"overrides", "axes"})
+        requested = _refuse_bad(lambda: to_sweep_overrides(request))
+        _refuse_bad(lambda: check_request(fields, requested, sweep=True))
+        self._refuse_service_keys(requested)
         now = submission.utc_now()
         sweep_id = request.sweep_id or new_sweep_id(now)
-        overrides = self._composed(request.overrides, who, sweep_id)
+        overrides = self._composed(requested, who, sweep_id)
         driver = SweepDriver(
             prepare=lambda points: self._prepared(points, sweep_id, who, now),
             check=lambda job: self._check_point(job, who),
