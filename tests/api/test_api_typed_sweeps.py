@@ -9,6 +9,7 @@ import re
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import QuotedString
+from omegaconf import OmegaConf
 
 from jobs.api.models import SweepRequest, to_sweep_overrides
 from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE
@@ -100,11 +101,14 @@ def test_an_axis_on_a_key_the_service_keeps_is_refused(api, apiserver, key):
 
 
 def test_an_axis_on_a_key_the_services_own_overrides_set_is_refused(api, apiserver):
-    """The key the deployed service sets itself (its overrides): refused as in `overrides`."""
-    key = next(k for k in sorted(api.service._service_keys) if k != "job.owner")
-    request = {"compute": GPU_TYPE, "image": IMAGE, "axes": {key: ["a", "b"]}}
-    detail = refused(api.client.post("/v1/sweeps", json=request))
-    assert detail.startswith(f"{key}: ")
+    """A key the deployed service sets itself (its overrides) is refused as in `overrides`,
+    even set to the service's own value (which no later check would see as a change)."""
+    assert "storage.root" in api.service._service_keys
+    ours = OmegaConf.select(api.service.cfg, "storage.root")
+    for values in ([ours], [ours, f"{ours}/other"]):
+        request = {"compute": GPU_TYPE, "image": IMAGE, "axes": {"storage.root": values}}
+        detail = refused(api.client.post("/v1/sweeps", json=request))
+        assert detail == "storage.root: set by the service, not by a request"
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
 
 
