@@ -11,7 +11,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import QuotedString
 from omegaconf import OmegaConf
 
-from jobs.api.models import SweepRequest, to_sweep_overrides
+from jobs.api.models import RunRequest, SweepRequest, to_overrides, to_sweep_overrides
+from jobs.compose import compose
 from tests.api.conftest import GPU_TYPE, IMAGE, NAMESPACE
 from tests.api.test_api_boundary import refused
 from tests.api.test_api_runs import stored
@@ -138,3 +139,12 @@ def test_the_point_cap_counts_the_axes(api, apiserver, axes, overrides):
     detail = refused(api.client.post("/v1/sweeps", json=request))
     assert "more than 256 points; allowed: at most 256 per request" in detail
     assert apiserver.list("pytorchjobs", NAMESPACE) == []
+
+
+def test_a_backslash_reaches_the_config_unchanged():
+    """Hydra unescapes only backslashes before a quote: doubling every one (as before) gave
+    the run `a\\\\b` for `a\\b`."""
+    command = ["python", "a\\b", "end\\", "q\\'x", "\\\\"]
+    cfg = compose(to_overrides(RunRequest(runner="command", command=command, data="C:\\d")))
+    assert list(cfg.runner.command) == command
+    assert cfg.data.path == "C:\\d"
