@@ -66,7 +66,9 @@ class LaunchFields(Strict):
     )
 
 
-class RunRequest(LaunchFields):
+class _RunHead(Strict):
+    """A run request's first fields (the order its `unknown field` refusal lists them in)."""
+
     overrides: list[str] = Field(
         default_factory=list,
         max_length=MAX_OVERRIDES,
@@ -76,6 +78,9 @@ class RunRequest(LaunchFields):
         "run_id, sweep_id, seed; no `${...}` interpolations.",
     )
     run_id: str | None = Field(None, description="run_id; the same id resumes that run")
+
+
+class RunRequest(LaunchFields, _RunHead):
     resume: bool = Field(
         True,
         description="An existing run with this run_id resumes from its latest checkpoint "
@@ -83,13 +88,16 @@ class RunRequest(LaunchFields):
     )
 
 
-class SweepRequest(LaunchFields):
+class _SweepHead(Strict):
     overrides: list[str] = Field(
         default_factory=list,
         max_length=MAX_OVERRIDES,
         description="`launch -m` overrides, e.g. trainer.lr=1e-3,3e-3; applied first. "
         "At least one of overrides and axes.",
     )
+
+
+class SweepRequest(LaunchFields, _SweepHead):
     axes: dict[str, list[Scalar]] = Field(
         default_factory=dict,
         max_length=MAX_MAP_ENTRIES,
