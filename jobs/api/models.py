@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from jobs.api.request_policy import KEY, Refused, _shown
+from jobs.api.request_policy import KEY, MAX_SWEEP_POINTS, Refused, _shown
 from jobs.runners import names as runner_names
 
 Scalar = str | int | float | bool | None
@@ -98,7 +98,7 @@ class _SweepHead(Strict):
 
 
 class SweepRequest(LaunchFields, _SweepHead):
-    axes: dict[str, list[Scalar]] = Field(
+    axes: dict[str, Annotated[list[Scalar], Field(max_length=MAX_SWEEP_POINTS)]] = Field(
         default_factory=dict,
         max_length=MAX_MAP_ENTRIES,
         description='Swept config keys, each with its values: {"trainer.lr": [1e-3, 3e-3]} '

@@ -148,3 +148,10 @@ def test_a_backslash_reaches_the_config_unchanged():
     cfg = compose(to_overrides(RunRequest(runner="command", command=command, data="C:\\d")))
     assert list(cfg.runner.command) == command
     assert cfg.data.path == "C:\\d"
+
+
+def test_an_axis_longer_than_the_cap_is_refused_before_it_is_rendered(api, apiserver):
+    request = {"compute": GPU_TYPE, "image": IMAGE, "axes": {"trainer.lr": list(range(257))}}
+    detail = refused(api.client.post("/v1/sweeps", json=request))
+    assert detail.startswith("axes.trainer.lr: ") and "at most 256" in detail
+    assert apiserver.list("pytorchjobs", NAMESPACE) == []
