@@ -53,15 +53,17 @@ run: $(RUN_DEPS)
 	exit $$status
 
 # The unit suite, then the end-to-end suite (tests/e2e) against the real components. Their Go
-# build (minutes on a fresh machine, nothing once cached) runs niced in the background while the
-# unit suite runs, in its own process group, which is killed if `make test` stops early.
-test: $(STAMP) browser
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports --no-cache
+# build (tens of minutes on a fresh machine, nothing once cached) starts first, niced in the
+# background and in its own process group (killed if `make test` stops early), so that it runs
+# beside the install and the unit suite. It needs only the standard library: the system python
+# runs it before the venv exists.
+test:
 	@mkdir -p .cluster; \
-	setsid nice -n 10 $(BIN)/python -m localcluster build > .cluster/build.log 2>&1 & build=$$!; \
+	setsid nice -n 10 $(PYTHON) -m localcluster.build > .cluster/build.log 2>&1 & build=$$!; \
 	trap 'kill -- -$$build 2>/dev/null' EXIT; \
+	$(MAKE) --no-print-directory $(STAMP) browser || exit 1; \
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports --no-cache \
+		&& $(BIN)/mypy || exit 1; \
 	$(BIN)/python -m pytest --ignore=tests/e2e; unit=$$?; \
 	echo "make test: the local cluster's build (.cluster/build.log):"; \
 	wait $$build; built=$$?; tail -n 9 .cluster/build.log; \

@@ -68,7 +68,7 @@ def seed_runs(apiserver, namespace: str, template: dict, runs_root: Path, metric
     """RUNS PyTorchJobs like `template`, each with a run dir holding `metrics` (a link)."""
     import copy
 
-    from jobs.backends.kubernetes.backend import RUN_DIR_ANNOTATION
+    from jobs.backends.kubernetes.run_status import RUN_DIR_ANNOTATION
 
     for index in range(RUNS):
         name = f"long-{index:03d}"

@@ -23,10 +23,10 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def run() -> dict:
-    from jobs.backends.kubernetes.backend import to_status
     from jobs.backends.kubernetes.client.api import connect
     from jobs.backends.kubernetes.client.submit import submit
     from jobs.backends.kubernetes.client.watch import wait_for_end
+    from jobs.backends.kubernetes.run_status import to_status
     from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job, seed_cluster
     from testing_support.k8s.fake_apiserver import FakeKubeApiServer
     from testing_support.k8s.fake_operator import FakeOperator, JobPlan

@@ -29,34 +29,55 @@ def check_choices(cfg: RunConfig) -> None:
             raise ConfigError(f"{key}: {value!r} is not allowed; allowed: {', '.join(allowed)}")
 
 
+MAX_STEP_COUNT = 10**9
+"""The ceiling of step counts and intervals: a billion steps is centuries of training at any
+step time, and past int64 the plan's float arithmetic (hours, cost) overflows."""
+_STEPS = f"<= {MAX_STEP_COUNT}"
+
 # key -> (lowest allowed, highest allowed or None, how to say it)
 _RANGES: dict[str, tuple[float, float | None, str]] = {
-    "trainer.max_steps": (1, None, "an integer >= 1"),
+    "trainer.max_steps": (1, MAX_STEP_COUNT, f"an integer >= 1 and {_STEPS}"),
     "trainer.micro_batch_size": (1, None, "an integer >= 1"),
     "trainer.grad_accum_steps": (1, None, "an integer >= 1"),
     "trainer.global_batch_size": (1, None, "null or an integer >= 1"),
-    "trainer.log_interval": (1, None, "an integer >= 1"),
-    "trainer.eval_interval": (0, None, "0 (off) or an integer >= 1"),
-    "trainer.eval_batches": (1, None, "an integer >= 1"),
-    "trainer.warmup_steps": (0, None, "an integer >= 0"),
-    "trainer.lr": (1e-12, None, "a number > 0"),
+    "trainer.log_interval": (1, MAX_STEP_COUNT, f"an integer >= 1 and {_STEPS}"),
+    "trainer.eval_interval": (0, MAX_STEP_COUNT, f"0 (off) or an integer >= 1 and {_STEPS}"),
+    "trainer.eval_batches": (1, MAX_STEP_COUNT, f"an integer >= 1 and {_STEPS}"),
+    "trainer.warmup_steps": (0, MAX_STEP_COUNT, f"an integer >= 0 and {_STEPS}"),
+    "trainer.lr": (1e-12, None, "a finite number > 0"),
     "trainer.min_lr_ratio": (0, 1, "a number in [0, 1]"),
-    "trainer.grad_clip": (0, None, "0 (off) or a number > 0"),
+    "trainer.grad_clip": (0, None, "0 (off) or a finite number > 0"),
     "trainer.peak_tflops": (1e-6, None, "null or a positive TFLOP/s figure, e.g. 989.4"),
     "trainer.collective_timeout_s": (10, None, "an integer >= 10 (seconds)"),
-    "trainer.checkpoint.interval": (0, None, "0 (only at the end) or an integer >= 1"),
+    "trainer.checkpoint.interval": (
+        0,
+        MAX_STEP_COUNT,
+        f"0 (only at the end) or an integer >= 1 and {_STEPS}",
+    ),
     "trainer.checkpoint.keep": (1, None, "an integer >= 1"),
     "trainer.checkpoint.max_consecutive_failures": (1, None, "an integer >= 1"),
     "data.seq_len": (1, None, "an integer >= 1"),
     "data.eval_fraction": (0, 0.5, "a fraction in [0, 0.5]"),
     "data.max_bad_fraction": (0, 1, "a fraction in [0, 1]"),
 }
+MAX_INT = 2**63 - 1
+"""Past int64 every range is refused: no count the trainer or the plan does goes that far."""
+
+
+def in_range(value: float, low: float, high: float | None) -> bool:
+    """`low <= value <= high` for a finite number (NaN compares false both ways, so `value <
+    low` alone let it through; a huge int would overflow math.isfinite)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        finite = abs(value) <= MAX_INT
+    else:
+        finite = math.isfinite(value)
+    return finite and low <= value and (high is None or value <= high)
 
 
 def check_ranges(cfg: RunConfig) -> None:
     for key, (low, high, allowed) in _RANGES.items():
         value = _value(cfg, key)
-        if value is not None and (value < low or (high is not None and value > high)):
+        if value is not None and not in_range(value, low, high):
             raise ConfigError(f"{key}: {value!r} is out of range; allowed: {allowed}")
 
 

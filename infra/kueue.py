@@ -40,11 +40,27 @@ def flavor_quota(group: GpuNodeGroupConfig) -> dict[str, str]:
     efa = instance.efa_interfaces if instance.has_efa else 0
     return {
         "cpu": str(instance.vcpus * nodes),
-        "memory": f"{instance.memory_gib * nodes}Gi",
+        "memory": canonical_binary(instance.memory_gib * nodes, "Gi"),
         "nvidia.com/gpu": str(instance.gpus * nodes),
         "vpc.amazonaws.com/efa": str(efa * nodes),
-        "hugepages-2Mi": f"{_HUGEPAGES_MI * nodes if efa else 0}Mi",
+        "hugepages-2Mi": canonical_binary(_HUGEPAGES_MI * nodes if efa else 0, "Mi"),
     }
+
+
+_BINARY_UNITS = ("Mi", "Gi", "Ti", "Pi")
+
+
+def canonical_binary(value: int, unit: str) -> str:
+    """`value` `unit` as the API server stores it: the largest binary suffix that divides it,
+    "0" for nothing. Written otherwise ("4096Gi" for 4Ti), the stored object differs from the
+    program's and every `pulumi preview` after `up` shows an update (seen on the real engine
+    against the local cluster: the ClusterQueue's 4096Gi and 10240Mi)."""
+    if value == 0:
+        return "0"
+    index = _BINARY_UNITS.index(unit)
+    while value % 1024 == 0 and index + 1 < len(_BINARY_UNITS):
+        value, index = value // 1024, index + 1
+    return f"{value}{_BINARY_UNITS[index]}"
 
 
 def cluster_queue_spec(groups: tuple[GpuNodeGroupConfig, ...]) -> dict:

@@ -36,7 +36,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from jobs import backends, submission
+from jobs import backend_registry, submission
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.manifest_checks import ManifestError
 from jobs.commands.launch import DRYRUN_SWEEP_DIR_ENV, LAUNCH_ENV, PROG, LaunchFlags
@@ -75,7 +75,7 @@ class LaunchTask:
     """Points of the multirun that could not be submitted or did not succeed: counted by the
     sweep's launch path (jobs.sweep_driver) under trainstack's launchers, by the task itself
     under any other."""
-    shared: backends.Shared = field(default_factory=backends.Shared)
+    shared: backend_registry.Shared = field(default_factory=backend_registry.Shared)
     """What the launch's backends share (the kubernetes backend: the runs it submitted, which
     the launcher's followers may restart, and its cluster connections)."""
     warned: Warned = field(default_factory=Warned)
@@ -175,7 +175,7 @@ def _writable(cfg: Any) -> Any:
     return cfg
 
 
-def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None) -> int:
+def run_single(cfg: Any, *, dryrun: bool, shared: backend_registry.Shared | None = None) -> int:
     try:
         cfg, record = relaunch_config(_writable(cfg), list(HydraConfig.get().overrides.task))
         job = materialize(cfg, now=submission.utc_now(), git_sha=submission.git_sha())
@@ -186,7 +186,7 @@ def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None)
     if record:
         print(f"run {job.run_id}: its recorded config ({record}) with this command line's changes")
     try:
-        return run_job(backends.backend_for(job.cfg, shared), job, dryrun=dryrun)
+        return run_job(backend_registry.backend_for(job.cfg, shared), job, dryrun=dryrun)
     except BackendError as err:
         return fail(str(err))
 
@@ -194,7 +194,7 @@ def run_single(cfg: Any, *, dryrun: bool, shared: backends.Shared | None = None)
 def run_point(
     cfg: Any,
     job: MaterializedJob | None,
-    shared: backends.Shared | None = None,
+    shared: backend_registry.Shared | None = None,
     warned: Warned | None = None,
 ) -> PointResult:
     """One multirun point: the job its launcher prepared (validated with the whole batch), or,
@@ -217,13 +217,13 @@ def run_point(
             )
         result.run_id, result.plan = job.run_id, job.plan.summary()
         result.sweep_id = job.spec.labels.get("trainstack.io/sweep-id")
-        backend = backends.backend_for(job.cfg, shared)
+        backend = backend_registry.backend_for(job.cfg, shared)
         brief = not follows(job)
         if not brief:
             print(point_heading(index, result.overrides), flush=True)
         result.exit_code = run_job(backend, job, brief=brief, warned=warned)
         result.state = backend.status(job.run_id).state
-        if not backends.traits_of(job.cfg.backend.name).pods:  # the run dir is here
+        if not backend_registry.traits_of(job.cfg.backend.name).pods:  # the run dir is here
             result.loss = last_loss(job.spec.run_dir)
     except Exception as err:  # reported per point in the summary
         result.error = str(err).splitlines()[0] if str(err) else type(err).__name__

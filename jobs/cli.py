@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from jobs.commands import COMMANDS
+from jobs.commands import COMMANDS, module_name
 from jobs.commands.launch import LAUNCH_ENV
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv)  # prints usage and exits 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(f"jobs.commands.{name}")
+    module = importlib.import_module(module_name(name))
     if hasattr(module, "main"):
         return int(module.main(rest) or 0)
     command_parser = argparse.ArgumentParser(prog=f"trainstack {name}")

@@ -23,7 +23,7 @@ import importlib
 import json
 from pathlib import Path
 
-from jobs.commands import COMMANDS
+from jobs.commands import COMMANDS, module_name
 from jobs.commands.arguments import ADD_ARGUMENTS
 
 RUN_COMMANDS = ("status", "logs", "cancel", "checkpoints", "export", "plot")
@@ -41,7 +41,7 @@ def typed_line(line: str, point: str | None) -> str:
 
 def command_parser(name: str) -> argparse.ArgumentParser:
     """`name`'s parser, without loading what running the command needs (ADD_ARGUMENTS)."""
-    add = ADD_ARGUMENTS.get(name) or importlib.import_module(f"jobs.commands.{name}").add_arguments
+    add = ADD_ARGUMENTS.get(name) or importlib.import_module(module_name(name)).add_arguments
     parser = argparse.ArgumentParser(prog=f"trainstack {name}")
     add(parser)
     return parser

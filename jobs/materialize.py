@@ -9,13 +9,14 @@ from typing import Any
 
 from omegaconf import ListConfig, OmegaConf, open_dict
 
-from jobs.backends import hook, traits_of
+from jobs.backend_registry import NAMES, hook, traits_of
 from jobs.errors import JobConfigError
 from jobs.naming import new_run_id
 from jobs.plan import Plan, make_plan
 from jobs.run_dirs import LOCAL_STATE_ROOT
 from jobs.runners import runner_for
 from jobs.runners.program import code_archive, format_word
+from jobs.sample import shipped_sample
 from jobs.schema import REQUIRED
 from jobs.spec import JobSpec, to_job_spec
 from jobs.validate import validate_job
@@ -65,7 +66,7 @@ def command_as_list(cfg: Any) -> None:
     if isinstance(command, ListConfig):  # numbers Hydra parsed (`--steps,5`) are words too
         words = [w if not isinstance(w, int | float) else format_word(w) for w in command]
         with open_dict(cfg):
-            cfg.runner.command = words
+            cfg.runner.command = [_literal(w) for w in words]
         return
     if not isinstance(command, str):
         return
@@ -78,7 +79,14 @@ def command_as_list(cfg: Any) -> None:
             "e.g. 'runner.command=[python,-u,train.py]', or a string a shell could run",
         ) from None
     with open_dict(cfg):
-        cfg.runner.command = words
+        cfg.runner.command = [_literal(w) for w in words]
+
+
+def _literal(word: Any) -> Any:
+    """A resolved word put back into the config: a `${` in it came from an escaped `\\${`
+    (the program's own interpolation, e.g. VERL's `${oc.env:...}`), escaped again so
+    OmegaConf keeps it as text."""
+    return word.replace("${", "\\${") if isinstance(word, str) else word
 
 
 def materialize(
@@ -101,6 +109,8 @@ def materialize(
         cfg.sweep_id = sweep_id
     default_tokenizer_to_checkpoint(cfg)
     command_as_list(cfg)
+    if cfg.backend.name in NAMES and not traits_of(cfg.backend.name).pods:
+        shipped_sample(cfg)  # an unknown backend: validate_job names it
     validated = validate_job(cfg, git_sha=git_sha)
     code = None
     recorded = cfg.runner.code  # a relaunch's: the code its run was launched with

@@ -18,6 +18,8 @@ atomically, so a launch that fails never changes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +29,16 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contract.run_dir import CONFIG_FILE as RUN_CONFIG_FILE
-from jobs.backends import recorded_backend
+from jobs.backend_registry import recorded_backend
 from jobs.compose import compose
 from jobs.errors import JobConfigError
 from jobs.run_dirs import LOCAL_STATE_ROOT
 from jobs.runners import recorded_runner
 
 TRAINER_SECTIONS = ("seed", "model", "data", "trainer")
+ABSENT = object()
+READ = object()
+"""`relaunch_config`'s default: read the record from the run's local files."""
 
 MUTABLE_KEYS = (
     "trainer.max_steps",
@@ -111,12 +116,21 @@ def read_record(cfg: Any) -> tuple[str, dict[str, Any]] | None:
             ) from None
         if isinstance(record, dict):
             if path.name == RUN_CONFIG_FILE:  # a trainer's `--config`: its sections only
-                record = {k: record[k] for k in TRAINER_SECTIONS if k in record}
+                record = trainer_sections(record)
             return str(path), record
     return None
 
 
-def typed_scopes(overrides: list[str], composed: dict[str, Any]) -> list[str]:
+def trainer_sections(record: dict[str, Any]) -> dict[str, Any]:
+    """What a relaunch reads of a trainer's `--config` (the run's ConfigMap on a cluster)."""
+    return {k: record[k] for k in TRAINER_SECTIONS if k in record}
+
+
+def typed_scopes(
+    overrides: list[str],
+    composed: dict[str, Any],
+    composing: Callable[[], AbstractContextManager] = nullcontext,
+) -> list[str]:
     """The config keys the command line set (`composed`: the composed config's leaves): a
     key, or a section for a group (`model=tiny`); for a group of the global package
     (`experiment=...`, `stack=...`) the keys its option sets, found by composing without it.
@@ -130,7 +144,9 @@ def typed_scopes(overrides: list[str], composed: dict[str, Any]) -> list[str]:
             scopes.append(key)
             continue
         others = overrides[:index] + overrides[index + 1 :]
-        without = leaves(OmegaConf.to_container(compose(others), resolve=False))
+        with composing():
+            recomposed = compose(others)
+        without = leaves(OmegaConf.to_container(recomposed, resolve=False))
         scopes += [k for k, v in composed.items() if without.get(k, ABSENT) != v]
     return scopes
 
@@ -145,18 +161,27 @@ def leaves(value: Any, key: str = "") -> dict[str, Any]:
     return {key: value}
 
 
-def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
+def relaunch_config(
+    cfg: Any,
+    overrides: list[str],
+    found: tuple[str, dict[str, Any]] | object | None = READ,
+    composing: Callable[[], AbstractContextManager] = nullcontext,
+) -> tuple[Any, str | None]:
     """(config to launch, where its record was read or None for a new run). For an existing
     run: the record, with each typed key that changes it applied when `mutable`, else
-    JobConfigError naming it."""
+    JobConfigError naming it. `found`: the run's (where, record), when the caller read it
+    elsewhere (the Training API: from the run's ConfigMap on the cluster); READ: from the
+    local files (`read_record`). `composing()` is held around each composition (the API's
+    shared Hydra lock)."""
     if cfg.run_id is None or cfg.sweep_id is not None:
         return cfg, None
-    found = read_record(cfg)
+    if found is READ:
+        found = read_record(cfg)
     if found is None:
         return cfg, None
-    where, record = found
+    where, record = found  # type: ignore[misc]
     composed = leaves(OmegaConf.to_container(cfg, resolve=False))
-    scopes = typed_scopes(overrides, composed)
+    scopes = typed_scopes(overrides, composed, composing)
     merged = recorded_runner(cfg, {k: v for k, v in record.items() if k not in IGNORED_KEYS})
     merged = recorded_backend(cfg, merged)
     maps = free_maps(cfg)
@@ -191,9 +216,6 @@ def relaunch_config(cfg: Any, overrides: list[str]) -> tuple[Any, str | None]:
             f"({str(err).splitlines()[0]}); use a new run_id",
         ) from None
     return out, where
-
-
-ABSENT = object()
 
 
 def free_maps(cfg: Any, prefix: str = "") -> list[str]:

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from contract.checkpoints import step_dir
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.errors import JobConfigError
 from jobs.naming import run_id_problem
 from jobs.run_dirs import on_fsx, run_dir_for

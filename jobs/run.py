@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.backends.base import SUCCEEDED, BackendError
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from catalog import INSTANCE_TYPES
 from catalog.kubernetes import KUBERNETES_VERSION
 from contract.config import DataConfig, ModelConfig, TrainerConfig
 from contract.model.args import ARCH_FIELDS
-from jobs import backends, runners
-from jobs.backends.traits import BackendOptions
+from jobs import backend_registry, runners
+from jobs.backend_registry.traits import BackendOptions
 from jobs.runners.base import RunnerOptions
 
 SCHEMA_NAME = "trainstack_schema"
@@ -268,11 +268,11 @@ def register() -> None:
 
     OmegaConf.register_new_resolver("required", _required, replace=True)
     # The help's list of backends, one line each (conf/config.yaml's hydra.help.template).
-    OmegaConf.register_new_resolver("trainstack_backends", backends.described, replace=True)
+    OmegaConf.register_new_resolver("trainstack_backends", backend_registry.described, replace=True)
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=LaunchConfig)
     runners.register(store)
-    backends.register(store)
+    backend_registry.register(store)
     for name in INSTANCE_TYPES:
         store.store(group="compute", name=name, node=gpu_compute_option(name))
     _registered = True

@@ -18,9 +18,9 @@ from pathlib import Path
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from jobs.backends import NAMES, hook, traits_of
+from jobs.backend_registry import NAMES, hook, traits_of
 from jobs.compose import compose
-from jobs.errors import JobConfigError, one_line
+from jobs.errors import ConfigError, JobConfigError, one_line
 from jobs.materialize import MaterializedJob, materialize
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -28,8 +28,9 @@ GIT_SHA_ENV = "TRAINSTACK_GIT_SHA"
 """The commit an installed copy (the API image) was built from, where there is no checkout."""
 
 
-class BadInput(ValueError):
-    """Composition or validation refused the overrides; str() is one line naming the key."""
+class BadInput(ConfigError):
+    """Composition or validation refused the overrides; str() is one line naming the key
+    (the CLI exits `exit_code`, the API answers `http_status`: jobs.errors.ConfigError)."""
 
 
 def utc_now() -> datetime:

@@ -270,22 +270,40 @@ class SweepSummary(Callback):
         print(f"sweep {sweep_id}: summary in {path}")
 
 
-def expand(overrides: Sequence[str], config_loader: Any = None) -> list[list[str]]:
+class TooManyPoints(HydraException):
+    """A grid past `expand`'s `max_points`: refused while the axes are enumerated."""
+
+
+def expand(
+    overrides: Sequence[str], config_loader: Any = None, max_points: int | None = None
+) -> list[list[str]]:
     """Every point of a grid sweep as plain override lists, with Hydra's public override
     grammar (`a,b`, `range()`, `choice()`, `glob()` over a group's options): the basic
-    sweeper's grid, for the `trainstack` sweeper and the Training API."""
+    sweeper's grid, for the `trainstack` sweeper and the Training API. `max_points`: raise
+    TooManyPoints rather than list more (each axis is read at most that far, so no axis or
+    product of axes is enumerated past it, whatever a count made before said)."""
     hydra = GlobalHydra.instance()
     loader = config_loader or (hydra.config_loader() if hydra.is_initialized() else None)
     axes: dict[str, list[str]] = {}
+    points = 1
     for override in OverridesParser.create(config_loader=loader).parse_overrides(list(overrides)):
         key = override.get_key_element()
         if not override.is_sweep_override():
             axes[key] = [f"{key}={override.get_value_element_as_str()}"]
         elif override.is_discrete_sweep():
-            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            values = override.sweep_string_iterator()
+            if max_points is not None:
+                values = itertools.islice(values, max_points + 1)
+            axes[key] = [f"{key}={value}" for value in values]
         else:
             raise HydraException(
                 f"{override.input_line}: a grid sweep takes a,b / range() / "
                 "choice() / glob(); interval() needs an optimizing sweeper"
+            )
+        points *= len(axes[key])
+        if max_points is not None and points > max_points:
+            raise TooManyPoints(
+                f"{key}: the sweep would have more than {max_points} points; allowed: at most "
+                f"{max_points} per request"
             )
     return [list(point) for point in itertools.product(*axes.values())]

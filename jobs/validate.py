@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from omegaconf import OmegaConf
 
 from contract.model.args import ARCH_FIELDS
-from jobs.backends import BACKENDS, hook, traits_of
-from jobs.backends.traits import BackendOptions
+from jobs.backend_registry import BACKENDS, hook, traits_of
+from jobs.backend_registry.traits import BackendOptions
 from jobs.errors import JobConfigError
 from jobs.naming import OPERATOR_PODS, run_id_problem, sweep_id_problem
 from jobs.resume_from import check_resume_from

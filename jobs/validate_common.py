@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.errors import JobConfigError
 
 

@@ -174,27 +174,60 @@ def digests(data: bytes) -> dict[str, str]:
     return out
 
 
-def changes(before: bytes, after: bytes, limit: int = 5) -> str:
-    """`a.py (changed), b.py (new), c.py (removed)` between two archives; `limit` named."""
+def changed_files(before: bytes, after: bytes) -> list[tuple[str, str]]:
+    """(name, `new`, `removed` or `changed`) of each file that differs between two archives,
+    by name."""
     old, new = digests(before), digests(after)
-    found = [
-        f"{name} ({'new' if name not in old else 'removed' if name not in new else 'changed'})"
+    return [
+        (name, "new" if name not in old else "removed" if name not in new else "changed")
         for name in sorted(old.keys() | new.keys())
         if old.get(name) != new.get(name)
     ]
+
+
+def changes(found: list[tuple[str, str]], limit: int = 5) -> str:
+    """`a.py (changed), b.py (new), c.py (removed)`; `limit` named."""
     if not found:
         return "the same files, packed differently (modes)"
-    more = f" and {len(found) - limit} more" if len(found) > limit else ""
-    return ", ".join(found[:limit]) + more
+    named = ", ".join(f"{name} ({how})" for name, how in found[:limit])
+    return named + (f" and {len(found) - limit} more" if len(found) > limit else "")
+
+
+CODE_SUFFIXES = (".py", ".pyi", ".sh", ".toml", ".cfg", ".yaml", ".yml")
+"""Files that are the program's own: never offered as a pattern to leave out."""
+
+
+def ignore_hint(workdir: str, found: list[tuple[str, str]]) -> str:
+    """How files a run or a tool writes into a plain directory (a log, outputs) stay out of
+    its code: the ignore file, with a pattern that keeps the first such file out (a new one
+    first: `trainstack launch ... > train.log` makes one); empty when every file is code."""
+    written = [n for n, how in found if how != "removed" and not n.endswith(CODE_SUFFIXES)]
+    new = {n for n, how in found if how == "new"}
+    if not written:
+        return ""
+    name = sorted(written, key=lambda n: n not in new)[0]
+    top, _, below = name.partition("/")
+    suffix = Path(name).suffix
+    pattern = top if below else f"*{suffix}" if suffix else name
+    where = os.path.join(workdir, IGNORE_FILE)
+    return (
+        f"; files a run or a tool writes there (logs, outputs) belong in {where}, one pattern "
+        f"a line: `{pattern}` keeps {name} out of the code of the runs launched after it"
+    )
 
 
 def check_unchanged(run_id: str, workdir: str, recorded: str, uri: str, code: PackedWorkdir):
     """A relaunch runs the code its run was launched with: a different pack of the workdir is
-    refused in one line naming the files that changed (read from the stored archive)."""
+    refused in one line naming the files that changed (read from the stored archive) and, for
+    a plain directory, the ignore file that keeps what runs write there out of the code."""
     if code.sha256 == recorded:
         return
+    hint = ""
     try:
-        what = changes(read_uri_bytes(uri), code.data)
+        found = changed_files(read_uri_bytes(uri), code.data)
+        what = changes(found)
+        if code.source == "directory":
+            hint = ignore_hint(workdir, found)
     except Exception as exc:  # the stored archive is gone or unreadable: say so, and the hashes
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         what = f"unknown files (the launched archive {uri} cannot be read: {reason})"
@@ -202,7 +235,7 @@ def check_unchanged(run_id: str, workdir: str, recorded: str, uri: str, code: Pa
         KEY,
         f"{workdir!r} changed since run {run_id} was launched with code {recorded[:12]} (now "
         f"{code.sha256[:12]}): {what}; a relaunch runs the same code: restore the files, or "
-        "use a new run_id",
+        f"use a new run_id{hint}",
     )
 
 

@@ -7,7 +7,10 @@ built inside its own folder of the module cache, with its own go.mod and go.sum,
 dependencies are the ones its release chose. k8s.io/kubernetes and etcd's server replace their
 sibling modules with folders their zips do not carry: those are built from a go.mod written here,
 which replaces the staging modules with their published versions (k8s.io/api v0.35.4 for
-Kubernetes v1.35.4 ...).
+Kubernetes v1.35.4 ...); the Pulumi CLI's (pkg/v3) likewise, repeating the replaces of its
+go.mod that name a published module. The Kubernetes provider is built inside a writable copy of
+its module, its relative replace dropped and its `go generate` run (its main package embeds the
+versioned schema that generate.go writes).
 """
 
 from __future__ import annotations
@@ -55,10 +58,15 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _go(args: list[str], cwd: Path | None = None) -> str:
+def _go(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     try:
         done = subprocess.run(
-            [GO, *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+            [GO, *args],
+            cwd=cwd,
+            env={**_go_env(), **(env or {})},
+            capture_output=True,
+            text=True,
+            check=False,
         )
     except FileNotFoundError:
         raise SystemExit(
@@ -107,24 +115,72 @@ def _staging_replaces(kubernetes_go_mod: str, version: str) -> list[str]:
     return [f"\t{name} => {name} {staging_version}" for name in names]
 
 
+def _replaces(go_mod: Path) -> tuple[list[str], list[str]]:
+    """A go.mod's replace lines, split: those naming a published module (`old => new version`,
+    kept by a build from outside the module, where its own go.mod's replaces do not apply) and
+    the module paths replaced by a local folder (which the module's zip does not carry)."""
+    parsed = json.loads(_go(["mod", "edit", "-json", str(go_mod)]))
+    published, local = [], []
+    for entry in parsed.get("Replace") or []:
+        old, new = entry["Old"], entry["New"]
+        if new.get("Version"):
+            pinned = f" {old['Version']}" if old.get("Version") else ""
+            published.append(f"\t{old['Path']}{pinned} => {new['Path']} {new['Version']}")
+        else:
+            local.append(old["Path"])
+    return published, local
+
+
+def _go_directive(go_mod: Path) -> str:
+    """The module's `go` line: a go.mod requiring it must say at least as much."""
+    return json.loads(_go(["mod", "edit", "-json", str(go_mod)])).get("Go") or "1.25.0"
+
+
 def _own_module(component: Component, info: dict) -> Path:
     """A go.mod of our own requiring the component, ready to build its commands from."""
     src = cache_root() / component.key / "src"
     src.mkdir(parents=True, exist_ok=True)
+    their_mod = Path(info["GoMod"])
     lines = [
         "// Written by localcluster/build.py: builds the pinned module's commands.",
         "module trainstack.local/build",
         "",
-        "go 1.25.0",
+        f"go {max(_go_directive(their_mod), '1.25.0', key=_go_version_key)}",
         "",
         f"require {component.module} {component.version}",
     ]
     if component is KUBERNETES:
-        their_mod = Path(info["GoMod"]).read_text()
-        lines += ["", "replace (", *_staging_replaces(their_mod, component.version), ")"]
+        replaces = _staging_replaces(their_mod.read_text(), component.version)
+    else:
+        replaces = _replaces(their_mod)[0]
+    if replaces:
+        lines += ["", "replace (", *replaces, ")"]
     (src / "go.mod").write_text("\n".join(lines) + "\n")
     packages = [_package(component, path) for path in component.commands.values()]
     _go(["get", *[f"{p}@{component.version}" for p in packages]], cwd=src)
+    return src
+
+
+def _go_version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def _copied_module(component: Component, info: dict) -> Path:
+    """A writable copy of the module: its replaces to local folders dropped (the versions its
+    go.mod requires are fetched instead, with their checksums) and each command's
+    `go generate` run with VERSION set (what the module's Makefile gives generate.go)."""
+    src = cache_root() / component.key / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(info["Dir"], src)
+    for path in [src, *src.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    _published, local = _replaces(src / "go.mod")
+    if local:
+        _go(["mod", "edit", *[f"-dropreplace={path}" for path in local]], cwd=src)
+        _go(["mod", "download", *local], cwd=src)
+    version = {"VERSION": component.version.removeprefix("v")}
+    for path in component.commands.values():
+        _go(["generate", f"./{path}"], cwd=src, env=version)
     return src
 
 
@@ -134,6 +190,8 @@ def _package(component: Component, path: str) -> str:
 
 def _ldflags(component: Component) -> str:
     flags = ["-s", "-w"]
+    if component.stamp:
+        flags.append(f"-X {component.stamp}")
     if component is KUBERNETES:
         # What `kubectl version` and clients' discovery read; unset, it says v0.0.0-master.
         major, minor = component.version.removeprefix("v").split(".")[:2]
@@ -157,7 +215,12 @@ def build(component: Component) -> float:
         return 0.0
     started = time.monotonic()
     info = _download(component)
-    cwd = _own_module(component, info) if component.own_go_mod else Path(info["Dir"])
+    if component.own_go_mod:
+        cwd = _own_module(component, info)
+    elif component.copied:
+        cwd = _copied_module(component, info)
+    else:
+        cwd = Path(info["Dir"])
     staging = cache_root() / component.key / "bin.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

@@ -3,13 +3,14 @@ build cache, its id and log kept in the state folder (`.cluster/` by default).
 
 `up` is safe to run twice: a cluster whose processes all still run is left running and only
 its objects are applied again (server-side apply). `down` stops exactly the processes `up`
-started (by id, after checking each id still runs the binary it started) and removes the state
-folder and the stack file it wrote.
+started (by id, after checking each id still runs the binary it started), returns only once
+every one of them is gone, and removes the state folder and the stack file it wrote.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -28,9 +30,11 @@ import yaml
 from infra.kueue import manager_config
 from infra.training_operator import INIT_CONTAINER_KEY, init_container_template, template_flag
 from jobs.config_path import user_config_dir
-from localcluster import build, manifests, objects
+from localcluster import build, manifests, objects, program
 from localcluster.certs import Authority, signing_key
+from localcluster.engine import EngineError
 from localcluster.versions import (
+    ENGINE,
     ETCD,
     JOBSET,
     KUBERNETES,
@@ -370,7 +374,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     if existing:
         print("localcluster: a previous cluster is partly stopped; stopping the rest first")
         down(directory)
-    for component in (KUBERNETES, ETCD, KWOK, *CONTROLLERS):
+    for component in (KUBERNETES, ETCD, KWOK, *CONTROLLERS, *ENGINE):
         build.build(component)
     directory.mkdir(parents=True, exist_ok=True)
     state = State(directory)
@@ -628,9 +632,12 @@ def _install(state: State, stack_dir: Path) -> None:
         return True
 
     _wait(ready, "the kwok nodes", state, "kwok")
-    client.resources.invalidate_cache()
-    for obj in objects.stack_objects(config):
-        _apply_retrying(client, obj, state)
+    try:
+        changed = program.install(state.directory, config, state.kubeconfig)
+    except EngineError as exc:
+        raise SystemExit(f"localcluster: {exc}") from None
+    log = program.engine(state.directory).log
+    print(f"localcluster: pulumi up: {changed or 'no changes'} (log {log})")
     runs = state.directory / "runs"
     runs.mkdir(exist_ok=True)
     stack_dir.mkdir(parents=True, exist_ok=True)
@@ -638,22 +645,6 @@ def _install(state: State, stack_dir: Path) -> None:
     stack_file.write_text(objects.stack_file(config, state.kubeconfig, runs))
     state.stack_file = str(stack_file)
     state.save()
-
-
-def _apply_retrying(client, obj: dict, state: State) -> None:
-    """A webhook that has just started may refuse the first call; a real refusal repeats."""
-    from kubernetes.client.exceptions import ApiException
-
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            apply(client, obj)
-            return
-        except ApiException as exc:
-            if time.monotonic() > deadline or exc.status not in (500, 503):
-                name = f"{obj['kind']} {obj['metadata']['name']}"
-                raise SystemExit(f"localcluster: {name} refused: {exc.body}") from None
-            time.sleep(1)
 
 
 def _print_summary(state: State) -> None:
@@ -665,7 +656,10 @@ def _print_summary(state: State) -> None:
 
 
 def down(state_dir: Path | None = None) -> None:
-    """Stop the processes `up` started (by id, checked), remove the state and stack file."""
+    """`pulumi destroy` (while the whole cluster runs), then stop the processes `up` started
+    (by id, checked), wait until every one is gone (its last thread: a bounded grace after
+    SIGTERM, then SIGKILL), remove the state and stack file; a `down` that returned leaves
+    nothing an `up` straight after could meet."""
     directory = (state_dir or default_state_dir()).resolve()
     state = State.load(directory)
     if state is None:
@@ -673,19 +667,25 @@ def down(state_dir: Path | None = None) -> None:
         shutil.rmtree(directory, ignore_errors=True)
         return
     mine = {n: pid for n, pid in state.pids.items() if _runs(pid, state.binaries[n])}
+    if len(mine) == len(state.pids):
+        _destroy(state)
+    started = {pid: _started_at(pid) for pid in mine.values()}
     for pid in reversed(list(mine.values())):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(
-        _runs(pid, state.binaries[n]) for n, pid in mine.items()
-    ):
-        time.sleep(0.2)
+        _signal(pid, started[pid], signal.SIGTERM)
+    left = _wait_gone(started, STOP_GRACE_S)
+    for pid in left:
+        _signal(pid, left[pid], signal.SIGKILL)
+    left = _wait_gone(left, KILL_WAIT_S)
     for name, pid in mine.items():
-        if _runs(pid, state.binaries[name]):
-            os.kill(pid, signal.SIGKILL)
-    for name, pid in mine.items():
-        _reap(pid)
-        print(f"localcluster: stopped {name} (pid {pid})")
+        if pid not in left:
+            _reap(pid)
+            print(f"localcluster: stopped {name} (pid {pid})")
+    if left:
+        names = ", ".join(f"{n} (pid {pid})" for n, pid in mine.items() if pid in left)
+        raise SystemExit(
+            f"localcluster: {names} still running {KILL_WAIT_S:.0f}s after SIGKILL; "
+            f"{directory} is kept: run `python -m localcluster down` again"
+        )
     if state.stack_file:
         Path(state.stack_file).unlink(missing_ok=True)
     if state.made_cert_dir:
@@ -693,6 +693,70 @@ def down(state_dir: Path | None = None) -> None:
     for made in state.made_dirs:
         shutil.rmtree(made, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+STOP_GRACE_S = 15.0
+"""How long `down` gives the processes to shut down after SIGTERM before it SIGKILLs them."""
+KILL_WAIT_S = 10.0
+"""How long `down` then waits for a SIGKILLed process to be gone before it fails naming it."""
+
+
+def _started_at(pid: int) -> str | None:
+    """When process `pid` started (field 22 of /proc/<pid>/stat, in clock ticks since boot;
+    proc(5)); None: there is none. With its id it names one process: an id is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _holds_on(pid: int, started: str | None) -> bool:
+    """The process `pid` that started at `started` has a thread that has not exited. Until
+    its last thread is gone it keeps its ports, files and locks, though its leader thread
+    (whose memory /proc/<pid>/exe reads, so `_runs`) may have exited before the others; a
+    zombie has let go of everything."""
+    if started is None or _started_at(pid) != started:
+        return False
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            stat = Path(f"/proc/{pid}/task/{thread}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rpartition(")")[2].split()[0] not in ("Z", "X", "x"):
+            return True
+    return False
+
+
+def _signal(pid: int, started: str | None, signum: int) -> None:
+    """Send `signum` to `pid` while it is still the process that started at `started`."""
+    if _holds_on(pid, started):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _wait_gone(started: dict[int, str | None], timeout_s: float) -> dict[int, str | None]:
+    """Wait up to `timeout_s` for every process of `started` (id -> start time) to be gone;
+    returns those still there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = {pid: at for pid, at in started.items() if _holds_on(pid, at)}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _destroy(state: State) -> None:
+    """`pulumi destroy` while the cluster still runs; a failure is said, and the cluster
+    (with the state recording what it held) goes anyway."""
+    try:
+        program.uninstall(state.directory)
+    except EngineError as exc:
+        print(f"localcluster: WARNING {exc}", file=sys.stderr)
 
 
 def _reap(pid: int) -> None:

@@ -29,6 +29,7 @@ CRD_FILES = {
     ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): (
         "trainer.kubeflow.org_trainingruntimes.yaml"
     ),
+    ("ray.io/v1", "RayJob"): "ray.io_rayjobs.yaml",
 }
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

@@ -12,7 +12,8 @@ continuation lines joined. Each is one of:
   (no `--dryrun`) as one bash script with `set -e`, in one such directory: the newcomer's path
   (train, list, resume, sweep, render; your own script, its relaunch and sweep) works end to
   end, each step on what the previous one left, with only the `local` extra `make run`
-  installs importable (tests/only_extra) and no AWS credentials.
+  installs importable (tests/only_extra) and no AWS credentials; `# walkthrough (...)` with
+  more words names extras beyond it and runs in the whole venv.
 - **runnable**: everything else. `<placeholders>` are replaced from PLACEHOLDERS (an unknown
   one fails this test: add it there or mark the line), `trainstack launch` gets `--dryrun`
   (nothing trains or is written), and the whole line runs through bash, from a temporary
@@ -267,7 +268,12 @@ def test_usage_lines_name_real_commands(subcommand: str, checkout_dir: Path):
 def test_walkthrough_runs_in_order(block: str, checkout_dir: Path):
     """The newcomer's path: every step for real, each on what the steps before it left."""
     script = "set -e\n" + block
-    result = run_shell(script, checkout_dir, extra="local")
+    # `# walkthrough` alone: the newcomer's `local` extra; `# walkthrough (...)` names more
+    # (the eval extra) and runs in the whole venv `make test` installs.
+    extra = "local" if block.lstrip().splitlines()[0].strip() == WALKTHROUGH else None
+    if extra is None:  # lm-eval's datasets cache goes to the test's dir, never ~/.cache
+        script = f"export HF_HOME={checkout_dir}/.hf HF_DATASETS_OFFLINE=1\n{script}"
+    result = run_shell(script, checkout_dir, extra=extra)
     assert result.returncode == 0, f"{block}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert "Setting OMP_NUM_THREADS" not in result.stdout + result.stderr  # torchrun's 4 lines
     launched = re.findall(r"trainstack launch[^\n]*run_id=(\S+)", block)

@@ -16,9 +16,9 @@ The key is the pod's name (TRAINSTACK_POD_NAME, from the downward API): `<job>-m
 PET_NODE_RANK/RANK also set in elastic jobs (no master) and not reordered by c10d. The count is
 per submission: the file holds `<count> <submission>`, and a start whose TRAINSTACK_SUBMISSION
 differs from the recorded one counts from 0 again. The submission is the job's `created-at`
-annotation (jobs.backends.kubernetes.backend.stamped writes it at each submit, the follower's
-resubmissions included, on the job and on its pod templates; the operator copies a template's
-annotations onto every pod it makes: kubeflow/training-operator v1.9.4
+annotation (jobs.backends.kubernetes.submitting.stamped writes it at each submit, the
+follower's resubmissions included, on the job and on its pod templates; the operator copies a
+template's annotations onto every pod it makes: kubeflow/training-operator v1.9.4
 pkg/controller.v1/common/pod.go, createNewPod, and pkg/controller.v1/control/pod_control.go,
 GetPodFromTemplate). The job's uid would do too, but a pod sees it only in its ownerReferences,
 which the downward API does not expose. A Kueue preemption's resume keeps its job, so it counts

@@ -23,7 +23,7 @@ from hydra.core.utils import JobReturn, JobStatus, run_job
 
 from hydra_plugins.kubernetes_launcher.config import MODES
 from hydra_plugins.trainstack_launcher.launcher import TrainstackLauncher
-from jobs import backends
+from jobs import backend_registry
 from jobs.backends.base import CANCELLED, FAILED, SUCCEEDED, BackendError
 from jobs.naming import sweep_point_run_id
 from jobs.sweep_points import PointFailed, PointResult
@@ -91,7 +91,7 @@ class KubernetesLauncher(TrainstackLauncher):
 
     def _existing(self, cfg: Any, run_id: str) -> Any:
         try:
-            status = backends.backend_for(cfg, self.task_function.shared).status(run_id)
+            status = backend_registry.backend_for(cfg, self.task_function.shared).status(run_id)
         except BackendError:
             return None
         return None if status.state in (FAILED, CANCELLED) else status
@@ -102,7 +102,7 @@ class KubernetesLauncher(TrainstackLauncher):
             return ret
         point = ret.return_value
         # The launch's backends share what the point's was scheduled with: it may restart it.
-        backend = backends.backend_for(cfg, self.task_function.shared)
+        backend = backend_registry.backend_for(cfg, self.task_function.shared)
         try:
             wait = getattr(backend, "wait", None)
             final = wait(point.run_id, on_line=print) if wait else backend.status(point.run_id)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
-from jobs.backends import NAMES, traits_of
+from jobs.backend_registry import NAMES, traits_of
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 
-from jobs import backends, run
+from jobs import backend_registry, run
 from jobs.app import LaunchTask
 from jobs.sweep import (
     PreparedPoint,
@@ -133,7 +133,7 @@ def dry_run(point: PreparedPoint) -> JobReturn:
     """Print one point's plan and request; write nothing."""
     job = point.job
     print(point_heading(point.index, point.cfg.hydra.overrides.task), flush=True)
-    run.run_job(backends.backend_for(job.cfg), job, dryrun=True)
+    run.run_job(backend_registry.backend_for(job.cfg), job, dryrun=True)
     overrides = list(point.cfg.hydra.overrides.task)
     ret = JobReturn(overrides=overrides, cfg=point.cfg, status=JobStatus.COMPLETED)
     ret.return_value = PointResult(

@@ -112,8 +112,9 @@ TOP_LEVEL_KEYS = (
     "dataAccess",
     "dataPrepareServiceAccount",
 )
-TRAINING_OPERATORS = tuple(KINDS)
-"""`trainstack:trainingOperator`, named after the job API each operator serves."""
+TRAINING_OPERATORS = tuple(api for api, kind in KINDS.items() if kind.followed)
+"""`trainstack:trainingOperator`, named after the job API each operator serves: the kinds the
+kubernetes backend submits (a RayJob is rendered only, and KubeRay is no training operator)."""
 DATA_ACCESS_KEYS = ("bucket", "prefix", "access", "kmsKeyArn")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _KEY_PREFIX = re.compile(r"^[\w.=-]+(/[\w.=-]+)*$")

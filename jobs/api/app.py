@@ -3,11 +3,12 @@
 `create_app(service, tokens)`; `trainstack serve` runs it under uvicorn. Every error body is
 `{"detail": "<one line>"}`: 401 no or wrong token, 403 another user's run, 404 unknown run,
 413 body over the limit, 400 malformed JSON, 422 bad input (the CLI's message), 409 conflict
-(an object trainstack does not own, or an existing run), 429 too many log follows or
-sign-ins, 503 cluster unreachable. Error lines never carry the service's own settings (bucket,
-registry, account id). Everything but `/healthz`, the sign-in form and static
-assets needs a token (`/docs` and `/openapi.json` too); a dashboard session cookie is enough
-for GET requests only. Requests whose Host is not an allowed host are 400 (DNS rebinding).
+(an object trainstack does not own, or an existing run), 429 too many log follows, a sweep
+of the same user's still being submitted, or sign-ins, 503 cluster unreachable. Error lines
+never carry the service's own settings (bucket, registry, account id). Everything but
+`/healthz`, the sign-in form and static assets needs a token (`/docs` and `/openapi.json`
+too); a dashboard session cookie is enough for GET requests only. Requests whose Host is not
+an allowed host are 400 (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from jobs.api.dashboard import add_dashboard
 from jobs.api.follow import END, Follower
 from jobs.api.models import (
     Cancelled,
+    Eval,
+    Evals,
     Metrics,
     Problem,
     Run,
@@ -45,6 +48,7 @@ from jobs.api.service import ApiError, Service, log_error, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
 from jobs.backends.base import STATES
 from jobs.plot.metrics import MetricsFiles
+from trainer.evaluation.results import run_evals
 
 MAX_BODY_BYTES = 64 * 1024
 """Requests are a few hundred bytes; anything near this is a mistake or an attack."""
@@ -276,6 +280,14 @@ def create_app(
         here = start if start is not None else -1
         following = (int(records[-1]["step"]) if records else here) if more else None
         return Metrics(run_id=run_id, records=records, next_after_step=following)
+
+    @app.get("/v1/runs/{run_id}/evals", response_model=Evals, **common)
+    def get_evals(run_id: str) -> Evals:
+        """The run's `trainstack eval` results by checkpoint: each task's metrics (lm-eval's
+        `metric,filter` names, stderrs left out). Read bounded: the newest 256 checkpoints,
+        each results.json at most 4 MiB (a larger one is listed with an error)."""
+        run_dir = service.view(run_id).status.run_dir
+        return Evals(run_id=run_id, evals=[Eval(**vars(s)) for s in run_evals(run_dir)])
 
     @app.get(
         "/v1/runs/{run_id}/logs",

@@ -7,16 +7,14 @@ compute.nodes=4` compose the same config.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from jobs.api.request_policy import KEY, MAX_SWEEP_POINTS, Refused, _shown
+from jobs.api.overrides import Labelled, Scalar, labelled_axis_overrides, override_value
+from jobs.api.request_policy import MAX_SWEEP_POINTS, Refused
 from jobs.runners import names as runner_names
 
-Scalar = str | int | float | bool | None
 FlagName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
 """A runner.args key: it becomes part of an override's key, so only a plain name passes."""
 RunnerName = Literal[runner_names()]  # type: ignore[valid-type]
@@ -109,69 +107,60 @@ class SweepRequest(LaunchFields, _SweepHead):
     sweep_id: str | None = Field(None, description="re-using an id addresses the same runs")
 
 
-_ESCAPED = re.compile(r"(\\*)('|\Z)")
-"""A run of backslashes before a quote or the end of the string."""
-
-
-def _escape(match: re.Match) -> str:
-    return match[1] * 2 + ("\\'" if match[2] else "")
-
-
-def override_value(value: Scalar) -> str:
-    """A value in Hydra's override grammar: strings quoted (any character survives)."""
-    if isinstance(value, str):
-        # Hydra reads backslashes as escapes only in a run of them before a quote or the
-        # closing quote (facebookresearch/hydra v1.3.8, hydra/grammar/OverrideLexer.g4,
-        # QUOTED_VALUE): only those runs are doubled; any other backslash stays as it is.
-        return "'" + _ESCAPED.sub(_escape, value) + "'"
-    return json.dumps(value)  # true/false/null and numbers read the same in Hydra
-
-
-def _field_overrides(request: LaunchFields, run_id: str | None = None) -> list[str]:
+def _field_overrides(request: LaunchFields, run_id: str | None = None) -> Labelled:
     """The typed fields' overrides: the one place a field becomes `key=value`."""
-    pairs: list[tuple[str, Scalar]] = [
-        ("run_id", run_id),
-        ("model.init_from", request.init_from),
-        ("data.path", request.data),
-        ("compute.nodes", request.nodes),
-        ("compute.gpus_per_node", request.gpus_per_node),
-        ("job.image", request.image),
-        ("storage.root", request.storage_root),
+    pairs: list[tuple[str, str, Scalar]] = [
+        ("run_id", "run_id", run_id),
+        ("init_from", "model.init_from", request.init_from),
+        ("data", "data.path", request.data),
+        ("nodes", "compute.nodes", request.nodes),
+        ("gpus_per_node", "compute.gpus_per_node", request.gpus_per_node),
+        ("image", "job.image", request.image),
+        ("storage_root", "storage.root", request.storage_root),
     ]
-    groups = [f"model={request.model}"] if request.model else []
-    groups += [f"compute={request.compute}"] if request.compute else []
-    groups += [f"runner={request.runner}"] if request.runner else []
-    values = [f"{key}={override_value(v)}" for key, v in pairs if v is not None]
+    groups = [(name, getattr(request, name)) for name in ("model", "compute", "runner")]
+    out = [(name, f"{name}={value}") for name, value in groups if value]
+    out += [(name, f"{key}={override_value(v)}") for name, key, v in pairs if v is not None]
     if request.command is not None:
-        values.append(f"runner.command=[{','.join(override_value(a) for a in request.command)}]")
-    values += [f"+runner.args.{k}={override_value(v)}" for k, v in request.args.items()]
-    trainer = [f"trainer.{k}={override_value(v)}" for k, v in request.trainer.items()]
-    return [*groups, *values, *trainer]
+        command = ",".join(override_value(a) for a in request.command)
+        out.append(("command", f"runner.command=[{command}]"))
+    for name, prefix, values in (
+        ("args", "+runner.args", request.args),
+        ("trainer", "trainer", request.trainer),
+    ):
+        out += [(f"{name}.{k}", f"{prefix}.{k}={override_value(v)}") for k, v in values.items()]
+    return out
+
+
+def _own(overrides: list[str]) -> Labelled:
+    return [(f"overrides[{i}]", text) for i, text in enumerate(overrides)]
+
+
+def labelled_overrides(request: RunRequest) -> Labelled:
+    return [*_own(request.overrides), *_field_overrides(request, request.run_id)]
 
 
 def to_overrides(request: RunRequest) -> list[str]:
-    return [*request.overrides, *_field_overrides(request, request.run_id)]
+    return [text for _, text in labelled_overrides(request)]
+
+
+def labelled_sweep_overrides(request: SweepRequest) -> Labelled:
+    """A sweep request's overrides: its own, its typed fields', then one `key=v1,v2,...` per
+    axis. Raises Refused (one line naming the axis, or the value `axes.<key>[i]`) for a key
+    that is not a plain dotted config key (it would be grammar: `=`, `,`, `+`, `~`, quotes
+    ...), an axis with no value (the sweep would be 0 points, as `range(1,0)` in overrides is
+    refused), or a value too long, not finite or past int64. An axis over a config group
+    (`model`) takes option names, written unquoted (`model=llama3_8b,tiny`). What a key may
+    set, the service's keys and the point cap are checked on these overrides as on any
+    request's."""
+    if not request.overrides and not request.axes:
+        raise Refused("overrides, axes: a sweep needs at least one; allowed: either or both")
+    axes = labelled_axis_overrides(request.axes)
+    return [*_own(request.overrides), *_field_overrides(request), *axes]
 
 
 def to_sweep_overrides(request: SweepRequest) -> list[str]:
-    """A sweep request's overrides: its own, its typed fields', then one `key=v1,v2,...` per
-    axis. Raises Refused (one line naming the axis) for a key that is not a plain dotted config
-    key (it would be grammar: `=`, `,`, `+`, `~`, quotes ...) or an axis with no value (the
-    sweep would be 0 points, as `range(1,0)` in overrides is refused); what a key may set, the
-    service's keys and the point cap are checked on these overrides as on any request's."""
-    if not request.overrides and not request.axes:
-        raise Refused("overrides, axes: a sweep needs at least one; allowed: either or both")
-    axes = []
-    for key, values in request.axes.items():
-        if not KEY.match(key):
-            raise Refused(
-                f"axes: {_shown(key)} is not a config key; allowed: a dotted key "
-                "(letters, digits, _ and . only, e.g. trainer.lr)"
-            )
-        if not values:
-            raise Refused(f"axes.{key}: no value; allowed: a list of one or more values")
-        axes.append(f"{key}={','.join(override_value(v) for v in values)}")
-    return [*request.overrides, *_field_overrides(request), *axes]
+    return [text for _, text in labelled_sweep_overrides(request)]
 
 
 class Submitted(BaseModel):
@@ -216,6 +205,21 @@ class Metrics(BaseModel):
     next_after_step: int | None = Field(
         None, description="more records follow: ask again with after_step=<this>"
     )
+
+
+class Eval(BaseModel):
+    checkpoint: str = Field(description="folder under eval/: step-<8 digits>[-endpoint]")
+    step: int
+    via: str = Field(description="export (lm-eval's hf model) or endpoint (local-completions)")
+    scores: dict[str, dict[str, float]] = Field(
+        description="task -> lm-eval metric (`acc,none`, `exact_match,strict-match`) -> value"
+    )
+    error: str | None = Field(None, description="why results.json could not be read")
+
+
+class Evals(BaseModel):
+    run_id: str
+    evals: list[Eval] = Field(description="by step, at most 256 (the newest)")
 
 
 class Cancelled(BaseModel):

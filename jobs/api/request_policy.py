@@ -9,8 +9,10 @@ the override; it never says whether some file exists.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -42,6 +44,9 @@ MAX_SWEEP_POINTS = 256
 """Points one API sweep may have: counted from the grammar before any point is expanded, so
 `range(0,1000000000)` or 200 two-valued axes cost nothing."""
 INTERPOLATION = "${"
+MAX_INT = 2**63 - 1
+"""The largest integer a request may give (int64, as Kubernetes' fields): past it, Python's
+floats (math.isfinite, OmegaConf's float fields, the plan's hours) raise OverflowError."""
 
 
 class Refused(ValueError):
@@ -66,19 +71,40 @@ def check_text(field: str, value: str) -> None:
         )
 
 
-def check_overrides(overrides: list[str], sweep: bool = False) -> None:
-    """Raise Refused for the first override a request may not give (see the module doc)."""
+def check_number(field: str, value: Any) -> None:
+    """A request's number: finite, and an integer within int64."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise Refused(f"{field}: an integer of {len(str(abs(value)))} digits; allowed: {_INTS}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Refused(f"{field}: {value!r} is not allowed; allowed: a finite number")
+
+
+_INTS = f"an integer within +-{MAX_INT} (int64)"
+
+
+def check_overrides(
+    overrides: Sequence[str], sweep: bool = False, labels: Sequence[str] | None = None
+) -> None:
+    """Raise Refused for the first override a request may not give (see the module doc).
+    `labels`: what each override is named as in a refusal (the request field it came from,
+    `labels[i]` for `overrides[i]`); default `overrides[i]`. An axis (`axes.<key>`) was
+    checked value by value where it was written (jobs.api.models), so its length as a whole
+    is bounded by the body limit alone."""
     parser = OverridesParser.create()
     points = 1
     for index, text in enumerate(overrides):
-        check_text(f"overrides[{index}]", text)
+        label = labels[index] if labels is not None else f"overrides[{index}]"
+        if not label.startswith("axes."):
+            check_text(label, text)
         try:
             override = parser.parse_override(text)
         except HydraException:
-            raise Refused(f"overrides[{index}]: not a Hydra override (key=value)") from None
+            raise Refused(f"{label}: not a Hydra override (key=value)") from None
         except RecursionError:
             raise Refused(
-                f"overrides[{index}]: values nested too deeply; allowed: at most {MAX_DEPTH} levels"
+                f"{label}: values nested too deeply; allowed: at most {MAX_DEPTH} levels"
             ) from None
         key = override.key_or_group
         if override.package is not None:
@@ -89,7 +115,7 @@ def check_overrides(overrides: list[str], sweep: bool = False) -> None:
             points *= _sweep_values(key, override._value)
             if points > MAX_SWEEP_POINTS:
                 raise Refused(
-                    f"overrides[{index}]: the sweep would have more than {MAX_SWEEP_POINTS} "
+                    f"{label}: the sweep would have more than {MAX_SWEEP_POINTS} "
                     f"points; allowed: at most {MAX_SWEEP_POINTS} per request"
                 )
         if key in REQUEST_GROUPS:
@@ -101,17 +127,23 @@ def check_overrides(overrides: list[str], sweep: bool = False) -> None:
 
 
 def _sweep_values(key: str, value: Any) -> int:
-    """How many values a sweep override gives, without listing them."""
+    """How many values a sweep override gives, up to MAX_SWEEP_POINTS + 1: a range() is
+    counted by enumerating it as Hydra will (`RangeSweep.range()`: Python's range, or
+    Decimal steps for floats, facebookresearch/hydra v1.3.8,
+    hydra/core/override_parser/types.py FloatRange), never by arithmetic on floats, which
+    counted `range(0.3,1.6014593607424792,1.3014593607424791)` as 1 point for 2."""
     if isinstance(value, ChoiceSweep):
         return len(value.list)
     if isinstance(value, RangeSweep):
-        start, stop, step = value.start, value.stop, value.step
-        if not step or any(not math.isfinite(v) for v in (start, stop, step)):
+        bounds = (value.start, value.stop, value.step)
+        for bound in bounds:
+            check_number(f"{key}: range()", bound)
+        if not value.step:
             raise Refused(f"{key}: range() needs a finite, non-zero step")
-        count = (stop - start) / step
-        if count <= 0:  # no value: the sweep would be 0 points whatever the other axes say
+        count = sum(1 for _ in itertools.islice(value.range(), MAX_SWEEP_POINTS + 1))
+        if not count:  # no value: the sweep would be 0 points whatever the other axes say
             raise Refused(f"{key}: range() gives no value; allowed: start before stop in step")
-        return math.ceil(count) if count <= MAX_SWEEP_POINTS else MAX_SWEEP_POINTS + 1
+        return count
     raise Refused(f"{key}: a sweep takes a,b / choice() / range(); allowed: those")
 
 
@@ -124,11 +156,7 @@ def _settable(key: str) -> bool:
 def _check_option(group: str, value: Any) -> None:
     names = value.list if isinstance(value, ChoiceSweep) else [value]
     for name in names:
-        if not (isinstance(name, str) and OPTION_NAME.match(name) and ".." not in name):
-            raise Refused(
-                f"{group}: {_shown(name)} is not an option name; allowed: a plain name "
-                "(letters, digits, . _ -; no /, @ or ..)"
-            )
+        check_option_name(group, name)
 
 
 def _check_value(key: str, value: Any, depth: int = 0) -> None:
@@ -139,6 +167,8 @@ def _check_value(key: str, value: Any, depth: int = 0) -> None:
         value = value.text
     if isinstance(value, str):
         check_text(key, value)
+    elif isinstance(value, int | float):
+        check_number(key, value)
     elif isinstance(value, ChoiceSweep):
         for item in value.list:
             _check_value(key, item, depth + 1)
@@ -156,14 +186,45 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_request(fields: dict[str, Any], overrides: list[str], sweep: bool = False) -> None:
-    """A request's own fields (named as the client sent them), then the overrides they make."""
+def check_request(
+    fields: dict[str, Any], overrides: Sequence[tuple[str, str] | str], sweep: bool = False
+) -> None:
+    """A request's own fields (named as the client sent them), then the overrides they make:
+    `(label, override)`, each named by the field it came from (jobs.api.models
+    `labelled_overrides`), or a plain override, named `overrides[i]`."""
     for name, value in fields.items():
         if isinstance(value, str):
             check_text(name, value)
+        elif isinstance(value, int | float):
+            check_number(name, value)
         elif isinstance(value, dict):
             for key, item in value.items():
                 check_text(f"{name}.{key}", str(key))
                 if isinstance(item, str):
                     check_text(f"{name}.{key}", item)
-    check_overrides(overrides, sweep=sweep)
+                else:
+                    check_number(f"{name}.{key}", item)
+    for name in OPTION_FIELDS:
+        if isinstance(fields.get(name), str):
+            check_option_name(name, fields[name])
+    for key in fields.get("trainer") or {}:
+        if not KEY.match(f"trainer.{key}"):  # it becomes part of an override's key
+            raise Refused(
+                f"trainer: {_shown(key)} is not a config key; allowed: a dotted key (letters, "
+                "digits, _ and . only, e.g. max_steps)"
+            )
+    pairs = [(f"overrides[{i}]", o) if isinstance(o, str) else o for i, o in enumerate(overrides)]
+    check_overrides([o for _, o in pairs], sweep=sweep, labels=[n for n, _ in pairs])
+
+
+OPTION_FIELDS = ("model", "compute")
+"""A request's typed fields that name a config group's option (`model=<name>`): written
+unquoted, so each is checked as a plain name, never read as grammar (`a,b`, `choice()`)."""
+
+
+def check_option_name(field: str, name: Any) -> None:
+    if not (isinstance(name, str) and OPTION_NAME.match(name) and ".." not in name):
+        raise Refused(
+            f"{field}: {_shown(name)} is not an option name; allowed: a plain name "
+            "(letters, digits, . _ -; no /, @ or ..)"
+        )

@@ -24,28 +24,25 @@ from jobs.api.models import (
     RunRequest,
     Submitted,
     SweepRequest,
+    labelled_overrides,
+    labelled_sweep_overrides,
     override_value,
-    to_overrides,
-    to_sweep_overrides,
 )
-from jobs.api.request_policy import Refused, check_request
+from jobs.api.records import relaunched, runs_named
+from jobs.api.request_policy import MAX_SWEEP_POINTS, Refused, check_request
 from jobs.api.snapshot import RunsSnapshot, RunView
+from jobs.api.sweep_ledger import MAX_SWEEPS_PER_CALLER, SweepBusy, SweepLedger
 from jobs.backends.base import BackendError
-from jobs.backends.kubernetes.backend import (
-    MANAGED_SELECTOR,
-    SWEEP_LABEL,
-    ClusterError,
-    KubernetesBackend,
-    PreflightError,
-)
+from jobs.backends.kubernetes.backend import ClusterError, KubernetesBackend, PreflightError
+from jobs.backends.kubernetes.run_status import MANAGED_SELECTOR, SWEEP_LABEL
 from jobs.compose import compose
 from jobs.naming import new_sweep_id, sweep_point_run_id
-from jobs.resume_from import resume_from_path
 from jobs.spec import OWNER_LABEL
 from jobs.submission import BadInput
 from jobs.sweep import expand
 from jobs.sweep_driver import PointError, PointRefused, Policy, SweepDriver
 from jobs.sweep_points import point_label
+from jobs.validate_inputs import input_paths
 
 
 class ApiError(Exception):
@@ -130,6 +127,8 @@ class Service:
     they are applied after a request's, and the composed job is checked against them."""
     snapshot_ttl_s: float = 1.0
     max_follows_per_caller: int = MAX_FOLLOWS_PER_CALLER
+    max_sweeps_per_caller: int = MAX_SWEEPS_PER_CALLER
+    """Sweep submissions one user may have in flight (429 past it: jobs.api.sweep_ledger)."""
     """Log follows one user (all their tokens) may hold open at a time (429 past it)."""
     _hydra: threading.Lock = field(default_factory=threading.Lock)
     """Hydra's compose state is process-global: one composition at a time. Held for composing
@@ -171,6 +170,7 @@ class Service:
         """Who `--no-auth` requests are: the user running the server, an admin."""
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
         self.follows = LogHub(self._open_follow, self.max_follows_per_caller)
+        self.sweeps = SweepLedger(self.max_sweeps_per_caller)
 
     @contextmanager
     def _composing(self, who: Identity) -> Iterator[None]:
@@ -210,17 +210,19 @@ class Service:
     def submit_run(
         self, request: RunRequest, who: Identity, dryrun: bool = False
     ) -> tuple[int, Submitted]:
-        overrides = to_overrides(request)
+        labelled = labelled_overrides(request)
+        overrides = [text for _, text in labelled]
         fields = request.model_dump(exclude={"overrides"})
-        _refuse_bad(lambda: check_request(fields, overrides))
+        _refuse_bad(lambda: check_request(fields, labelled))
         self._refuse_service_keys(overrides)
         try:
             job = submission.prepare(
                 self._composed(overrides, who), compose_lock=self._composing(who)
             )
         except BadInput as err:
-            raise ApiError(422, str(err)) from err
+            raise ApiError(err.http_status, str(err)) from err
         self._check_service_wins(job.cfg)
+        job = self._relaunched(job, overrides, who)
         checked = self._check(job, who, resume=request.resume, dryrun=dryrun)
         if dryrun:
             return 200, Submitted(
@@ -233,12 +235,41 @@ class Service:
         every point prepared and checked before the first is submitted; one the cluster fails
         partway rolls back what this request created (`_roll_back`)."""
         fields = request.model_dump(exclude={"overrides", "axes"})
-        requested = _refuse_bad(lambda: to_sweep_overrides(request))
-        _refuse_bad(lambda: check_request(fields, requested, sweep=True))
+        labelled = _refuse_bad(lambda: labelled_sweep_overrides(request))
+        _refuse_bad(lambda: check_request(fields, labelled, sweep=True))
+        requested = [text for _, text in labelled]
         self._refuse_service_keys(requested)
         now = submission.utc_now()
         sweep_id = request.sweep_id or new_sweep_id(now)
         overrides = self._composed(requested, who, sweep_id)
+        again = self._answered_before(overrides, who)
+        if again is not None:
+            return sweep_id, again
+        try:
+            with self.sweeps.slot(who.name):
+                results = self._run_sweep(overrides, sweep_id, who, now)
+        except SweepBusy as err:
+            raise ApiError(429, str(err)) from None
+        self.sweeps.remember(overrides, results)
+        return sweep_id, results
+
+    def _answered_before(self, overrides: list[str], who: Identity) -> list[Submitted] | None:
+        """The same sweep again (its exact overrides, who asked among them) while every run
+        it submitted is still active and still theirs: the answer it had, each point
+        `already active`, with nothing composed."""
+        before = self.sweeps.recall(overrides)
+        if before is None:
+            return None
+        views = self.views()
+        for point in before:
+            view = views.get(point.run_id)
+            if view is None or view.status.finished or view.status.owner != who.name:
+                return None
+        return [p.model_copy(update={"outcome": "already active"}) for p in before]
+
+    def _run_sweep(
+        self, overrides: list[str], sweep_id: str, who: Identity, now: datetime
+    ) -> list[Submitted]:
         driver = SweepDriver(
             prepare=lambda points: self._prepared(points, sweep_id, who, now),
             check=lambda job: self._check_point(job, who),
@@ -248,10 +279,10 @@ class Service:
         )
         try:
             with self._composing(who):
-                points = expand(overrides)
-            return sweep_id, driver.run(list(enumerate(points))).results
+                points = expand(overrides, max_points=MAX_SWEEP_POINTS)
+            return driver.run(list(enumerate(points))).results
         except (HydraException, BadInput) as err:
-            raise ApiError(422, str(err).splitlines()[0]) from err
+            raise ApiError(BadInput.http_status, str(err).splitlines()[0]) from err
         except PointError as err:
             if isinstance(err.cause, ApiError):
                 raise ApiError(err.cause.status, err.line(err.cause.detail)) from err.cause
@@ -260,17 +291,36 @@ class Service:
             raise ApiError(500, err.line("failed")) from err.cause
 
     def _prepared(self, points, sweep_id: str, who: Identity, now: datetime) -> list:
-        """Each point's job (`submission.prepare`, named by `point_overrides`); BadInput naming
-        the first bad point with what the request set of it."""
+        """Each point's job (`submission.prepare`, named by `point_overrides`), a point of an
+        existing run held to the relaunch rule as a run request is; BadInput naming the first
+        bad point with what the request set of it."""
         jobs = []
         for index, point in points:
             named = point_overrides(point, sweep_id, index)
+            shown = [p for p in point if _key(p) not in self._service_keys]
             try:
-                jobs.append(submission.prepare(named, now=now, compose_lock=self._composing(who)))
+                job = submission.prepare(named, now=now, compose_lock=self._composing(who))
+                jobs.append(self._relaunched(job, shown, who))
             except BadInput as err:
-                shown = [p for p in point if _key(p) not in self._service_keys]
                 raise BadInput(f"{point_label(index, shown)}: {err}") from err
+            except ApiError as err:
+                if err.status != 422:
+                    raise
+                raise BadInput(f"{point_label(index, shown)}: {err.detail}") from err
         return jobs
+
+    def _relaunched(self, job, request_overrides: list[str], who: Identity):
+        """A request naming an existing run: the CLI's relaunch rule on the cluster's record
+        of it (jobs.api.records `relaunched`); `job` as it is for a new run."""
+        try:
+            if self.backend.find(job.run_id) is None:
+                return job
+            composing = lambda: self._composing(who)  # noqa: E731
+            return relaunched(job, request_overrides, self.backend.cluster, composing)
+        except BackendError as err:
+            raise _backend_error(err) from err
+        except BadInput as err:
+            raise ApiError(422, str(err)) from err
 
     def _check_point(self, job, who: Identity) -> Checked:
         self._check_service_wins(job.cfg)
@@ -335,7 +385,7 @@ class Service:
         """Everything short of writing: the request, the preflight, and the run id's owner."""
         backend = self.backend
         self._check_sweep_owner(job, who)
-        self._check_resume_from_owner(job, who)
+        self._check_input_owners(job, who)
         try:
             dry = backend.dryrun(job)
             checked = Checked(job, dry, job.plan.summary(), None)
@@ -385,27 +435,28 @@ class Service:
                     "to it (pick another sweep_id or run_id)",
                 )
 
-    def _check_resume_from_owner(self, job, who: Identity) -> None:
-        """`trainer.resume_from` naming a run under the storage root forks that run's
-        checkpoints (its weights, possibly trained on data only its owner may read): only
-        the run's owner or an admin may, and only while the cluster lists the run (an
-        unlisted run has nobody to attribute it to)."""
-        path = resume_from_path(job.cfg)
-        root = str(job.cfg.storage.root).rstrip("/") + "/"
-        if who.admin or path is None or not path.startswith(root):
+    def _check_input_owners(self, job, who: Identity) -> None:
+        """Every input path under the storage root (`trainer.resume_from`, `model.init_from`,
+        the data and tokenizer: jobs.validate_inputs `input_paths`) reads a run's files (its
+        checkpoints or exported weights, possibly trained on data only its owner may read):
+        only the run's owner or an admin may name them, and only while the cluster lists the
+        run (an unlisted run has nobody to attribute it to)."""
+        if who.admin:
             return
-        run_id = path[len(root) :].split("/", 1)[0]
-        if run_id == job.run_id:
-            return  # its own checkpoints (the run's owner is checked with the run id)
-        view = self.views().get(run_id)
-        owner = view.status.owner if view is not None else None
-        if owner != who.name:
-            whose = f"belongs to {owner or 'nobody recorded'}" if view else "is not listed"
-            raise ApiError(
-                403,
-                f"trainer.resume_from: run {run_id!r} {whose}; a run's checkpoints are "
-                "forked only by its owner or an admin",
-            )
+        root = str(job.cfg.storage.root)
+        for key, path, _ in input_paths(job.cfg):
+            for run_id in runs_named(path, root):
+                if run_id == job.run_id:
+                    continue  # its own files (the run's owner is checked with the run id)
+                view = self.views().get(run_id)
+                owner = view.status.owner if view is not None else None
+                if owner != who.name:
+                    whose = f"belongs to {owner or 'nobody recorded'}" if view else "is not listed"
+                    raise ApiError(
+                        403,
+                        f"{key}: run {run_id!r} {whose}; a run's files (checkpoints, exported "
+                        "weights) are read only by its owner or an admin",
+                    )
 
     def _submit(self, checked: Checked) -> tuple[int, Submitted]:
         job, plan, before = checked.job, checked.plan, checked.before

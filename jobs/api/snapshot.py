@@ -21,7 +21,7 @@ from typing import Any
 
 from catalog import get_instance_type
 from jobs.backends.base import BackendError, RunStatus
-from jobs.backends.kubernetes.backend import instance_type_of, to_status
+from jobs.backends.kubernetes.run_status import instance_type_of, to_status
 from jobs.plot.metrics import max_steps, read_config
 
 CONFIG_RETRY_S = 30.0

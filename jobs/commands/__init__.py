@@ -17,7 +17,14 @@ COMMANDS: dict[str, str] = {
     "cancel": "cancel a run or a whole --sweep",
     "checkpoints": "list a run's checkpoints: committed, size, files complete",
     "export": "write a run's checkpoint as a Hugging Face model directory",
+    "eval": "score a run's checkpoint with lm-evaluation-harness (here or via --endpoint)",
     "plot": "loss, throughput, MFU and memory of runs or a --sweep, to PNG or HTML",
     "serve": "the Training API and dashboard (HTTP)",
+    "serve-model": "serve a run's checkpoint behind an OpenAI-compatible API (not `serve`)",
     "data": "data prepare: tokenize JSONL into shards + manifest (here, render or kubernetes)",
 }
+
+
+def module_name(command: str) -> str:
+    """The module of `command`: `serve-model` lives in jobs/commands/serve_model.py."""
+    return f"jobs.commands.{command.replace('-', '_')}"

@@ -16,7 +16,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from contract.config import DataConfig
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.client.api import connect
 from jobs.backends.kubernetes.client.batch import progress, submit_job, wait_job

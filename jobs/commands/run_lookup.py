@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from jobs.backends import NAMES, backend_named, traits_of
+from jobs.backend_registry import NAMES, backend_named, traits_of
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.client.api import kubeconfig_file
 from jobs.compose import compose

@@ -4,9 +4,9 @@
 `job.owner` that `launch` records: $TRAINSTACK_USER, else your login name ($USER); runs in
 this machine's run dirs (local and rendered) are yours anyway and are always listed.
 
-Columns: run, sweep, backend, state, nodes, retries, age, and the last step and loss from the
-run dir's metrics.jsonl when known. A cluster that cannot be reached is one warning line; the
-local runs are still listed.
+Columns: run, sweep, backend, state, nodes, retries, age, the last step and loss from the
+run dir's metrics.jsonl when known, and the newest `trainstack eval` scores (`eval/`). A
+cluster that cannot be reached is one warning line; the local runs are still listed.
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.backends.base import RENDERED, STATES, BackendError, RunStatus
 from jobs.commands.run_lookup import add_common_arguments, backends_for, compose_for, fail
+from trainer.evaluation.results import headline, run_evals
+
+EVAL_WIDTH = 40
+"""Characters of the eval column: the newest evaluation's first metric per task."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,11 +48,31 @@ def age(started_at: str | None, now: datetime) -> str:
     return f"{hours}h{mins}m" if hours else f"{mins}m"
 
 
+def newest_eval(run: RunStatus) -> str:
+    evals = run_evals(run.run_dir)
+    if not evals:
+        return "-"
+    text = f"{evals[-1].step}: {headline(evals[-1])}"
+    return text if len(text) <= EVAL_WIDTH else text[: EVAL_WIDTH - 1] + "…"
+
+
 def table(runs: list[RunStatus], now: datetime):
     from rich.table import Table  # lazy: start-up time of the other commands
 
     grid = Table(box=None, header_style="bold")
-    for column in ("run", "sweep", "backend", "state", "nodes", "retries", "age", "step", "loss"):
+    columns = (
+        "run",
+        "sweep",
+        "backend",
+        "state",
+        "nodes",
+        "retries",
+        "age",
+        "step",
+        "loss",
+        "eval",
+    )
+    for column in columns:
         grid.add_column(
             column, justify="right" if column in ("nodes", "retries", "step") else "left"
         )
@@ -63,6 +87,7 @@ def table(runs: list[RunStatus], now: datetime):
             age(run.started_at, now),
             "-" if run.last_step is None else str(run.last_step),
             "-" if run.last_loss is None else f"{run.last_loss:.4f}",
+            newest_eval(run),
         )
     return grid
 

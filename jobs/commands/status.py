@@ -6,6 +6,10 @@ import argparse
 
 from jobs.backends.base import BackendError
 from jobs.commands.run_lookup import add_common_arguments, backends_for, fail, find_run
+from trainer.evaluation.results import headline, run_evals
+
+MAX_EVAL_LINES = 8
+"""`eval` lines shown (the newest checkpoints); `GET /v1/runs/{id}/evals` has them all."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,4 +40,6 @@ def run(args: argparse.Namespace) -> int:
         fields["message"] = status.message
     for key, value in fields.items():
         print(f"{key:<10} {value}")
+    for summary in run_evals(status.run_dir)[-MAX_EVAL_LINES:]:
+        print(f"{'eval':<10} {summary.checkpoint}: {headline(summary)}")
     return 0

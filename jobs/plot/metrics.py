@@ -72,7 +72,11 @@ def read_config(run_dir: str) -> dict[str, Any]:
         read = open_run_storage(run_dir).read_range(CONFIG_FILE, 0, end=MAX_CONFIG_BYTES + 1)
     except Exception:  # absent (not started yet) or unreadable from here
         return {}
-    data = read.data or b""
+    return parse_config(read.data or b"")
+
+
+def parse_config(data: bytes | str) -> dict[str, Any]:
+    """`read_config`'s parse of a config.yaml's text (the run's own, or its ConfigMap's)."""
     if not data or len(data) > MAX_CONFIG_BYTES:
         return {}
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

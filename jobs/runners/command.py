@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.errors import JobConfigError
 from jobs.runners.base import Runner, RunnerOptions, check_env, plain
 from jobs.runners.program import format_arg

@@ -295,7 +295,11 @@ def test_a_sweep_the_cluster_fails_partway_is_rolled_back(api, apiserver):
     again (their ConfigMaps with them); a point that was running before the request stays."""
     apiserver.operator.default = JobPlan(hold=True)
     base = [f"compute={GPU_TYPE}", f"job.image={IMAGE}"]
-    first = api.client.post("/v1/sweeps", json={"overrides": base, "sweep_id": "rb1"})
+    # Point 0 as the request below asks it again (a point posted again with other values is a
+    # relaunch, refused by its rule: tests/api/test_api_relaunch_and_inputs.py).
+    first = api.client.post(
+        "/v1/sweeps", json={"overrides": [*base, "trainer.lr=1"], "sweep_id": "rb1"}
+    )
     assert first.status_code == 201, first.text
     running_uid = apiserver.get("pytorchjobs", "rb1-0", NAMESPACE)["metadata"]["uid"]
 

@@ -28,8 +28,9 @@ ASSET_MOUNTS = {"/static", "/docs-assets"}
 """Files of the dashboard and of Swagger UI (public code, no data): needed before sign-in."""
 
 
-def routes_of(app) -> list[tuple[str, str]]:
-    """(method, path with its parameters filled) of every route the app has, HEAD aside."""
+def declared_routes(app) -> list[tuple[str, str]]:
+    """(method, path as declared) of every route the app has but the public ones, HEAD aside;
+    a mount must be one of the asset mounts."""
     found = []
     for route in app.routes:
         if isinstance(route, Mount):
@@ -38,9 +39,13 @@ def routes_of(app) -> list[tuple[str, str]]:
         assert isinstance(route, APIRoute | Route), route
         if route.path in PUBLIC:
             continue
-        path = re.sub(r"\{[^}]+\}", "x", route.path)
-        found += [(method, path) for method in sorted(route.methods - {"HEAD"})]
+        found += [(method, route.path) for method in sorted(route.methods - {"HEAD"})]
     return found
+
+
+def routes_of(app) -> list[tuple[str, str]]:
+    """(method, path with its parameters filled) of every route the app has, HEAD aside."""
+    return [(method, re.sub(r"\{[^}]+\}", "x", path)) for method, path in declared_routes(app)]
 
 
 def test_every_route_refuses_no_token_and_a_cookie_on_writes(api):

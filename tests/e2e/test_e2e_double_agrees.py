@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from infra.kubeflow_trainer import runtime_objects
-from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
+from jobs.backends.kubernetes.backend import KubernetesBackend
 from jobs.backends.kubernetes.client.submit import submit
+from jobs.backends.kubernetes.submitting import ClusterSettings
 from localcluster.objects import local_stack
 from testing_support.k8s.cluster import seed_cluster, seed_trainer
 from testing_support.k8s.fake_apiserver import FakeKubeApiServer

@@ -4,9 +4,11 @@ fails with a message that says what was expected and what was found."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -152,17 +154,20 @@ READ_ONLY_ROOT = (
     # own files (this clone, its venv: $KEEP) stay where they are, read-only, also where a mount
     # path covers them (a clone under /tmp): each is opened first (fds 3..9, in this namespace)
     # and bound back from its descriptor (-c: mount must not resolve the path, now the tmpfs's).
+    # A mount path under another's tmpfs (a clone's folder under /tmp) is made first, as the
+    # kubelet makes a mount point; any step that fails ends the shell with its message.
     "mount --bind / / && mount -o remount,ro,bind / && "
     'i=3; for k in $KEEP; do eval "exec $i<\\"\\$k\\""; i=$((i+1)); done; '
-    'for dir in $MOUNTS; do mount -t tmpfs -o size=256m tmpfs "$dir"; done && '
+    'for dir in $MOUNTS; do mkdir -p "$dir" && mount -t tmpfs -o size=256m tmpfs "$dir" || '
+    "exit 1; done && "
     'i=3; for k in $KEEP; do mkdir -p "$k" && mount -c --bind "/proc/self/fd/$i" "$k" && '
-    'mount -c -o remount,ro,bind "$k"; i=$((i+1)); done && exec "$@"'
+    'mount -c -o remount,ro,bind "$k" || exit 1; i=$((i+1)); done && exec "$@"'
 )
 
 
-def covered(mounts: list[str]) -> list[str]:
+def covered(mounts: list[str], clone: Path = REPO) -> list[str]:
     """The directories of this interpreter and clone that a mount path would hide, topmost."""
-    mine = {REPO, Path(sys.prefix), Path(sys.base_prefix)}
+    mine = {clone, Path(sys.prefix), Path(sys.base_prefix)}
     mine |= {Path(p) for p in sys.path if p and Path(p).is_dir()}
     hidden = sorted(
         {p.resolve() for p in mine if any(p.resolve().is_relative_to(m) for m in mounts)}
@@ -193,8 +198,11 @@ def rendered_trainer_pod() -> tuple[dict[str, str], list[str]]:
     return env, [m for m in mounts if m != "/dev/shm"]  # /dev/shm: tmpfs here already
 
 
-def smoke_under_read_only_root(env: dict[str, str], mounts: list[str]):
+def smoke_under_read_only_root(env: dict[str, str], mounts: list[str], clone: Path = REPO):
+    """The self-test of `clone`'s trainer (this one's by default) in the pod's filesystem."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINSTACK_SMOKE_")}
+    if clone != REPO:
+        base["PYTHONPATH"] = str(clone)
     import torch
 
     # This machine's build, whichever it is (pip's torch is the CUDA one): the mounts are
@@ -202,11 +210,11 @@ def smoke_under_read_only_root(env: dict[str, str], mounts: list[str]):
     built = torch.version.cuda or "cpu"
     command = [sys.executable, "-W", "ignore", "-m", "trainer.smoke", "--expect-cuda", built]
     namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", READ_ONLY_ROOT]
-    keep = covered(mounts)
+    keep = covered(mounts, clone)
     assert len(keep) <= 7, keep  # fds 3..9
     return subprocess.run(
         [*namespace, "sh", *command],
-        cwd=REPO,
+        cwd=clone,
         capture_output=True,
         text=True,
         timeout=180,
@@ -214,7 +222,7 @@ def smoke_under_read_only_root(env: dict[str, str], mounts: list[str]):
     )
 
 
-def test_self_test_passes_with_the_pods_read_only_root_and_fails_without_its_mounts():
+def skip_without_mount_namespaces() -> None:
     probe = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind / /"],
         capture_output=True,
@@ -222,6 +230,10 @@ def test_self_test_passes_with_the_pods_read_only_root_and_fails_without_its_mou
     )
     if probe.returncode:
         pytest.skip(f"no mount namespaces here (unshare: {probe.stderr.decode().strip()})")
+
+
+def test_self_test_passes_with_the_pods_read_only_root_and_fails_without_its_mounts():
+    skip_without_mount_namespaces()
     env, mounts = rendered_trainer_pod()
     assert mounts == ["/tmp"] and env["HOME"].startswith("/tmp/")
     result = smoke_under_read_only_root(env, mounts)
@@ -235,3 +247,24 @@ def test_self_test_passes_with_the_pods_read_only_root_and_fails_without_its_mou
     result = smoke_under_read_only_root({**env, "HOME": home}, mounts)
     assert result.returncode == smoke.EXIT_FAILED
     assert f"{home}/" in result.stdout and "is not writable" in result.stdout, result.stdout
+
+
+def test_the_self_test_runs_from_a_clone_nested_under_tmp():
+    """A clone two folders below /tmp (`/tmp/<dir>/<clone>`, issue 50): the pod's emptyDir at
+    /tmp hides it, and an emptyDir at the clone's parent (made on that tmpfs first) too; its
+    own files (here the packages the self-test runs: trainer, contract, catalog) stay."""
+    skip_without_mount_namespaces()
+    under_tmp = Path(tempfile.mkdtemp(prefix="trainstack-clone-", dir="/tmp"))
+    try:
+        clone = under_tmp / "work" / "trainstack"
+        for package in ("trainer", "contract", "catalog"):
+            shutil.copytree(
+                REPO / package, clone / package, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        env, mounts = rendered_trainer_pod()
+        for where in (mounts, [*mounts, str(clone.parent)]):
+            result = smoke_under_read_only_root(env, where, clone)
+            assert result.returncode == 0, (where, result.stdout + result.stderr)
+            assert "ok   writable_dirs" in result.stdout
+    finally:
+        shutil.rmtree(under_tmp, ignore_errors=True)

@@ -11,8 +11,9 @@ REPO = Path(__file__).resolve().parents[2]
 PIPELINE = ("jobs.app", "jobs.launch", "jobs.sweep", "jobs.materialize", "jobs.validate")
 JOBS_LOADED = {
     "jobs",
+    "jobs.backend_registry",
+    "jobs.backend_registry.traits",
     "jobs.backends",
-    "jobs.backends.traits",
     "jobs.backends.kubernetes",
     "jobs.backends.kubernetes.client",
     "jobs.backends.kubernetes.client.kinds",
@@ -20,11 +21,14 @@ JOBS_LOADED = {
     "jobs.backends.kubernetes.manifest_checks",  # check_jobset_webhook
     "jobs.backends.kubernetes.pod_facts",
     "jobs.backends.kubernetes.pod_parts",
+    "jobs.backends.kubernetes.rayjob_checks",  # manifest_checks' Kueue/KubeRay rules (no imports)
     "jobs.backends.kubernetes.runtimes",
     "jobs.naming",  # manifest_checks' run id rules
 }
 """The `jobs` modules the program loads (19 with jobs.spec on the path, which brought the
-runners, the schema and the run dirs along; 12 since the runtime renderer reads pod_facts)."""
+runners, the schema and the run dirs along; 12 since the runtime renderer reads pod_facts; 13
+since the backend registry, which was jobs/backends/'s `__init__`, has its own package; 14 with
+the RayJob rules manifest_checks reads)."""
 
 
 def loaded_by_the_program() -> set[str]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+from kubernetes.utils import parse_quantity
 
 from catalog import INSTANCE_TYPES
-from infra.kueue import KUEUE_VERSION
+from infra.kueue import KUEUE_VERSION, canonical_binary
 from infra.settings.stack import ConfigError
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 
@@ -19,6 +20,16 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 
 def kind(run, name: str) -> list:
     return run.of_type(f"{CUSTOM}{name}")
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "stored"),
+    [(4096, "Gi", "4Ti"), (10240, "Mi", "10Gi"), (1152, "Gi", "1152Gi"), (0, "Mi", "0")],
+)
+def test_quantities_are_written_as_the_api_server_stores_them(value, unit, stored):
+    """What kube-apiserver returns for `<value><unit>` (seen on the local cluster: written as
+    4096Gi, the ClusterQueue came back 4Ti and every preview showed an update)."""
+    assert canonical_binary(value, unit) == stored
 
 
 def test_every_stack_installs_kueue_with_quota_from_its_node_groups(stack_runs):
@@ -41,7 +52,9 @@ def test_every_stack_installs_kueue_with_quota_from_its_node_groups(stack_runs):
             efa = instance.efa_interfaces if instance.has_efa else 0
             assert got["vpc.amazonaws.com/efa"] == str(efa * group["maxSize"])
             assert got["cpu"] == str(instance.vcpus * group["maxSize"])
-            assert got["memory"] == f"{instance.memory_gib * group['maxSize']}Gi"
+            memory = instance.memory_gib * group["maxSize"] * 2**30
+            assert parse_quantity(got["memory"]) == memory
+            assert got["memory"] == canonical_binary(instance.memory_gib * group["maxSize"], "Gi")
         (local,) = kind(run, "LocalQueue")
         assert local.inputs["metadata"]["namespace"] == "training"
         assert local.inputs["spec"]["clusterQueue"] == queue.inputs["metadata"]["name"]

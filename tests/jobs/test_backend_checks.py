@@ -1,4 +1,4 @@
-"""The checks the pipeline reaches through a backend's traits (jobs.backends.traits:
+"""The checks the pipeline reaches through a backend's traits (jobs.backend_registry.traits:
 `job_checks`, `cluster_checks`) run on every backend and where they always ran: with two
 problems in one job, the user sees the same one first whatever the backend (issue 34)."""
 

@@ -1,7 +1,7 @@
-"""The backend registry (jobs/backends/): one package per backend with its own options (a key
-of another backend refused at compose time, in one line), its own checks and its describe
-(listed by `trainstack launch --help`); a fourth backend is its package, one table line and
-its option file."""
+"""The backend registry (jobs/backend_registry/): one package per backend (jobs/backends/) with
+its own options (a key of another backend refused at compose time, in one line), its own checks
+and its describe (listed by `trainstack launch --help`); a fourth backend is its package, one
+table line and its option file."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-import jobs.backends as backends
-from jobs.backends import (
+import jobs.backend_registry as backend_registry
+from jobs.backend_registry import (
     NAMES,
     backend_for,
     configured,
@@ -130,7 +130,7 @@ def test_a_relaunch_reads_a_record_holding_every_backends_keys():
 FOURTH_PACKAGE = """
 from dataclasses import dataclass
 
-from jobs.backends.traits import BackendOptions, BackendTraits
+from jobs.backend_registry.traits import BackendOptions, BackendTraits
 
 
 @dataclass
@@ -174,11 +174,12 @@ def fourth(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(CONFIG_PATH_ENV, str(tmp_path / "conf"))
-    monkeypatch.setitem(backends.BACKENDS, "fourth", "fourth_backend")  # the one line
-    monkeypatch.setattr(backends, "NAMES", tuple(backends.BACKENDS))  # derived from it
+    monkeypatch.setitem(backend_registry.BACKENDS, "fourth", "fourth_backend")  # the one line
+    # NAMES is derived from the table
+    monkeypatch.setattr(backend_registry, "NAMES", tuple(backend_registry.BACKENDS))
     # What importing the table registers (the schema's entry, the launcher plugin's config).
     store = ConfigStore.instance()
-    backends.register(store)
+    backend_registry.register(store)
     launcher_config = importlib.import_module("hydra_plugins.trainstack_launcher.config")
     importlib.reload(launcher_config)
     yield

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import jobs.commands.data
-from jobs.backends import traits_of
+from jobs.backend_registry import traits_of
 from jobs.cli import main
 
 IMAGE = "registry.example.com/trainer:v1"

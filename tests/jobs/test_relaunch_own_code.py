@@ -182,3 +182,49 @@ def test_a_local_launch_of_several_processes_sets_omp_threads_itself(monkeypatch
     assert env["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert "OMP_NUM_THREADS" not in LocalBackend().dryrun(build([], run_id="omp")).request.env
+
+
+def test_a_refused_relaunch_names_the_ignore_file_with_a_pattern_that_keeps_a_log_out(cli, workdir):
+    """`trainstack launch ... > train.log` writes a log into the project (issue 50): the
+    relaunch's refusal names .trainstackignore and a pattern that keeps the log out, and the
+    pattern does: a run launched with it relaunches however much the log grows."""
+    project = project_in(workdir / "project")
+    line = own_code_line(project)
+    first = cli("launch", *line)
+    assert first.code == 0, first.err + first.out[-2000:]
+    (project / "train.log").write_text("trained\n")
+    jobs.workdir._packed.clear()  # each launch is a new process
+    refused = cli("launch", *line)
+    assert refused.code == 2 and refused.err.count("\n") == 1, refused.err
+    assert "train.log (new); a relaunch runs the same code" in refused.err
+    ignore_file = project / ".trainstackignore"
+    assert f"belong in {ignore_file}, one pattern a line: `*.log` keeps train.log out" in (
+        refused.err
+    )
+
+    ignore_file.write_text("*.log\n")
+    kept_out = [*line[:-1], "run_id=mine-2"]
+    jobs.workdir._packed.clear()
+    assert cli("launch", *kept_out).code == 0
+    (project / "train.log").write_text("trained\ntrained again\n")
+    jobs.workdir._packed.clear()
+    again = cli("launch", *kept_out)
+    assert again.code == 0, again.err
+
+
+@pytest.mark.parametrize(
+    ("found", "hint"),
+    [
+        ([("nohup.out", "new"), ("helper.py", "changed")], "`*.out` keeps nohup.out out"),
+        ([("notes", "changed"), ("outputs/m.bin", "new")], "`outputs` keeps outputs/m.bin out"),
+        ([("notes", "changed")], "`notes` keeps notes out"),
+        ([("helper.py", "changed"), ("conf/a.yaml", "new"), ("old.log", "removed")], None),
+    ],
+)
+def test_the_ignore_hint_offers_a_pattern_for_what_a_run_wrote_never_for_code(found, hint):
+    said = jobs.workdir.ignore_hint(".", found)
+    if hint is None:
+        assert said == ""
+    else:
+        assert said.startswith("; files a run or a tool writes there (logs, outputs) belong in ")
+        assert "./.trainstackignore" in said and hint in said, said

@@ -73,10 +73,10 @@ def test_a_point_that_fails_to_schedule_fails_the_sweep_and_the_others_go_on(
 ):
     """The points that failed are counted in the task object (by the sweep's launch path,
     jobs.sweep_driver): the sweep exits 1, the others ran."""
-    from jobs import backends
+    from jobs import backend_registry
     from jobs.backends.base import BackendError
 
-    for_backend = backends.backend_for
+    for_backend = backend_registry.backend_for
 
     def failing_the_second(cfg, shared=None):
         backend = for_backend(cfg, shared)
@@ -90,7 +90,7 @@ def test_a_point_that_fails_to_schedule_fails_the_sweep_and_the_others_go_on(
         backend.schedule = scheduling
         return backend
 
-    monkeypatch.setattr(backends, "backend_for", failing_the_second)
+    monkeypatch.setattr(backend_registry, "backend_for", failing_the_second)
     result = cli("launch", "-m", "trainer.lr=1e-4,3e-4,1e-3", "compute=p4d.24xlarge", *CLUSTER)
     assert result.code == 1, result.err
     assert "sweep point 1: refused by the test" in result.err
@@ -172,16 +172,16 @@ def test_a_render_sweep_keeps_its_points_frozen_and_unfreezes_at_the_end(cli, wo
     everything back to the collector when the launch ends, also when a point is refused."""
     import gc
 
-    from jobs import backends
+    from jobs import backend_registry
 
     frozen_while_writing = []
-    for_backend = backends.backend_for
+    for_backend = backend_registry.backend_for
 
     def spying(cfg, shared=None):
         frozen_while_writing.append(gc.get_freeze_count())
         return for_backend(cfg, shared)
 
-    monkeypatch.setattr(backends, "backend_for", spying)
+    monkeypatch.setattr(backend_registry, "backend_for", spying)
     result = cli("launch", "-m", "trainer.lr=1e-4,3e-4", "compute=p4d.24xlarge", *CLUSTER)
     assert result.code == 0, result.err
     assert len(frozen_while_writing) == 2 and min(frozen_while_writing) > 0

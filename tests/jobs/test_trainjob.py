@@ -35,7 +35,8 @@ def test_vendored_crds_are_the_recorded_upstream_files():
     recorded = dict(
         re.findall(r"\| (trainer\.kubeflow\.org_\w+\.yaml) \| ([0-9a-f]{64}) \|", source)
     )
-    assert set(recorded) == set(crd_schema.CRD_FILES.values())
+    trainer = {f for f in crd_schema.CRD_FILES.values() if f.startswith("trainer.")}
+    assert set(recorded) == trainer
     for name, digest in recorded.items():
         assert crd_schema.sha256(name) == digest, name
     assert "v2.3.0" in source

@@ -1,12 +1,14 @@
-"""What kubernetes backends share is their owner's (jobs.backends.Shared, or the Submissions one
-backend hands another), never a class's: two owners never see each other's runs."""
+"""What kubernetes backends share is their owner's (jobs.backend_registry.Shared, or the
+Submissions one backend hands another), never a class's: two owners never see each other's
+runs."""
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from jobs.backends import Shared, backend_for
-from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
+from jobs.backend_registry import Shared, backend_for
+from jobs.backends.kubernetes.backend import KubernetesBackend
+from jobs.backends.kubernetes.submitting import ClusterSettings
 
 SETTINGS = ClusterSettings(None, None, "training", job_api="pytorchjob")
 

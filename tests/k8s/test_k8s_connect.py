@@ -47,3 +47,15 @@ def test_kubeconfig_path_list_wins_over_the_pod_service_account(kubeconfig, tmp_
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", listed)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     assert connect(None, None, "training").list_jobs() == []
+
+
+def test_kubeconfig_set_after_the_client_was_imported_is_the_one_read(kubeconfig, monkeypatch):
+    """The client reads $KUBECONFIG's default once, at its import; a process that sets it later
+    (a notebook before `trainstack.launch`, tests/e2e/test_e2e_python_api.py) reaches the
+    cluster it names, not the one named at import."""
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", "/nonexistent/kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert connect(None, None, "training").list_jobs() == []

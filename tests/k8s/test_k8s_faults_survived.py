@@ -12,8 +12,9 @@ import time
 import pytest
 
 from jobs.backends.base import SUCCEEDED
-from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
+from jobs.backends.kubernetes.backend import KubernetesBackend
 from jobs.backends.kubernetes.client.submit import submit
+from jobs.backends.kubernetes.submitting import ClusterSettings
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 

@@ -9,15 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from infra.settings.stack import TRAINING_OPERATORS
 from jobs.backends.base import NoLogs
 from jobs.backends.kubernetes import backend
-from jobs.backends.kubernetes.backend import instance_type_of, stamped
 from jobs.backends.kubernetes.checks import check_job_api
 from jobs.backends.kubernetes.client import state
 from jobs.backends.kubernetes.client.ecr import pin_images
-from jobs.backends.kubernetes.client.kinds import BY_KIND, KINDS, JobKind, kind_of
+from jobs.backends.kubernetes.client.kinds import BY_KIND, KINDS, RAYJOB, JobKind, kind_of
 from jobs.backends.kubernetes.manifest_checks import ManifestError, _checked_name
 from jobs.backends.kubernetes.manifests import CREATED_AT
+from jobs.backends.kubernetes.run_status import instance_type_of
+from jobs.backends.kubernetes.submitting import ClusterSettings, stamped
 from jobs.errors import JobConfigError
 from jobs.naming import POD_SUFFIX, PodNames
 
@@ -157,12 +159,14 @@ def test_job_api_allows_exactly_the_registered_kinds():
             job=SimpleNamespace(api=api, runtime=None), backend=SimpleNamespace(name="local")
         )
 
-    for api in KINDS:  # the two built in and the two registered here
+    for api in KINDS:  # the three built in and the two registered here
+        if api == RAYJOB.api:
+            continue  # its checks read the runner's config too (tests/jobs/test_rayjob.py)
         check_job_api(cfg(api))
     with pytest.raises(JobConfigError) as err:
         check_job_api(cfg("mxjob"))
     assert str(err.value).endswith(f"'mxjob' is not allowed; allowed: {', '.join(KINDS)}")
-    assert {"tfjob", "mpitrainjob", "trainjob", "pytorchjob"} == set(KINDS)
+    assert {"tfjob", "mpitrainjob", "trainjob", "pytorchjob", "rayjob"} == set(KINDS)
 
 
 def test_a_third_kinds_archived_log_is_read_from_its_own_pod_names(monkeypatch):
@@ -172,9 +176,23 @@ def test_a_third_kinds_archived_log_is_read_from_its_own_pod_names(monkeypatch):
         read.append((pod, container))
 
     monkeypatch.setattr(backend, "archived_log", archived_log)
-    settings = backend.ClusterSettings(None, None, "training", log_group="logs")
+    settings = ClusterSettings(None, None, "training", log_group="logs")
     reader = backend.KubernetesBackend(settings)
     for rank in (0, 2):
         with pytest.raises(NoLogs):
             reader.archived_logs("tf1", rank, TFJOB)
     assert read == [("tf1-chief-0", "tensorflow"), ("tf1-worker-1", "tensorflow")]
+
+
+def test_the_cluster_side_looks_up_only_the_kinds_it_follows():
+    """A RayJob is rendered and run here only: the kubernetes backend never looks a run up
+    under it (the Training API's Role names no rayjobs: the real RBAC refused every submission
+    through the API while it did, tests/e2e/test_e2e_serve.py), and no stack installs it as its
+    training operator."""
+    unfollowed = {api for api, kind in KINDS.items() if not kind.followed}
+    assert "rayjob" in unfollowed
+    for api in TRAINING_OPERATORS:
+        looked_up = ClusterSettings(None, None, "training", job_api=api).kinds
+        assert looked_up[0].api == api
+        assert not {kind.api for kind in looked_up} & unfollowed
+    assert not set(TRAINING_OPERATORS) & unfollowed

@@ -31,7 +31,7 @@ def queued_job(name: str) -> list[dict]:
 
 
 def backend_for(kubeconfig) -> KubernetesBackend:
-    from jobs.backends.kubernetes.backend import ClusterSettings
+    from jobs.backends.kubernetes.submitting import ClusterSettings
 
     return KubernetesBackend(
         ClusterSettings(str(kubeconfig), "fake", NAMESPACE, job_api="pytorchjob")
@@ -194,7 +194,7 @@ def test_cancel_of_a_waiting_job_keeps_it_from_starting_once_admitted(
 def test_cancel_of_an_admitted_trainjob_stops_it_for_good(
     apiserver, kubeconfig, kueue, fast_retry, fast_restarts, tmp_path
 ):
-    from jobs.backends.kubernetes.backend import ClusterSettings
+    from jobs.backends.kubernetes.submitting import ClusterSettings
     from testing_support.k8s.fake_trainer import TrainPlan
     from tests.k8s.test_k8s_trainjob import two_node_job
 

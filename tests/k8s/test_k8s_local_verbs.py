@@ -46,7 +46,7 @@ def test_local_runs_answer_the_same_verbs(local_run, capsys):
     assert main(["runs", "--sweep", "sl", root]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "loc1" in line)
     assert row.split()[:4] == ["loc1", "sl", "local", "succeeded"]
-    assert row.split()[-2:] == ["30", "1.5000"]
+    assert row.split()[-3:] == ["30", "1.5000", "-"]  # step, loss, no eval yet
 
     assert main(["status", "loc1", root]) == 0
     assert "backend    local" in capsys.readouterr().out

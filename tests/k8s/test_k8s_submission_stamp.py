@@ -9,7 +9,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from jobs import submission as submissions
-from jobs.backends.kubernetes import backend
+from jobs.backends.kubernetes import submitting
 from jobs.backends.kubernetes.manifests import CREATED_AT
 from testing_support.k8s.cluster import NAMESPACE
 from testing_support.k8s.fake_operator import JobPlan
@@ -37,8 +37,8 @@ def test_each_submission_stamps_the_job_and_its_pod_templates(
         submitted.append(stamps(copy.deepcopy(job)))
         return real_submit(cluster, manifests, **kwargs)
 
-    real_submit = backend.submit
-    monkeypatch.setattr(backend, "submit", recording_submit)
+    real_submit = submitting.submit  # every submission, the follower's too, goes through it
+    monkeypatch.setattr(submitting, "submit", recording_submit)
     apiserver.operator.plans["st1"] = [JobPlan(outcome="Failed"), JobPlan(), JobPlan()]
     args = ("launch", "--wait", "run_id=st1", "job.max_retries=1")
     assert trainstack(*args, launch=True) == 0  # failed, resubmitted by the follower

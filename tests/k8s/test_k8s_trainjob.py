@@ -49,7 +49,8 @@ def two_node_job(name: str, tmp_path) -> list[dict]:
 
 
 def backend_for(kubeconfig):
-    from jobs.backends.kubernetes.backend import ClusterSettings, KubernetesBackend
+    from jobs.backends.kubernetes.backend import KubernetesBackend
+    from jobs.backends.kubernetes.submitting import ClusterSettings
 
     return KubernetesBackend(ClusterSettings(str(kubeconfig), "fake", NAMESPACE))
 
@@ -93,7 +94,7 @@ def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trains
     }
     assert trainstack("status", "tj1") == 0
     assert "state      succeeded" in capsys.readouterr().out
-    from jobs.backends.kubernetes.backend import to_status
+    from jobs.backends.kubernetes.run_status import to_status
 
     assert to_status(job).finished_at  # from the Complete condition (a TrainJob has no time)
     # Trainer copies its JobSet's condition (kubeflow/trainer v2.3.0, plugins/jobset/jobset.go;

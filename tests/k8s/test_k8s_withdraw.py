@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.kubernetes.backend import SWEEP_LABEL, ClusterSettings, KubernetesBackend
+from jobs.backends.kubernetes.backend import KubernetesBackend
 from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, NotOurs
+from jobs.backends.kubernetes.run_status import SWEEP_LABEL
+from jobs.backends.kubernetes.submitting import ClusterSettings
 from jobs.spec import OWNER_LABEL
 from testing_support.k8s.cluster import NAMESPACE
 

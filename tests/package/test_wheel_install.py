@@ -1,6 +1,7 @@
 """`pip install` of the built wheel (not editable) works from any directory: the config tree,
-the Hydra plugins and the API's static files ship in it, a user's own config dir adds an
-experiment, and that experiment trains here and renders for a cluster."""
+the Hydra plugins, the API's static files and the sample corpus ship in it, a user's own
+config dir adds an experiment, and that experiment trains here and renders for a cluster; the
+default job trains there too, from the CLI and from `import trainstack`."""
 
 from __future__ import annotations
 
@@ -75,8 +76,14 @@ def test_wheel_installs_and_runs_a_user_experiment_from_anywhere(tmp_path):
         "hydra_plugins/trainstack_sweeper/sweeper.py",
         "hydra_plugins/kubernetes_launcher/launcher.py",
         "jobs/api/static/charts.js",
+        "jobs/sample/train.jsonl",
+        "trainstack/__init__.py",
+        "trainstack/py.typed",
     ):
         assert shipped in names, shipped
+    # The corpus itself, not the checkout's link to it.
+    corpus = zipfile.ZipFile(wheel).getinfo("jobs/sample/train.jsonl")
+    assert corpus.file_size == (REPO / "data" / "sample" / "train.jsonl").stat().st_size
 
     # A fresh venv; its dependencies come from this venv's site-packages through a .pth (no
     # torch reinstall), trainstack itself only from the wheel.
@@ -129,3 +136,17 @@ def test_wheel_installs_and_runs_a_user_experiment_from_anywhere(tmp_path):
     run(render, work, env)
     manifests = (work / "runs" / "mine-render" / "manifests.yaml").read_text()
     assert "kind: TrainJob" in manifests and "n_layers: 2" in manifests
+
+    # The default job (no data keys) from a directory without data/sample/: the shipped
+    # corpus, from the CLI and from the Python API.
+    fast = ["trainer.max_steps=1", "trainer.eval_interval=0", "trainer.checkpoint.interval=0"]
+    run([trainstack, "launch", "run_id=default-cli", *fast], work, env)
+    api = (
+        "import trainstack; "
+        f"run = trainstack.launch('run_id=default-py', *{fast!r}, wait=True); "
+        "print(run.status().state, trainstack.__file__)"
+    )
+    state, where = run([str(python), "-c", api], work, env).stdout.split()
+    assert state == "succeeded" and where.startswith(str(env_dir)), (state, where)
+    for run_id in ("default-cli", "default-py"):
+        assert '"succeeded"' in (work / "runs" / run_id / "job" / "state.json").read_text()

@@ -171,7 +171,7 @@ def test_real_process_exit_code_and_single_line(job):
         timeout=120,
     )
     assert proc.returncode == EXIT_BAD_INPUT
-    assert proc.stderr == "error: trainer.lr: -1.0 is out of range; allowed: a number > 0\n"
+    assert proc.stderr == "error: trainer.lr: -1.0 is out of range; allowed: a finite number > 0\n"
     assert not (job.parent / "run/config.yaml").exists()
 
 

@@ -12,6 +12,7 @@ no config.json, so no loader takes it for a model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -45,6 +46,7 @@ from trainer.hf.export_lora import (
 from trainer.hf.load import RUN_HF_DIR, TOKENIZER_FILES, staging_dir
 from trainer.hf.weights import INDEX_FILE, hf_name, trainer_names
 from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
+from trainer.tokenizer.byte import ByteTokenizer, hf_files
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DEFAULT_SHARD_BYTES = 2 * 2**30
@@ -128,15 +130,16 @@ def export_run(
         if merge and lora is None:
             raise ConfigError("--merge: the run is a full fine-tune (no model.lora.rank)")
         checkpoint = _local_checkpoint(storage, step, work / "checkpoint")
+        byte = uses_byte_tokenizer(storage)
         if lora is not None and not merge:
             written = write_adapter(checkpoint, lora, DTYPES[dtype], out)
-            _copy_tokenizer(storage, out)
+            _write_tokenizer(storage, args, byte, out)
         else:
             if lora is not None:
                 written = write_merged(checkpoint, lora, DTYPES[dtype], out, work)
             else:
                 written = _write_weights(checkpoint, args, DTYPES[dtype], out, max_shard_bytes)
-            _write_metadata_files(storage, args, base, dtype, out)
+            _write_metadata_files(storage, args, base, dtype, byte, out)
         files = len(os.listdir(out))
         shutil.rmtree(work / "checkpoint", ignore_errors=True)
         _commit(out, dest, replace)
@@ -144,6 +147,17 @@ def export_run(
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)  # gone already unless the export failed
+
+
+def export_tokenizer(run_dir: str, out: Path) -> None:
+    """Only the tokenizer files an export of `run_dir` would hold, into the directory `out`
+    (what a client of a served model needs to count tokens)."""
+    try:
+        storage = open_run_storage(run_dir)
+        args, _ = run_model(storage)
+        _write_tokenizer(storage, args, uses_byte_tokenizer(storage), out)
+    except StorageError as exc:
+        raise ConfigError(f"RUN: {exc}") from None
 
 
 def _staging_root() -> str:
@@ -226,7 +240,26 @@ def _save_shard(tensors: dict[str, torch.Tensor], path: Path) -> None:
     save_weights(tensors, path)
 
 
-def _copy_tokenizer(storage: RunStorage, out: Path) -> None:
+def uses_byte_tokenizer(storage: RunStorage) -> bool:
+    """Whether the run trained on the built-in byte tokenizer: `data.tokenizer=byte`, or null
+    (the init_from checkpoint's own) with no tokenizer file kept in `<run_dir>/hf/`."""
+    try:
+        saved = OmegaConf.create(storage.read_text(run_layout.CONFIG_FILE))
+    except StorageNotFoundError:
+        return False
+    name = OmegaConf.select(saved, "data.tokenizer")
+    if name == "byte":
+        return True
+    return name is None and not set(storage.list_dir(RUN_HF_DIR)) & set(TOKENIZER_FILES)
+
+
+def _write_tokenizer(storage: RunStorage, args: ModelArgs, byte: bool, out: Path) -> None:
+    """The tokenizer files the run trained with: the byte tokenizer's `tokenizer.json` (it has
+    no files of its own), else the ones kept in `<run_dir>/hf/`."""
+    if byte:
+        for name, text in hf_files(args.max_seq_len).items():
+            (out / name).write_text(text)
+        return
     for name in TOKENIZER_FILES:
         try:
             (out / name).write_bytes(storage.read_bytes(f"{RUN_HF_DIR}/{name}"))
@@ -235,15 +268,18 @@ def _copy_tokenizer(storage: RunStorage, out: Path) -> None:
 
 
 def _write_metadata_files(
-    storage: RunStorage, args: ModelArgs, base: dict | None, dtype: str, out: Path
+    storage: RunStorage, args: ModelArgs, base: dict | None, dtype: str, byte: bool, out: Path
 ) -> None:
-    _copy_tokenizer(storage, out)
+    _write_tokenizer(storage, args, byte, out)
     config = hf_config_from_args(args, base, dtype)
-    try:
-        generation = storage.read_bytes(f"{RUN_HF_DIR}/{GENERATION_CONFIG}")
-    except StorageNotFoundError:
-        ids = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
-        generation = (json.dumps(ids, indent=2) + "\n").encode()
+    if byte:  # the source's token ids (if any) name another tokenizer's tokens
+        config.pop("bos_token_id", None)
+        config.update(eos_token_id=ByteTokenizer.eos_id, pad_token_id=None)
+    ids = {k: config[k] for k in ("bos_token_id", "eos_token_id") if k in config}
+    generation = (json.dumps(ids, indent=2) + "\n").encode()
+    if not byte:
+        with contextlib.suppress(StorageNotFoundError):
+            generation = storage.read_bytes(f"{RUN_HF_DIR}/{GENERATION_CONFIG}")
     (out / GENERATION_CONFIG).write_bytes(generation)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 

@@ -13,7 +13,7 @@ only."""
 
 from dataclasses import dataclass
 
-from jobs.backends.traits import BackendOptions, BackendTraits, ClusterSide
+from jobs.backend_registry.traits import BackendOptions, BackendTraits, ClusterSide
 
 _HOME = "jobs.backends.kubernetes"
 

@@ -11,7 +11,10 @@ runs submitted before a stack changed operator.
 
 Auto-restart lives with whoever follows a run it scheduled (`--wait`, the sweep launcher's
 wait mode): when the job ends Failed and was not cancelled, the same run id is resubmitted up
-to `job.max_retries` times with exponential backoff, and resumes from its checkpoint.
+to `job.max_retries` times with exponential backoff, and resumes from its checkpoint
+(jobs.backends.kubernetes.following). A job object's RunStatus is
+jobs.backends.kubernetes.run_status's; where the backend submits and what the backends of one
+owner share, jobs.backends.kubernetes.submitting's.
 
 Its callers (the Training API among them) use this module, never the client: besides the
 backend and its methods, the errors its calls raise (`ClusterError`: the cluster failed;
@@ -21,30 +24,24 @@ backend and its methods, the errors its calls raise (`ClusterError`: the cluster
 
 from __future__ import annotations
 
-import queue
 import sys
-import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from jobs import submission as submissions
-from jobs.backends import Shared, run_state
+from jobs.backend_registry import Shared
+from jobs.backends import run_state
 from jobs.backends.base import (
-    CANCELLED,
-    FAILED,
-    PENDING,
     QUEUED,
-    RUNNING,
-    SUCCEEDED,
     BackendError,
     DryRun,
     NoLogs,
     RunStatus,
 )
+from jobs.backends.kubernetes import following
 from jobs.backends.kubernetes.client import state as k8s_state
-from jobs.backends.kubernetes.client.api import ClusterError, connect, status_of
+from jobs.backends.kubernetes.client.api import ClusterError, status_of
 from jobs.backends.kubernetes.client.archived_logs import (
     ArchiveError,
     archived_log,
@@ -53,7 +50,6 @@ from jobs.backends.kubernetes.client.archived_logs import (
 )
 from jobs.backends.kubernetes.client.ecr import pin_images
 from jobs.backends.kubernetes.client.kinds import (
-    BY_KIND,
     JOBSET_GROUP,
     JOBSET_VERSION,
     JOBSETS,
@@ -77,116 +73,19 @@ from jobs.backends.kubernetes.client.ownership import (
 )
 from jobs.backends.kubernetes.client.preflight import NodeGroup, PreflightRequest, preflight
 from jobs.backends.kubernetes.client.preflight import PreflightError as PreflightError
-from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, delete_job, submit
-from jobs.backends.kubernetes.client.watch import (
-    Cancellation,
-    follow_log,
-    rank_pod,
-    read_log,
-    wait_for_end,
-)
+from jobs.backends.kubernetes.client.submit import ALREADY_ACTIVE, delete_job
+from jobs.backends.kubernetes.client.watch import Cancellation as Cancellation
 from jobs.backends.kubernetes.client.watch import FollowCancelled as FollowCancelled
-from jobs.backends.kubernetes.manifests import CREATED_AT, to_yaml
-from jobs.backends.kubernetes.pod_parts import INSTANCE_TYPE_LABEL
+from jobs.backends.kubernetes.client.watch import rank_pod, read_log, wait_for_end
+from jobs.backends.kubernetes.manifests import to_yaml
+from jobs.backends.kubernetes.run_status import MANAGED_SELECTOR, SWEEP_LABEL, deleted, to_status
 from jobs.backends.kubernetes.runtimes import NODE
-from jobs.backends.kubernetes.trainjob import INSTANCE_TYPE_ANNOTATION
+from jobs.backends.kubernetes.submitting import ClusterSettings, Submissions, submit_stamped
 from jobs.materialize import MaterializedJob
-from jobs.spec import LABEL_PREFIX, OWNER_LABEL
 
-RUN_DIR_ANNOTATION = f"{LABEL_PREFIX}/run-dir"
-SWEEP_LABEL = f"{LABEL_PREFIX}/sweep-id"
-MANAGED_SELECTOR = "app.kubernetes.io/managed-by=trainstack"
 WORKLOAD_WAIT_S = 10
 """How long `cancel` waits for Kueue to make a just-created job's Workload (it takes well under
 a second) before deleting the job instead."""
-_STATES = {
-    "Pending": PENDING,
-    "Created": PENDING,
-    "Suspended": QUEUED,
-    "Running": RUNNING,
-    "Restarting": RUNNING,
-    "Succeeded": SUCCEEDED,
-    "Failed": FAILED,
-    "Cancelled": CANCELLED,
-}
-
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    kubeconfig: str | None
-    context: str | None
-    namespace: str
-    node_groups: tuple[Any, ...] = ()
-    """jobs.backends.kubernetes.client.preflight.NodeGroup entries from cluster.node_groups."""
-    job_api: str = "trainjob"
-    """`job.api`: the kind looked up first."""
-    region: str | None = None
-    log_group: str | None = None
-    """CloudWatch Logs group holding container logs after pods go (cluster.log_group)."""
-
-    @property
-    def kinds(self) -> tuple[JobKind, ...]:
-        """Both job kinds, the configured one first."""
-        first = KINDS[self.job_api]
-        return (first, *(k for k in KINDS.values() if k is not first))
-
-
-def stamped(manifests: list[dict], now: datetime) -> list[dict]:
-    """`manifests` with the submit time on the job (renders carry none: the same config
-    renders the same bytes), and on its pod templates too where its kind has them (a
-    PyTorchJob's, JobKind.pod_templates): its pods read it as their submission
-    (SUBMISSION_ENV), and count their starts per submission (trainer.pod_starts)."""
-    created_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    for manifest in manifests:
-        kind = BY_KIND.get(manifest.get("kind", ""))
-        if kind is None:
-            continue
-        manifest["metadata"].setdefault("annotations", {})[CREATED_AT] = created_at
-        for template in kind.pod_templates(manifest):
-            metadata = template.setdefault("metadata", {})
-            metadata.setdefault("annotations", {})[CREATED_AT] = created_at
-    return manifests
-
-
-@dataclass
-class Submissions:
-    """What the kubernetes backends that work together share: the runs they submitted (the
-    ones they may restart), the kind each run was found as, and their cluster connections.
-
-    Owned by whoever makes those backends, never by a class: the launch (jobs.app.LaunchTask,
-    through `jobs.backends.Shared`), whose points one backend schedules and another follows
-    (the kubernetes launcher's wait mode restarts them); the Training API's service for its
-    lifetime (its submitting backend schedules, its reading one forgets or never restarts). A
-    backend made without one keeps its own, so two owners never see each other's runs."""
-
-    scheduled: dict[str, tuple[list[dict], int]] = field(default_factory=dict)
-    """run id -> (manifests as submitted, job.max_retries) of the runs submitted here: the ones
-    that may be restarted."""
-    uids: dict[str, str] = field(default_factory=dict)
-    """run id -> uid of the job created or adopted here for it: a job of the same name with
-    another uid (someone resubmitted the run) is not ours to restart."""
-    kinds: dict[str, JobKind] = field(default_factory=dict)
-    """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
-    connections: dict[tuple[str | None, str | None, str], Any] = field(default_factory=dict)
-    """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster: loading
-    a kubeconfig may run its credential plugin (EKS: `aws eks get-token`), and a sweep makes
-    several backends per point. Expired tokens are refreshed by the client."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def record(self, run_id: str, manifests: list[dict], max_retries: int, uid: str) -> None:
-        """`run_id` was submitted here as `manifests` (job uid `uid`): it may be restarted up
-        to `max_retries` times."""
-        self.scheduled[run_id] = (manifests, max_retries)
-        self.uids[run_id] = uid
-
-    def connection(self, kubeconfig: str | None, context: str | None, namespace: str) -> Any:
-        """The one Cluster for these settings, connected on first use (one connect even when
-        a sweep's followers ask at once)."""
-        key = (kubeconfig, context, namespace)
-        with self._lock:
-            if key not in self.connections:
-                self.connections[key] = connect(*key)
-            return self.connections[key]
 
 
 class KubernetesBackend:
@@ -217,8 +116,8 @@ class KubernetesBackend:
         cls, cfg: Any, check_owner: bool | None = None, shared: Shared | None = None
     ) -> KubernetesBackend:
         """`check_owner`: None reads it from `backend.others_runs` (the CLI's `--force`).
-        `shared`: what the backends its owner makes share (jobs.backends.Shared); this backend's
-        part is a Submissions."""
+        `shared`: what the backends its owner makes share (jobs.backend_registry.Shared); this
+        backend's part is a Submissions."""
 
         cluster = cfg.cluster
         groups = tuple(
@@ -271,9 +170,8 @@ class KubernetesBackend:
         if self.run_preflight:
             self.preflight(job)
         job.store_code()  # the pods fetch it from the run dir: there before they start
-        # The submission's one clock (run ids use it too), so a caller can fix it.
-        manifests = stamped(pin_images(dryrun.request), submissions.utc_now())
-        submission = submit(self.cluster, manifests)
+        manifests = pin_images(dryrun.request)
+        submission = submit_stamped(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             uid = submission.job["metadata"]["uid"]
             self.submissions.record(job.run_id, manifests, int(job.cfg.job.max_retries), uid)
@@ -425,11 +323,13 @@ class KubernetesBackend:
             return
         while True:
             outcome: list[RunStatus] = []
-            yield from self._follow(run_id, rank, outcome, cancel)
+            yield from following.follow(
+                self.cluster, run_id, rank, self.kind(run_id), outcome, cancel
+            )
             final = outcome[0]
             if final.message:
                 yield f"[trainstack] {run_id}: {final.message}"
-            if not self._restart_due(run_id, final):
+            if not following.restart_due(self.submissions, run_id, final):
                 return
             if not (yield from self._restart(run_id, final.retries)):
                 return
@@ -462,60 +362,6 @@ class KubernetesBackend:
             file=sys.stderr,
         )
         return found.lines
-
-    def _follow(self, run_id: str, rank: int, outcome: list[RunStatus], cancel) -> Iterator[str]:
-        """The rank's log lines interleaved with `[trainstack]` state changes, until the job
-        ends; its final status is appended to `outcome`. Its two pumps stop when `cancel` is
-        set or when the reader closes this generator."""
-
-        own = cancel is None
-        cancel = cancel or Cancellation()
-
-        lines: queue.Queue = queue.Queue()
-        done = object()
-
-        kind = self.kind(run_id)
-
-        def pump_log() -> None:
-            try:
-                for line in follow_log(self.cluster, run_id, rank, kind=kind, cancel=cancel):
-                    lines.put(line)
-            except Exception as exc:
-                lines.put(exc)
-            lines.put(done)
-
-        final_line: list[str] = []
-
-        def report(state: str, _: dict) -> None:
-            # The final state is shown after the log's last lines.
-            line = f"[trainstack] {run_id}: {state}"
-            (final_line.append if k8s_state.is_final(state) else lines.put)(line)
-
-        def pump_states() -> None:
-            try:
-                job = wait_for_end(self.cluster, run_id, on_state=report, kind=kind, cancel=cancel)
-                outcome.append(to_status(job) if job else _deleted(run_id, kind))
-            except Exception as exc:
-                lines.put(exc)
-            lines.put(done)
-
-        threads = [threading.Thread(target=f, daemon=True) for f in (pump_log, pump_states)]
-        for thread in threads:
-            thread.start()
-        finished = 0
-        try:
-            while finished < len(threads):
-                item = lines.get()
-                if item is done:
-                    finished += 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            if own or finished < len(threads):
-                cancel.set()  # failed or abandoned by its reader: neither pump goes on
-        yield from final_line
 
     def cancel(self, run_id: str) -> None:
         """Idempotent. An active run is marked cancelled and suspended; a Failed one is only
@@ -611,92 +457,22 @@ class KubernetesBackend:
                 on_state=lambda state, _: on_line(f"[trainstack] {run_id}: {state}"),
                 kind=kind,
             )
-            final = to_status(job) if job else _deleted(run_id, kind)
-            if not self._restart_due(run_id, final):
+            final = to_status(job) if job else deleted(run_id, kind)
+            if not following.restart_due(self.submissions, run_id, final):
                 return final
-            if not _drain(self._restart(run_id, final.retries), on_line):
+            if not following.drain(self._restart(run_id, final.retries), on_line):
                 return final
-
-    def _restart_due(self, run_id: str, final: RunStatus) -> bool:
-        scheduled = self.submissions.scheduled.get(run_id)
-        return final.state == FAILED and scheduled is not None and final.retries < scheduled[1]
 
     def _restart(self, run_id: str, retries_so_far: int) -> Generator[str, None, bool]:
-        """Back off, then resubmit unless the run was cancelled meanwhile. Yields progress
-        lines; returns whether it resubmitted."""
-
-        manifests, max_retries = self.submissions.scheduled[run_id]
-        delay = min(self.restart_backoff_s * 2**retries_so_far, 900.0)
-        attempt = retries_so_far + 1
-        yield f"[trainstack] {run_id}: Failed; restart {attempt}/{max_retries} in {delay:.0f}s"
-        self.cluster.sleep(delay)
-        job = self.cluster.get_job(run_id, self.kind(run_id))
-        if job is not None and k8s_state.is_cancelled(job):
-            yield f"[trainstack] {run_id}: cancelled meanwhile; not restarting"
-            return False
-        if job is None or job["metadata"]["uid"] != self.submissions.uids.get(run_id):
-            yield f"[trainstack] {run_id}: replaced or deleted by someone else; not restarting"
-            return False
-        # A new submission: a new created-at, so the pods count their starts from 0 again.
-        stamped(manifests, submissions.utc_now())
-        submission = submit(self.cluster, manifests, retries=attempt)
-        self.submissions.uids[run_id] = submission.job["metadata"]["uid"]
-        yield f"[trainstack] {run_id}: {submission.outcome} (retry {attempt}/{max_retries})"
-        return True
-
-
-def _drain(lines: Generator[str, None, bool], on_line) -> bool:
-    """Send each line of `lines` to `on_line`; return the generator's result."""
-    while True:
-        try:
-            on_line(next(lines))
-        except StopIteration as done:
-            return done.value
-
-
-def _deleted(run_id: str, kind: JobKind) -> RunStatus:
-    return RunStatus(run_id, CANCELLED, "kubernetes", message=f"the {kind.kind} was deleted")
-
-
-def instance_type_of(job: dict) -> str | None:
-    """The instance type a job object's pods run on: a TrainJob's annotation (its pods' node
-    selector is the runtime's), else the first pod template's node selector."""
-    annotated = k8s_state.annotations(job).get(INSTANCE_TYPE_ANNOTATION)
-    if annotated:
-        return annotated
-    for template in kind_of(job).pod_templates(job):
-        pod = template.get("spec") or {}
-        found = (pod.get("nodeSelector") or {}).get(INSTANCE_TYPE_LABEL)
-        if found:
-            return found
-    return None
-
-
-def to_status(job: dict) -> RunStatus:
-    """A RunStatus from the job object (and its run dir's metrics, when readable)."""
-    meta = job["metadata"]
-    status = job.get("status") or {}
-    state = _STATES[k8s_state.job_state(job)]
-    run_dir = k8s_state.annotations(job).get(RUN_DIR_ANNOTATION)
-    step, loss = run_state.last_metrics(run_dir)
-    message = k8s_state.failure_message(job) if state == FAILED else ""
-    nodes = k8s_state.nodes(job)
-    return RunStatus(
-        run_id=meta["name"],
-        state=state,
-        backend="kubernetes",
-        sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
-        nodes=nodes,
-        log_ranks=nodes,  # `logs --rank N`: node rank N's pod
-        started_at=status.get("startTime") or meta.get("creationTimestamp"),
-        finished_at=k8s_state.finished_at(job),
-        last_step=step,
-        last_loss=loss,
-        retries=k8s_state.retries(job),
-        message=message,
-        run_dir=run_dir,
-        owner=(meta.get("labels") or {}).get(OWNER_LABEL),
-    )
+        """jobs.backends.kubernetes.following.restart, with this backend's backoff."""
+        return following.restart(
+            self.cluster,
+            self.submissions,
+            run_id,
+            self.kind(run_id),
+            retries_so_far,
+            self.restart_backoff_s,
+        )
 
 
 BACKEND = KubernetesBackend

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backend_registry import traits_of
+from jobs.backends.kubernetes.client.kinds import KINDS, RAYJOB
 from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, RUNTIME_PREFIX, gpu_runtime_name
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
 from jobs.errors import JobConfigError
@@ -31,6 +32,10 @@ def check_job_api(cfg: Any) -> None:
         raise JobConfigError("job.api", f"{job.api!r} is not allowed; allowed: {listed(KINDS)}")
     if job.runtime is not None and not DNS1123_SUBDOMAIN.match(job.runtime):
         raise JobConfigError("job.runtime", f"{job.runtime!r} is not a DNS-1123 name")
+    own_checks = KIND_CONFIG_CHECKS.get(job.api)
+    if own_checks is not None:
+        own_checks(cfg)
+        return
     if not KINDS[job.api].on_runtime or not in_pods(cfg):
         if job.runtime is not None and in_pods(cfg):
             on_runtime = "|".join(kind.api for kind in KINDS.values() if kind.on_runtime)
@@ -67,6 +72,63 @@ def check_job_api(cfg: Any) -> None:
                 f"job.{key}",
                 f"not settable with job.api=trainjob ({why}); allowed: "
                 f"{getattr(defaults, key)}, or job.api=pytorchjob",
+            )
+
+
+_RAYJOB_FIXED = {
+    "clean_pod_policy": "KubeRay deletes the Ray cluster when the job ends",
+    "ttl_seconds_after_finished": "the RayJob's cluster is deleted when the job ends",
+    "runtime": "a RayJob runs on a Ray cluster of its own, not a ClusterTrainingRuntime",
+}
+
+
+def check_rayjob_config(cfg: Any) -> None:
+    """What job.api=rayjob runs (a Ray program: runner=command, the program started once by
+    Ray's Jobs API, its workers by Ray) and what it cannot express, refused in one line."""
+    job = cfg.job
+    traits = traits_of(cfg.backend.name)
+    if not RAYJOB.followed and traits.submits and traits.pods:
+        raise JobConfigError(
+            "job.api",
+            f"rayjob is rendered (backend=render) and run here (backend=local) but not yet "
+            f"submitted by backend={cfg.backend.name} (following a RayJob's status and logs "
+            "there is not built); allowed: backend=render|local, or job.api=trainjob|pytorchjob",
+        )
+    if cfg.runner.name != "command":
+        raise JobConfigError(
+            "runner",
+            f"runner={cfg.runner.name} runs under torchrun, not Ray; allowed with "
+            "job.api=rayjob: runner=command (a Ray program: VERL, a Ray Train TorchTrainer "
+            "script), or job.api=trainjob|pytorchjob for the built-in trainer and runner=hf",
+        )
+    if cfg.runner.torchrun:
+        raise JobConfigError(
+            "runner.torchrun",
+            "true starts torchrun, but Ray starts the workers of a RayJob; allowed with "
+            "job.api=rayjob: false",
+        )
+    if cfg.runner.workdir is not None:
+        raise JobConfigError(
+            "runner.workdir",
+            "is not shipped to a Ray cluster's workers yet; allowed with job.api=rayjob: null "
+            "(the image carries the program)",
+        )
+    if elastic_of(cfg) is not None:
+        raise JobConfigError(
+            "job.elastic",
+            "Kueue admits an autoscaled Ray cluster only as an elastic workload, which "
+            "trainstack does not make; allowed with rayjob: null",
+        )
+    if cfg.compute.name == LOCAL_CPU and in_pods(cfg):
+        raise JobConfigError(
+            "compute", "local_cpu has no nodes for a Ray cluster; allowed: a GPU instance type"
+        )
+    defaults = JobConfig()
+    for key, why in _RAYJOB_FIXED.items():
+        if job[key] != getattr(defaults, key):
+            raise JobConfigError(
+                f"job.{key}",
+                f"not settable with job.api=rayjob ({why}); allowed: {getattr(defaults, key)}",
             )
 
 
@@ -139,3 +201,8 @@ def check_cluster_names(cfg: Any) -> None:
         problem = problem_of(value)
         if problem:
             raise JobConfigError(key, f"{value!r} is not allowed; allowed: {problem}")
+
+
+KIND_CONFIG_CHECKS = {RAYJOB.api: check_rayjob_config}
+"""A job kind whose config is checked by rules of its own instead of the TrainJob and
+PyTorchJob ones above (keyed by `job.api`, as RENDERERS and JOB_CHECKS are)."""

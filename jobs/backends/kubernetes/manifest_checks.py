@@ -17,8 +17,9 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, TRAINJOB
+from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, RAYJOB, TRAINJOB
 from jobs.backends.kubernetes.client.state import nodes
+from jobs.backends.kubernetes.rayjob_checks import rayjob_problem
 from jobs.naming import run_id_problem
 
 REPLICA_TYPES = ("Master", "Worker")
@@ -329,9 +330,31 @@ def _check_pytorchjob(job: dict, version: str | None) -> None:
         check_restricted_pod(replica["template"], where)
 
 
+def _check_rayjob(job: dict, version: str | None) -> None:
+    """Kueue's and KubeRay's rules (rayjob_checks), then each pod template of the Ray cluster
+    and the submitter against the Kubernetes schema and the restricted standard."""
+    where = _checked_name(job, RAYJOB.kind)
+    problem = rayjob_problem(job)
+    if problem:
+        key, allowed = problem
+        raise ManifestError(f"{where}: {key}: {allowed}")
+    spec = job["spec"]
+    cluster = spec["rayClusterSpec"]
+    templates = {"head": cluster["headGroupSpec"]["template"]}
+    for group in cluster.get("workerGroupSpecs") or []:
+        templates[str(group.get("groupName"))] = group["template"]
+    if spec.get("submitterPodTemplate"):
+        templates["submitter"] = spec["submitterPodTemplate"]
+    for name, template in templates.items():
+        template_where = f"{where} {name} template"
+        _check_pod_template(template, f"{job['metadata']['name']}-{name}", template_where, version)
+        check_restricted_pod(template, template_where)
+
+
 JOB_CHECKS: dict[str, Callable[[dict, str | None], None]] = {
     TRAINJOB.kind: _check_trainjob,
     PYTORCHJOB.kind: _check_pytorchjob,
+    RAYJOB.kind: _check_rayjob,
 }
 """A job kind's name -> its operator's admission rules and its pod templates' checks (the
 Kubernetes schema for `version`, None: not checked; the restricted standard)."""

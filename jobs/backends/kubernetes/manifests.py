@@ -186,7 +186,8 @@ def _metadata(spec: JobSpec, kube: KubernetesJob, name: str) -> dict:
 
 
 CREATED_AT = f"{LABEL_PREFIX}/created-at"
-"""When the job was submitted (jobs.backends.kubernetes.backend.stamped; renders carry none)."""
+"""When the job was submitted (jobs.backends.kubernetes.submitting.stamped; renders carry
+none)."""
 
 
 def counting_starts(template: dict, max_restarts: int) -> dict:

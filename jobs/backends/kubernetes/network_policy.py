@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 
+from jobs.backends.kubernetes.client.kinds import KINDS
 from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
 from jobs.spec import LABEL_PREFIX, JobSpec
 
@@ -22,8 +23,19 @@ def network_policy_name(run_id: str) -> str:
     return f"{run_id}-peers"
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
 def job_network_policy(spec: JobSpec, kube: KubernetesJob) -> dict:
+    """Same-run pods on every port; a kind whose operator calls its pods (KubeRay polls the
+    head's Jobs API) also lets the operator's namespace in on that port alone."""
     same_run = {"matchLabels": {RUN_ID_LABEL: spec.name}}
+    ingress: list[dict] = [{"from": [{"podSelector": copy.deepcopy(same_run)}]}]
+    calls = KINDS[kube.api].operator_calls
+    if calls is not None:
+        namespace, port = calls
+        operator = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}}
+        ingress.append({"from": [operator], "ports": [{"port": port, "protocol": "TCP"}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -37,6 +49,6 @@ def job_network_policy(spec: JobSpec, kube: KubernetesJob) -> dict:
             "podSelector": same_run,
             "policyTypes": ["Ingress"],
             # A copy: one object twice would render as a YAML anchor and alias.
-            "ingress": [{"from": [{"podSelector": copy.deepcopy(same_run)}]}],
+            "ingress": ingress,
         },
     }

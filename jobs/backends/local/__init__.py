@@ -4,8 +4,8 @@ rest), the backend (`backend`) and the supervisor process it starts per run (`su
 
 from dataclasses import dataclass
 
+from jobs.backend_registry.traits import BackendOptions, BackendTraits
 from jobs.backends.kubernetes import CLUSTER_CHECKS, JOB_CHECKS
-from jobs.backends.traits import BackendOptions, BackendTraits
 
 
 @dataclass

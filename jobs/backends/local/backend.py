@@ -37,6 +37,7 @@ from jobs.backends.base import (
     RunStatus,
     matching,
 )
+from jobs.backends.kubernetes.client.kinds import RAYJOB
 from jobs.backends.kubernetes.manifests import trainer_config_yaml
 from jobs.materialize import MaterializedJob
 from jobs.run_dirs import LOCAL_STATE_ROOT
@@ -45,6 +46,11 @@ from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
 
 CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"
+RAY_CLUSTER = "jobs.backends.local.ray_cluster"
+KIND_LAUNCHERS = {RAYJOB.api: RAY_CLUSTER}
+"""`job.api` -> the module that stands in for the kind's operator here, in front of the
+pod's command (a RayJob: a one-node Ray cluster and Ray's Jobs SDK); other kinds run the
+command as is (torchrun, as their pods do)."""
 LAUNCH_FILE = f"{JOB_DIR}/launch.yaml"
 RESTARTS_FILE = f"{JOB_DIR}/restarts"
 """torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
@@ -132,6 +138,10 @@ class LocalBackend:
                 if key in env and "://" not in env[key]:
                     env[key] = os.path.join(self.cwd, env[key])
         env.update(operator_env(spec.nproc_per_node, state_dir))
+        launcher = KIND_LAUNCHERS.get(job.cfg.job.api)
+        if launcher is not None:
+            cpus = f"--num-cpus={spec.nproc_per_node}"
+            argv = [sys.executable, "-m", launcher, cpus, f"--cwd={self.cwd}", "--", *argv]
         if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
             # What torchrun sets for several processes anyway, set here so that it does not
             # print its four-line warning about doing so on every launch.
@@ -251,7 +261,9 @@ class LocalBackend:
         if state.get("state") not in (PENDING, RUNNING) or not _alive(state):
             return
         (state_dir / run_state.CANCEL_MARKER).touch()
-        pid = state.get("pid")
+        # Read again after the marker: a run still pending above may have started since (the
+        # supervisor checks the marker once it has written the pid, so one of the two stops it).
+        pid = (run_state.read_state(state_dir) or state).get("pid")
         if pid:
             _signal(pid, signal.SIGTERM)
 

@@ -56,6 +56,8 @@ def supervise(state_dir: Path) -> int:
         )
         started = time.monotonic()
         run_state.update_state(state_dir, state=RUNNING, pid=proc.pid)
+        if (state_dir / run_state.CANCEL_MARKER).exists():  # cancelled before it had a pid
+            proc.terminate()
         code = proc.wait()
         torchrun_seconds = round(time.monotonic() - started, 3)
     if code < 0:  # killed by a signal: report it the way a shell (and a pod) would

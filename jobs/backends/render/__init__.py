@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.backend_registry.traits import BackendOptions, BackendTraits
 from jobs.backends.kubernetes import CLUSTER, CLUSTER_CHECKS, JOB_CHECKS
-from jobs.backends.traits import BackendOptions, BackendTraits
 from jobs.errors import JobConfigError
 
 

@@ -205,8 +205,13 @@ def connect(
         if in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
+            # $KUBECONFIG as it is now: the client reads its default once, when it is first
+            # imported, so a process that sets it later (a notebook, the Python API's caller)
+            # would get the old one. A path list stays a list (the client merges it).
             config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
+                config_file=kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config",
+                context=context,
+                client_configuration=configuration,
             )
     except (config.ConfigException, OSError, ValueError, TypeError) as exc:
         where = f"context {context!r} of " if context else ""

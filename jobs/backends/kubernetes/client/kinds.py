@@ -43,6 +43,13 @@ class JobKind:
     is the first one's pod 0); its pods are `<job>-<type, lowercase>-<index>`."""
     pod_names: PodNames = field(default=OPERATOR_PODS)
     """How its pods are named after the job: the longest run id it allows (jobs.naming)."""
+    operator_calls: tuple[str, int] | None = None
+    """(namespace, port): its operator calls the job's pods there (the run's NetworkPolicy
+    lets that namespace in on that port alone); None: the operator never calls them."""
+    followed: bool = True
+    """The kubernetes backend submits and follows it, so the cluster side looks runs up under
+    it; False: rendered (and run here) only, never looked up on a cluster, whose RBAC (the
+    Training API's Role) need not name it."""
     install_hint: str = ""
     """What a missing CRD's message tells (empty: install `operator`, or choose another
     `job.api`)."""
@@ -135,7 +142,55 @@ TRAINJOB = JobKind(
     # longest pod name would pass 63.
     pod_names=PodNames("-node-0-", POD_SUFFIX, what="a TrainJob", who="JobSet's pod names"),
 )
-KINDS = {kind.api: kind for kind in (TRAINJOB, PYTORCHJOB)}
+
+
+KUBERAY_NAMESPACE = "kuberay-system"
+"""The KubeRay operator's namespace (its chart's, as the stack is to install it)."""
+
+
+@dataclass(frozen=True)
+class RayJobKind(JobKind):
+    """A KubeRay RayJob: its pod templates are the Ray cluster's head group and worker groups
+    (`spec.rayClusterSpec`), not a map of replica specs."""
+
+    def pod_templates(self, job: dict) -> list[dict]:
+        cluster = (job.get("spec") or {}).get("rayClusterSpec") or {}
+        groups = [cluster.get("headGroupSpec") or {}, *(cluster.get("workerGroupSpecs") or [])]
+        return [g["template"] for g in groups if isinstance(g.get("template"), dict)]
+
+    def replica_counts(self, job: dict) -> dict[str, int]:
+        """The head (one pod) and each worker group's replicas: the Ray cluster's pods."""
+        cluster = (job.get("spec") or {}).get("rayClusterSpec") or {}
+        counts = {"head": 1} if cluster.get("headGroupSpec") else {}
+        for group in cluster.get("workerGroupSpecs") or []:
+            counts[str(group.get("groupName"))] = int(group.get("replicas") or 0)
+        return counts
+
+
+RAYJOB = RayJobKind(
+    "rayjob",
+    "RayJob",
+    "ray.io",
+    "v1",
+    "rayjobs",
+    "ray",
+    "the KubeRay operator (the infra stack installs it)",
+    suspend_path=("suspend",),
+    runs_on_jobset=False,
+    replica_specs="rayClusterSpec",
+    rank_replicas=("head", "workers"),
+    # ray-project/kuberay ray-operator/v1.6.2, ray-operator/controllers/ray/utils/constant.go
+    # and validation.go (ValidateRayJobMetadata): a RayJob's name is a DNS-1035 label of at most
+    # MaxRayJobNameLength = 47 characters (its RayCluster adds `-<5 random>`, its pods more).
+    pod_names=PodNames("-abcde-head-", index_digits=4, what="a RayJob", who="KubeRay's names"),
+    # KubeRay asks the head's dashboard (Ray's Jobs API, port 8265) for the job's state.
+    operator_calls=(KUBERAY_NAMESPACE, 8265),
+    # backend=kubernetes refuses job.api=rayjob (jobs/backends/kubernetes/checks.py) until a
+    # RayJob's status and logs are followed there.
+    followed=False,
+    install_hint="install the KubeRay operator (the infra stack does) before submitting RayJobs",
+)
+KINDS = {kind.api: kind for kind in (TRAINJOB, PYTORCHJOB, RAYJOB)}
 BY_KIND = {kind.kind: kind for kind in KINDS.values()}
 
 JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"

@@ -2,10 +2,11 @@
 can do; the optimizer asks instead of comparing names). Each backend's package declares its
 `TRAITS` here-typed, in its light `__init__`, with its options (the `backend` section: a
 `BackendOptions` subclass registered with Hydra's ConfigStore, so a key of another backend fails
-at compose time); `jobs.backends.traits_of(name)` reads them without importing the backend
-itself. Nothing in the pipeline compares backend names or imports a backend's home: what it
-needs of one (its checks, a job's cluster side) the traits name as `module:attribute` hooks,
-imported when asked (jobs.backends.hook; pyproject's jobs floors keep the homes above it)."""
+at compose time); `jobs.backend_registry.traits_of(name)` reads them without importing the
+backend itself. Nothing in the pipeline compares backend names or imports a backend's home: what
+it needs of one (its checks, a job's cluster side) the traits name as `module:attribute` hooks,
+imported when asked (jobs.backend_registry.hook; pyproject's jobs floors keep the homes above
+it)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ class BackendOptions:
 class ClusterSide:
     """Where a backend whose jobs run in pods keeps their cluster side, each entry
     `module:attribute` (as packaging's entry points name an object), imported only when the
-    pipeline asks it (jobs.backends.hook): the pipeline never imports a backend's home."""
+    pipeline asks it (jobs.backend_registry.hook): the pipeline never imports a backend's home."""
 
     kinds: str
     """The job kinds by `job.api` (their `pod_names` bound the run ids: jobs.naming)."""

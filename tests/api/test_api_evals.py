@@ -1,0 +1,56 @@
+"""`GET /v1/runs/{id}/evals`: a run's `trainstack eval` results by checkpoint, read bounded:
+a results.json past MAX_RESULTS_BYTES is listed with an error, never parsed; an evaluation cut
+short (no results.json) and folders that are no checkpoint's are not listed."""
+
+from __future__ import annotations
+
+import json
+
+from testing_support.k8s.fake_operator import JobPlan
+from trainer.evaluation.results import MAX_RESULTS_BYTES
+
+
+def results(acc: float) -> dict:
+    return {
+        "results": {
+            "ts_mc": {"alias": "ts_mc", "acc,none": acc, "acc_stderr,none": 0.1, "sample_len": 8},
+            "ts_gen": {"exact_match,none": 0.5, "exact_match_stderr,none": 0.2},
+        },
+        "trainstack": {"step": 10},
+    }
+
+
+def test_evals_are_listed_by_checkpoint_and_bounded(api, apiserver, tmp_path):
+    apiserver.operator.plans["ev"] = [JobPlan(hold=True)]
+    assert api.client.post("/v1/runs", json=api.run_request("ev")).status_code == 201
+    evals = tmp_path / "runs/ev/eval"
+    for name, body in (
+        ("step-00000010", json.dumps(results(0.25))),
+        ("step-00000010-endpoint", json.dumps(results(0.25))),
+        ("step-00000020", "{not json"),
+        ("step-00000030", " " * (MAX_RESULTS_BYTES + 1)),
+        ("notes", json.dumps(results(1.0))),
+    ):
+        (evals / name).mkdir(parents=True)
+        (evals / name / "results.json").write_text(body)
+    (evals / "step-00000040").mkdir()  # cut short: samples only
+    (evals / "step-00000040/samples_ts_mc.jsonl").write_text("{}\n")
+
+    answer = api.client.get("/v1/runs/ev/evals")
+    assert answer.status_code == 200, answer.text
+    listed = answer.json()["evals"]
+    assert [e["checkpoint"] for e in listed] == [
+        "step-00000010", "step-00000010-endpoint", "step-00000020", "step-00000030"]  # fmt: skip
+    first = listed[0]
+    assert (first["step"], first["via"], first["error"]) == (10, "export", None)
+    assert first["scores"] == {"ts_mc": {"acc,none": 0.25}, "ts_gen": {"exact_match,none": 0.5}}
+    assert listed[1]["via"] == "endpoint"
+    assert listed[2]["error"] == "results.json is not valid JSON" and listed[2]["scores"] == {}
+    assert listed[3]["error"] == f"results.json over {MAX_RESULTS_BYTES} bytes"
+
+
+def test_evals_of_a_run_without_any_and_of_no_run(api, apiserver):
+    apiserver.operator.plans["none"] = [JobPlan(hold=True)]
+    assert api.client.post("/v1/runs", json=api.run_request("none")).status_code == 201
+    assert api.client.get("/v1/runs/none/evals").json() == {"run_id": "none", "evals": []}
+    assert api.client.get("/v1/runs/nosuch/evals").status_code == 404
