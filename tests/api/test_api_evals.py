@@ -54,3 +54,16 @@ def test_evals_of_a_run_without_any_and_of_no_run(api, apiserver):
     assert api.client.post("/v1/runs", json=api.run_request("none")).status_code == 201
     assert api.client.get("/v1/runs/none/evals").json() == {"run_id": "none", "evals": []}
     assert api.client.get("/v1/runs/nosuch/evals").status_code == 404
+
+
+def test_a_deeply_nested_results_json_is_listed_with_an_error(api, apiserver, tmp_path):
+    """`[` * 100000 is past json's recursion limit: an error in the listing, never a 500."""
+    apiserver.operator.plans["deep"] = [JobPlan(hold=True)]
+    assert api.client.post("/v1/runs", json=api.run_request("deep")).status_code == 201
+    folder = tmp_path / "runs/deep/eval/step-00000010"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text("[" * 100_000)
+    answer = api.client.get("/v1/runs/deep/evals")
+    assert answer.status_code == 200, answer.text
+    (listed,) = answer.json()["evals"]
+    assert listed["error"] == "results.json nested over 64 levels" and listed["scores"] == {}

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import PurePosixPath
 
 from contract.checkpoints import parse_step, step_dir
@@ -22,6 +24,9 @@ RESULTS_FILE = "results.json"
 MAX_RESULTS_BYTES = 4 * 2**20
 """A results.json read back is at most this (lm-eval's is a few KB per task plus the configs
 of the tasks it ran); a larger one is listed with an error, never parsed."""
+MAX_DEPTH = 64
+"""Nesting of arrays and objects a results.json may have (lm-eval's is under 10 deep); a deeper
+one is listed with an error, never parsed (json's parser recurses once a level)."""
 MAX_LISTED = 256
 """Evaluations listed per run (the newest steps): a run's own code could write thousands."""
 ENDPOINT_SUFFIX = "-endpoint"
@@ -63,16 +68,38 @@ def scores_of(results: dict) -> dict[str, dict[str, float]]:
         if not isinstance(metrics, dict):
             continue
         numbers = {
-            str(k): float(v)
+            str(k): value
             for k, v in metrics.items()
-            if isinstance(v, int | float)
-            and not isinstance(v, bool)
-            and "," in str(k)  # lm-eval's `metric,filter` keys (not sample_len)
+            if "," in str(k)  # lm-eval's `metric,filter` keys (not sample_len)
             and "_stderr" not in str(k)
-            and math.isfinite(v)
+            and (value := _finite(v)) is not None
         }
         out[str(task)[:200]] = dict(list(numbers.items())[:64])
     return out
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def _depth(raw: bytes) -> int:
+    """The deepest nesting of `raw`'s brackets outside strings (linear: escapes, then strings,
+    then everything but brackets are dropped before the brackets are counted)."""
+    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", raw)).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _finite(value: object) -> float | None:
+    """A JSON number as a finite float; None for anything else (an int past a float too)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def read_eval(storage: RunStorage, name: str) -> EvalSummary | None:
@@ -88,9 +115,13 @@ def read_eval(storage: RunStorage, name: str) -> EvalSummary | None:
     raw = read.data or b""
     if len(raw) > MAX_RESULTS_BYTES:
         return EvalSummary(name, step, via, error=f"{RESULTS_FILE} over {MAX_RESULTS_BYTES} bytes")
+    if _depth(raw) > MAX_DEPTH:
+        return EvalSummary(name, step, via, error=f"{RESULTS_FILE} nested over {MAX_DEPTH} levels")
     try:
         results = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except RecursionError:  # `[` * 100000: the parser's nesting is bounded by the stack's
+        return EvalSummary(name, step, via, error=f"{RESULTS_FILE} nested over {MAX_DEPTH} levels")
+    except ValueError:  # not JSON, not UTF-8, an int past Python's digit limit
         return EvalSummary(name, step, via, error=f"{RESULTS_FILE} is not valid JSON")
     if not isinstance(results, dict):
         return EvalSummary(name, step, via, error=f"{RESULTS_FILE} is not a JSON object")
