@@ -17,6 +17,7 @@ from infra.gpu_health import GpuHealth
 from infra.gpu_nodes import GpuNodeGroup
 from infra.identity import TrainingIdentity
 from infra.kubeflow_trainer import TRAINJOB_API, KubeflowTrainer
+from infra.kuberay import KubeRay, installed_job_kinds
 from infra.kueue import Kueue
 from infra.network import Network
 from infra.registry import Registry
@@ -145,6 +146,7 @@ container_logs = ContainerLogs(
     retention_days=config.cluster.log_retention_days,
     k8s_provider=addons.provider,
 )
+kuberay = KubeRay(name, addons.namespace, addons.provider) if config.ray_jobs else None
 kueue = (
     Kueue(
         name,
@@ -153,7 +155,8 @@ kueue = (
         addons.namespace,
         addons.provider,
         training_operator=config.training_operator,
-        operator=trainer.release if trainer else None,
+        operators=[r.release for r in (trainer, kuberay) if r],
+        ray_jobs=config.ray_jobs,
     )
     if config.kueue
     else None
@@ -194,6 +197,7 @@ training_api = (
         queue=kueue.local_queue if kueue else None,
         job_api=config.training_operator,
         grants=storage.bucket.apply(lambda b: published_grants(b, config.data_access)),
+        ray_jobs=config.ray_jobs,
     )
     if config.training_api
     else None
@@ -254,6 +258,8 @@ outputs = {
     "local_queue": kueue.local_queue if kueue else None,
     # Which training operator the cluster runs: jobs default to its API (job.api).
     "job_api": config.training_operator,
+    # Every job kind the cluster serves: the training operator's, and `rayjob` with KubeRay.
+    "job_kinds": installed_job_kinds(config.training_operator, ray_jobs=config.ray_jobs),
     "training_runtimes": trainer.runtime_names if trainer else [],
 }
 for key, value in outputs.items():

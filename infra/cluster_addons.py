@@ -72,8 +72,10 @@ def helm_release(
     values: pulumi.Input[dict] | None,
     opts: pulumi.ResourceOptions,
     create_namespace: bool | None = None,
+    skip_crds: bool | None = None,
 ) -> k8s.helm.v3.Release:
-    """One pinned chart from `infra.settings.versions`, released under the chart's own name."""
+    """One pinned chart from `infra.settings.versions`, released under the chart's own name.
+    `skip_crds`: leave the chart's `crds/` out (the caller applies them, server-side)."""
     return k8s.helm.v3.Release(
         f"{name}-{chart['chart']}",
         name=chart["chart"],
@@ -82,6 +84,7 @@ def helm_release(
         repository_opts={"repo": chart["repo"]},
         namespace=namespace,
         create_namespace=create_namespace,
+        skip_crds=skip_crds,
         values=values,
         opts=opts,
     )

@@ -7,10 +7,13 @@ nominal quota per flavor is what the group's nodes hold at `maxSize` (GPUs, EFA 
 CPU, memory and the 2 MiB huge pages EFA jobs request, from the catalog); one LocalQueue in the
 training namespace (what `job.queue` names) and the WorkloadPriorityClasses `job.priority`
 picks from. Jobs are created suspended and only Kueue un-suspends them. Kueue's integrations
-name the installed operator's kind (TrainJob or PyTorchJob), so it manages those jobs.
+name the installed operator's kind (TrainJob or PyTorchJob) and, where the stack installs
+KubeRay, RayJob, so it manages those jobs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -85,14 +88,25 @@ def cluster_queue_spec(groups: tuple[GpuNodeGroupConfig, ...]) -> dict:
 INTEGRATIONS = {
     "trainjob": "trainer.kubeflow.org/trainjob",
     "pytorchjob": "kubeflow.org/pytorchjob",
+    "rayjob": "ray.io/rayjob",
 }
-"""Kueue's framework name for the job kind each training operator serves."""
+"""Kueue's framework name for each job kind (`job.api`) the stack may install: the training
+operator's, and KubeRay's RayJob (kubernetes-sigs/kueue v0.19.2,
+pkg/controller/jobs/rayjob/rayjob_controller.go, FrameworkName)."""
 
 
-def manager_config(training_operator: str) -> dict:
+def frameworks(training_operator: str, *, ray_jobs: bool = True) -> list[str]:
+    """Kueue's integrations: batch Jobs (data prepare), the training operator's kind, and
+    RayJobs when the stack installs KubeRay (`trainstack:rayJobs`)."""
+    kinds = [training_operator, *(["rayjob"] if ray_jobs else [])]
+    return ["batch/job", *(INTEGRATIONS[kind] for kind in kinds)]
+
+
+def manager_config(training_operator: str, *, ray_jobs: bool = True) -> dict:
     """Kueue's Configuration (the chart's `managerConfig.controllerManagerConfigYaml`): the
     chart's defaults, with the integrations trainstack submits (batch Jobs for data prepare,
-    and the installed operator's training jobs) stated rather than inherited."""
+    the installed operator's training jobs and, with `ray_jobs`, RayJobs) stated rather than
+    inherited."""
     return {
         # The pinned chart's own default is v1beta2 (kubernetes-sigs/kueue v0.19.2,
         # charts/kueue/values.yaml); the keys below are the same in both.
@@ -113,12 +127,12 @@ def manager_config(training_operator: str) -> dict:
             }
         },
         "clientConnection": {"qps": 50, "burst": 100},
-        "integrations": {"frameworks": ["batch/job", INTEGRATIONS[training_operator]]},
+        "integrations": {"frameworks": frameworks(training_operator, ray_jobs=ray_jobs)},
     }
 
 
-def kueue_values(training_operator: str) -> dict:
-    config = yaml.safe_dump(manager_config(training_operator), sort_keys=False)
+def kueue_values(training_operator: str, *, ray_jobs: bool = True) -> dict:
+    config = yaml.safe_dump(manager_config(training_operator, ray_jobs=ray_jobs), sort_keys=False)
     return {"managerConfig": {"controllerManagerConfigYaml": config}}
 
 
@@ -152,20 +166,23 @@ class Kueue(pulumi.ComponentResource):
         namespace: pulumi.Input[str],
         k8s_provider: k8s.Provider,
         training_operator: str,
-        operator: pulumi.Resource | None = None,
+        operators: Sequence[pulumi.Resource] = (),
+        *,
+        ray_jobs: bool = True,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """`operator`: the training operator's install; Kueue starts after it, so the job
-        kind it integrates with is served when it looks."""
+        """`operators`: the installs of the job kinds it integrates (the training operator's,
+        KubeRay's with `ray_jobs`); Kueue starts after them, so those kinds are served when it
+        looks."""
         super().__init__("trainstack:infra:Kueue", name, None, opts)
         in_cluster = pulumi.ResourceOptions(parent=self, provider=k8s_provider)
         release = helm_release(
             name,
             KUEUE_CHART,
             KUEUE_NAMESPACE,
-            kueue_values(training_operator),
+            kueue_values(training_operator, ray_jobs=ray_jobs),
             pulumi.ResourceOptions.merge(
-                in_cluster, pulumi.ResourceOptions(depends_on=[operator] if operator else [])
+                in_cluster, pulumi.ResourceOptions(depends_on=list(operators))
             ),
             create_namespace=True,
         )

@@ -3,7 +3,8 @@
 Two replicas of a hardened Deployment (non-root, read-only root filesystem, no privilege
 escalation, every capability dropped, RuntimeDefault seccomp), probed on /healthz; a ClusterIP
 Service, or an internal NLB when `trainingApi.internalLoadBalancer` is set. Its ServiceAccount
-may touch only PyTorchJobs, ConfigMaps, pods and pod logs in the training namespace (a Role,
+may touch only its job kinds (TrainJobs, PyTorchJobs, and RayJobs where KubeRay is installed),
+ConfigMaps, NetworkPolicies, pods and pod logs in the training namespace (a Role,
 not a ClusterRole: the service runs with `backend.preflight=false`, so it reads no nodes or
 CRDs), and by Pod Identity read run dirs in S3 and look up ECR digests. Bearer tokens: the
 Secret holds SHA-256 hashes only, copied from the Secrets Manager secret the stack names;
@@ -33,7 +34,15 @@ TLS_DIR = "/etc/trainstack/tls"
 NLB_TLS_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 _HASH = re.compile(r"^(sha256:)?[0-9a-f]{64}\Z")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
-RBAC_RULES = (
+RAYJOB_RULE = {
+    "apiGroups": ["ray.io"],
+    "resources": ["rayjobs"],
+    "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+}
+"""A RayJob, as the kubernetes backend handles a training job: submitted, followed, suspended,
+deleted. Nothing of its RayCluster (KubeRay makes and deletes it; the run's pods are read as
+pods)."""
+_BASE_RULES = (
     {
         "apiGroups": ["kubeflow.org"],
         "resources": ["pytorchjobs"],
@@ -66,6 +75,15 @@ RBAC_RULES = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
+
+
+def rbac_rules(*, ray_jobs: bool = True) -> tuple[dict, ...]:
+    """The Role's rules: RayJobs only where the stack installs KubeRay (`trainstack:rayJobs`)."""
+    return (*_BASE_RULES, *((RAYJOB_RULE,) if ray_jobs else ()))
+
+
+RBAC_RULES = rbac_rules()
+"""Every rule the API may need (RayJobs included): what a cluster with every operator grants."""
 
 
 def api_name(stack_name: str) -> str:
@@ -199,6 +217,7 @@ class TrainingApi(pulumi.ComponentResource):
         queue: pulumi.Input[str] | None = None,
         job_api: str = "pytorchjob",
         grants: pulumi.Input[dict] | None = None,
+        ray_jobs: bool = True,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("trainstack:infra:TrainingApi", name, None, opts)
@@ -224,7 +243,7 @@ class TrainingApi(pulumi.ComponentResource):
         rbac_role = k8s.rbac.v1.Role(
             app,
             metadata={"name": app, "namespace": namespace, "labels": labels},
-            rules=list(RBAC_RULES),
+            rules=list(rbac_rules(ray_jobs=ray_jobs)),
             opts=child,
         )
         k8s.rbac.v1.RoleBinding(

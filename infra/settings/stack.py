@@ -42,7 +42,7 @@ from infra.settings.types import (
     SystemNodeGroupConfig,
 )
 from infra.settings.versions import KUBERNETES_VERSION, VPC_CNI_VERSION
-from jobs.backends.kubernetes.client.kinds import KINDS
+from jobs.backends.kubernetes.client.kinds import KINDS, RAYJOB, JobKind
 
 __all__ = ["ConfigError", "load_stack_config", "parse_stack_config"]
 
@@ -109,12 +109,21 @@ TOP_LEVEL_KEYS = (
     "kueue",
     "trainingApi",
     "trainingOperator",
+    "rayJobs",
     "dataAccess",
     "dataPrepareServiceAccount",
 )
-TRAINING_OPERATORS = tuple(api for api, kind in KINDS.items() if kind.followed)
-"""`trainstack:trainingOperator`, named after the job API each operator serves: the kinds the
-kubernetes backend submits (a RayJob is rendered only, and KubeRay is no training operator)."""
+
+
+def training_operators(kinds: Mapping[str, JobKind]) -> tuple[str, ...]:
+    """The job kinds the kubernetes backend submits (followed), less RayJob whether it is
+    followed or not: KubeRay is no training operator (`trainstack:rayJobs` installs it beside
+    whichever `trainstack:trainingOperator` names)."""
+    return tuple(api for api, kind in kinds.items() if kind.followed and api != RAYJOB.api)
+
+
+TRAINING_OPERATORS = training_operators(KINDS)
+"""`trainstack:trainingOperator`, named after the job API each operator serves."""
 DATA_ACCESS_KEYS = ("bucket", "prefix", "access", "kmsKeyArn")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _KEY_PREFIX = re.compile(r"^[\w.=-]+(/[\w.=-]+)*$")
@@ -522,6 +531,7 @@ def parse_stack_config(values: Mapping[str, Any], stack: str, region: str | None
         kueue=_parse_kueue(reader),
         training_api=parse_training_api(reader, _PINNED_IMAGE, repository),
         training_operator=_parse_training_operator(reader),
+        ray_jobs=reader.get_bool("rayJobs", True),
     )
 
 

@@ -207,6 +207,10 @@ class StackConfig:
     """`trainstack:trainingOperator`: `trainjob` installs Kubeflow Trainer v2 (with JobSet) and
     trainstack's ClusterTrainingRuntimes; `pytorchjob` the Training Operator v1 (PyTorchJob).
     The stack output `job_api` says which, and jobs default to it."""
+    ray_jobs: bool = True
+    """`trainstack:rayJobs`: install the KubeRay operator and its CRDs (infra/kuberay.py), so
+    runs may be RayJobs (`job.api=rayjob`): Kueue integrates them and the Training API's Role
+    may submit them. The stack output `job_kinds` lists them beside `job_api`'s."""
     data_prepare_service_account: str = "data-prepare"
     data_access: tuple[Grant, ...] = ()
     """`trainstack:dataAccess`: buckets or prefixes beyond the layout, for both pod roles."""

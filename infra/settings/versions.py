@@ -60,8 +60,8 @@ v1alpha1) and its controller; the chart installs JobSet as its dependency."""
 JOBSET_VERSION = "0.12.0"
 """The JobSet chart Kubeflow Trainer 2.3.0 depends on (its Chart.yaml), installed with it."""
 KUBERAY = helm_chart("kuberay-operator", "1.6.2", "https://ray-project.github.io/kuberay-helm/")
-"""KubeRay: the RayJob/RayCluster API (ray.io/v1) and its operator (localcluster builds it; the
-stack does not install it yet, so it is not in HELM_CHARTS). 1.6.2 is
+"""KubeRay: the RayJob/RayCluster API (ray.io/v1) and its operator (infra/kuberay.py, with
+`trainstack:rayJobs`; localcluster builds it). 1.6.2 is
 the ray-operator Kueue 0.19.2 builds against (its go.mod requires
 github.com/ray-project/kuberay/ray-operator v1.6.2): Kueue reads and rewrites a queued RayJob
 with those types, so a newer operator's fields would be dropped the way Trainer's were."""
@@ -75,6 +75,7 @@ HELM_CHARTS = (
     DCGM_EXPORTER,
     KUEUE,
     KUBEFLOW_TRAINER,
+    KUBERAY,
     FLUENT_BIT,
 )
 

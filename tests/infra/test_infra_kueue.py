@@ -7,11 +7,13 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 from kubernetes.utils import parse_quantity
 
 from catalog import INSTANCE_TYPES
-from infra.kueue import KUEUE_VERSION, canonical_binary
-from infra.settings.stack import ConfigError
+from infra.kueue import INTEGRATIONS, KUEUE_VERSION, canonical_binary, kueue_values, manager_config
+from infra.settings.stack import TRAINING_OPERATORS, ConfigError
+from jobs.backends.kubernetes.client.kinds import KINDS
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
 
 CUSTOM = "kubernetes:kueue.x-k8s.io/v1beta1:"
@@ -30,6 +32,20 @@ def test_quantities_are_written_as_the_api_server_stores_them(value, unit, store
     """What kube-apiserver returns for `<value><unit>` (seen on the local cluster: written as
     4096Gi, the ClusterQueue came back 4Ti and every preview showed an update)."""
     assert canonical_binary(value, unit) == stored
+
+
+@pytest.mark.parametrize("operator", TRAINING_OPERATORS)
+def test_kueue_integrates_rayjobs_exactly_when_the_stack_installs_kuberay(operator):
+    """Kueue v0.19.2's framework name (pkg/controller/jobs/rayjob/rayjob_controller.go)."""
+    with_ray = manager_config(operator)["integrations"]["frameworks"]
+    without = manager_config(operator, ray_jobs=False)["integrations"]["frameworks"]
+    assert with_ray == ["batch/job", INTEGRATIONS[operator], "ray.io/rayjob"]
+    assert without == ["batch/job", INTEGRATIONS[operator]]
+    for ray_jobs, frameworks in ((True, with_ray), (False, without)):
+        values = kueue_values(operator, ray_jobs=ray_jobs)["managerConfig"]
+        config = yaml.safe_load(values["controllerManagerConfigYaml"])
+        assert config["integrations"]["frameworks"] == frameworks
+    assert set(INTEGRATIONS) <= set(KINDS)  # keyed by job.api
 
 
 def test_every_stack_installs_kueue_with_quota_from_its_node_groups(stack_runs):

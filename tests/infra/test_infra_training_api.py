@@ -109,6 +109,7 @@ def test_the_api_deployment_service_rbac_identity_and_secret(api_stack_run):
     assert granted == {
         ("kubeflow.org", "pytorchjobs"),
         ("trainer.kubeflow.org", "trainjobs"),
+        ("ray.io", "rayjobs"),  # trainstack:rayJobs (on by default)
         ("jobset.x-k8s.io", "jobsets"),
         ("kueue.x-k8s.io", "workloads"),  # cancel deactivates a queued run's Workload
         ("", "configmaps"),
