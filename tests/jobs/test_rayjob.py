@@ -203,10 +203,11 @@ def test_the_strict_crd_check_refuses_a_field_kuberay_would_drop(verl):
         ([*VERL, "runner.workdir=."], "runner.workdir"),
         ([*VERL, "job.elastic.min_nodes=2", "job.elastic.max_nodes=4"], "job.elastic"),
         ([*VERL, "job.runtime=trainstack-p5"], "job.runtime"),
-        ([*VERL, "backend=kubernetes"], "job.api"),
     ],
 )
 def test_what_a_rayjob_cannot_run_is_refused_in_one_line(overrides, key):
+    """(backend=kubernetes submits and follows a RayJob: not refused,
+    test_the_kubernetes_backend_takes_a_rayjob.)"""
     with pytest.raises(JobConfigError) as refused:
         build(overrides)
     assert refused.value.key == key, str(refused.value)
@@ -223,3 +224,10 @@ def test_kuberay_v1_6_2s_own_validation_accepts_the_render_and_refuses_a_planted
     broken = copy.deepcopy(verl[1])
     broken["spec"]["shutdownAfterJobFinishes"] = False  # suspended (queued) without it
     assert "shutdownAfterJobFinishes" in (kuberay_refusal(broken, tmp_path) or "")
+
+
+def test_the_kubernetes_backend_takes_a_rayjob():
+    """backend=kubernetes submits the same RayJob backend=render writes (it was refused while
+    a RayJob's status and logs were not followed there)."""
+    job = build([*VERL, "backend=kubernetes"])
+    assert [m["kind"] for m in job.manifests].count("RayJob") == 1

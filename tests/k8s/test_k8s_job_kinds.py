@@ -184,15 +184,13 @@ def test_a_third_kinds_archived_log_is_read_from_its_own_pod_names(monkeypatch):
     assert read == [("tf1-chief-0", "tensorflow"), ("tf1-worker-1", "tensorflow")]
 
 
-def test_the_cluster_side_looks_up_only_the_kinds_it_follows():
-    """A RayJob is rendered and run here only: the kubernetes backend never looks a run up
-    under it (the Training API's Role names no rayjobs: the real RBAC refused every submission
-    through the API while it did, tests/e2e/test_e2e_serve.py), and no stack installs it as its
-    training operator."""
-    unfollowed = {api for api, kind in KINDS.items() if not kind.followed}
-    assert "rayjob" in unfollowed
-    for api in TRAINING_OPERATORS:
+def test_the_cluster_side_looks_up_every_kind_the_configured_one_first():
+    """A run is found under whichever kind it is (the Training API's Role names each kind's
+    resource: the real RBAC refused every request through the API while a looked-up kind was
+    missing from it, tests/e2e/test_e2e_serve.py); a stack's training operator is a
+    TrainJob's or a PyTorchJob's, never KubeRay (which the stack installs beside it)."""
+    for api in KINDS:
         looked_up = ClusterSettings(None, None, "training", job_api=api).kinds
         assert looked_up[0].api == api
-        assert not {kind.api for kind in looked_up} & unfollowed
-    assert not set(TRAINING_OPERATORS) & unfollowed
+        assert [kind.api for kind in looked_up] == [api, *(a for a in KINDS if a != api)]
+    assert "rayjob" not in TRAINING_OPERATORS

@@ -204,7 +204,12 @@ class KubernetesBackend:
         known = self.submissions.kinds.get(run_id)
         kinds = self.settings.kinds
         for kind in (known, *(k for k in kinds if k is not known)) if known else kinds:
-            job = self.cluster.get_job(run_id, kind)
+            try:
+                job = self.cluster.get_job(run_id, kind)
+            except ClusterError as err:
+                if kind is kinds[0] or status_of(err.__cause__) != 403:
+                    raise
+                continue  # a kind the stack did not install (its Role names only those)
             if job is not None:
                 self.submissions.kinds[run_id] = kind
                 return job
@@ -275,9 +280,11 @@ class KubernetesBackend:
         return [r for r in runs if state is None or r.state == state]
 
     def job_objects(self, selector: str) -> list[dict]:
-        """Every job object of both kinds matching `selector` (the configured kind first). A
-        kind the cluster does not serve (404: its operator is not installed) has none; when
-        it serves neither, the configured kind's error is raised."""
+        """Every job object of every kind matching `selector` (the configured kind first). A
+        kind the cluster does not serve (404: its operator is not installed) has none, and so
+        has another kind than the configured one that we may not list (403: the stack did not
+        install it, so the Training API's Role does not name it: `trainstack:rayJobs`); when
+        it serves none, the configured kind's error is raised."""
 
         jobs: list[dict] = []
         unserved: list[ClusterError] = []
@@ -285,7 +292,8 @@ class KubernetesBackend:
             try:
                 jobs += self.cluster.list_jobs(selector, kind)
             except ClusterError as err:
-                if status_of(err.__cause__) != 404:
+                refused = kind is not self.settings.kinds[0] and status_of(err.__cause__) == 403
+                if status_of(err.__cause__) != 404 and not refused:
                     raise
                 unserved.append(err)
         if len(unserved) == len(self.settings.kinds):
@@ -314,7 +322,7 @@ class KubernetesBackend:
             lines = (
                 None
                 if pod is None
-                else read_log(self.cluster, pod["metadata"]["name"], kind.container)
+                else read_log(self.cluster, pod["metadata"]["name"], kind.log_container)
             )
             if lines is not None:
                 yield from lines
@@ -337,14 +345,17 @@ class KubernetesBackend:
     def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
         named pod (JobKind.gone_pod: rank 0 master-0, rank N worker-(N-1)); a TrainJob's is
-        the newest of its JobSet pods' streams. A run whose job is gone too is looked for as
+        the newest of its JobSet pods' streams; a RayJob's, its submitter pods'. A run whose job is gone too is looked for as
         either kind, the configured one first."""
 
         group, region = self.settings.log_group, self.settings.region
         found = None
         for each in ((kind,) if kind else self.settings.kinds) if group else ():
             try:
-                if not each.runs_on_jobset:
+                if not each.log_ranks:  # its submitter's newest pod: `<run id>-<random>`
+                    prefix = f"{run_id}-"
+                    found = archived_log_by_prefix(region, group, prefix, each.log_container)
+                elif not each.runs_on_jobset:
                     found = archived_log(region, group, each.gone_pod(run_id, rank), each.container)
                 else:
                     prefix = jobset_pod_prefix(run_id, NODE, rank)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.backend_registry import traits_of
 from jobs.backends.kubernetes.client.kinds import KINDS, RAYJOB
 from jobs.backends.kubernetes.pod_facts import CPU_RUNTIME, RUNTIME_PREFIX, gpu_runtime_name
 from jobs.backends.kubernetes.runtimes import RUNTIME_GRACE_S
@@ -86,14 +85,6 @@ def check_rayjob_config(cfg: Any) -> None:
     """What job.api=rayjob runs (a Ray program: runner=command, the program started once by
     Ray's Jobs API, its workers by Ray) and what it cannot express, refused in one line."""
     job = cfg.job
-    traits = traits_of(cfg.backend.name)
-    if not RAYJOB.followed and traits.submits and traits.pods:
-        raise JobConfigError(
-            "job.api",
-            f"rayjob is rendered (backend=render) and run here (backend=local) but not yet "
-            f"submitted by backend={cfg.backend.name} (following a RayJob's status and logs "
-            "there is not built); allowed: backend=render|local, or job.api=trainjob|pytorchjob",
-        )
     if cfg.runner.name != "command":
         raise JobConfigError(
             "runner",

@@ -152,7 +152,7 @@ def submitter_template(spec: JobSpec, kube: KubernetesJob) -> dict:
         "env": scratch_env,
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
-        "name": "ray-job-submitter",
+        "name": RAYJOB.submitter_container,
         "resources": {"limits": both, "requests": dict(both)},
         "securityContext": container_security,
         "volumeMounts": [scratch_mount],

@@ -70,7 +70,8 @@ def to_status(job: dict) -> RunStatus:
         backend="kubernetes",
         sweep_id=(meta.get("labels") or {}).get(SWEEP_LABEL),
         nodes=nodes,
-        log_ranks=nodes,  # `logs --rank N`: node rank N's pod
+        # `logs --rank N`: node rank N's pod; a RayJob has one log, its driver's.
+        log_ranks=nodes if kind_of(job).log_ranks else 1,
         started_at=status.get("startTime") or meta.get("creationTimestamp"),
         finished_at=k8s_state.finished_at(job),
         last_step=step,

@@ -46,6 +46,19 @@ class JobKind:
     operator_calls: tuple[str, int] | None = None
     """(namespace, port): its operator calls the job's pods there (the run's NetworkPolicy
     lets that namespace in on that port alone); None: the operator never calls them."""
+    status_reader: str = ""
+    """Which controller's status says how the job is doing (client/state.py reads each, by
+    `reader`): "operator" (the training operator's conditions), "trainer" (Trainer's conditions
+    and its JobSet's jobs), "kuberay" (KubeRay's jobDeploymentStatus and the Ray job's status).
+    Empty: "trainer" for a kind on a JobSet, else "operator"."""
+    kept_when_finished: bool | None = None
+    """Nothing deletes the job object once it has ended (no TTL of its own): trainstack does,
+    client.state.TRAINJOB_TTL_S after it finished or was cancelled. None: a kind on a JobSet
+    is (its JobSet has no TTL), an operator's is not (runPolicy.ttlSecondsAfterFinished)."""
+    submitter_container: str | None = None
+    """Its run's log is one pod's: its submitter Job's (a RayJob's `ray job submit`, which
+    follows the driver's log, and Ray sends every worker's output to the driver), this
+    container; the run has that one log (rank 0), whatever its node count."""
     followed: bool = True
     """The kubernetes backend submits and follows it, so the cluster side looks runs up under
     it; False: rendered (and run here) only, never looked up on a cluster, whose RBAC (the
@@ -53,6 +66,26 @@ class JobKind:
     install_hint: str = ""
     """What a missing CRD's message tells (empty: install `operator`, or choose another
     `job.api`)."""
+
+    @property
+    def reader(self) -> str:
+        return self.status_reader or ("trainer" if self.runs_on_jobset else "operator")
+
+    @property
+    def kept(self) -> bool:
+        if self.kept_when_finished is None:
+            return self.runs_on_jobset
+        return self.kept_when_finished
+
+    @property
+    def log_container(self) -> str:
+        """The container `trainstack logs` reads."""
+        return self.submitter_container or self.container
+
+    @property
+    def log_ranks(self) -> bool:
+        """Whether its node ranks each have a log (else one: the submitter's)."""
+        return self.submitter_container is None
 
     @property
     def api_version(self) -> str:
@@ -185,9 +218,13 @@ RAYJOB = RayJobKind(
     pod_names=PodNames("-abcde-head-", index_digits=4, what="a RayJob", who="KubeRay's names"),
     # KubeRay asks the head's dashboard (Ray's Jobs API, port 8265) for the job's state.
     operator_calls=(KUBERAY_NAMESPACE, 8265),
-    # backend=kubernetes refuses job.api=rayjob (jobs/backends/kubernetes/checks.py) until a
-    # RayJob's status and logs are followed there.
-    followed=False,
+    status_reader="kuberay",
+    # shutdownAfterJobFinishes deletes the Ray cluster, not the RayJob (ray-project/kuberay
+    # ray-operator/v1.6.2, controllers/ray/rayjob_controller.go handleShutdownAfterJobFinishes).
+    kept_when_finished=True,
+    # utils.SubmitterContainerName (ray-operator/controllers/ray/utils/constant.go), the name
+    # trainstack's submitterPodTemplate keeps (jobs/backends/kubernetes/rayjob.py).
+    submitter_container="ray-job-submitter",
     install_hint="install the KubeRay operator (the infra stack does) before submitting RayJobs",
 )
 KINDS = {kind.api: kind for kind in (TRAINJOB, PYTORCHJOB, RAYJOB)}
@@ -200,6 +237,8 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 """The node rank of a TrainJob's pod (Trainer sets PET_NODE_RANK from it)."""
+BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""The Job controller's label on a Job's pods: a RayJob's submitter Job has its name."""
 
 
 def kind_of(job: dict) -> JobKind:

@@ -1,10 +1,11 @@
-"""What a job object (PyTorchJob or TrainJob) says about its run: state, retries,
+"""What a job object (PyTorchJob, TrainJob or RayJob) says about its run: state, retries,
 cancellation, nodes, the pod of each rank.
 
 Pure functions over the job dict as the API returns it, shared by submit, watch, status and
-the sweep launcher. Both kinds map onto one set of states: a PyTorchJob by the training
-operator's conditions, a TrainJob by Trainer's (Complete, Failed, Suspended) and its jobs'
-status (active pods: Running).
+the sweep launcher. Every kind maps onto one set of states (JobKind.status_reader): a
+PyTorchJob by the training operator's conditions, a TrainJob by Trainer's (Complete, Failed,
+Suspended) and its jobs' status (active pods: Running), a RayJob by KubeRay's
+jobDeploymentStatus and the Ray job's status.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ def job_state(job: dict) -> str:
     it) and the job has not ended. Cancelled: suspended (or never started) by `trainstack
     cancel`."""
     true_types = {c.type for c in conditions(job)}
-    if kind_of(job).runs_on_jobset:
+    reader = kind_of(job).reader
+    if reader == "trainer":
         return _trainjob_state(job, true_types)
+    if reader == "kuberay":
+        return _rayjob_state(job)
     for kind in ("Succeeded", "Failed"):
         if kind in true_types:
             return kind
@@ -90,11 +94,43 @@ def _trainjob_state(job: dict, true_types: set[str]) -> str:
     return "Created" if (job.get("metadata") or {}).get("uid") else "Pending"
 
 
+# ray-project/kuberay ray-operator/v1.6.2, apis/ray/v1/rayjob_types.go: JobDeploymentStatus
+# ("" is New) and the Ray job's JobStatus.
+_RAY_STARTING = ("", "New", "Initializing", "Waiting")
+_RAY_ENDED = ("Complete", "Failed", "ValidationFailed")
+
+
+def _rayjob_state(job: dict) -> str:
+    """KubeRay's jobDeploymentStatus: Complete ends it Succeeded when the Ray job SUCCEEDED
+    (STOPPED or FAILED otherwise: Failed, or Cancelled if `trainstack cancel` stopped it);
+    Failed and ValidationFailed end it Failed; `spec.suspend` (Kueue has not admitted it, or
+    `cancel`) or Suspending/Suspended hold it; Retrying is a new Ray cluster for a retry."""
+    status = job.get("status") or {}
+    deployment = str(status.get("jobDeploymentStatus") or "")
+    if deployment in _RAY_ENDED:
+        if deployment == "Complete" and status.get("jobStatus") == "SUCCEEDED":
+            return "Succeeded"
+        return "Cancelled" if is_cancelled(job) else "Failed"
+    if is_suspended(job) or deployment in ("Suspending", "Suspended"):
+        return "Cancelled" if is_cancelled(job) else "Suspended"
+    if deployment == "Retrying":
+        return "Restarting"
+    if deployment == "Running":
+        return "Running"
+    if is_cancelled(job):
+        return "Cancelled"
+    return "Created" if (job.get("metadata") or {}).get("uid") else "Pending"
+
+
 def finished_at(job: dict) -> str | None:
     """When the job ended: a PyTorchJob's completionTime; a TrainJob has none, so its Complete
-    or Failed condition's transition time."""
-    stamp = (job.get("status") or {}).get("completionTime")
-    if stamp or not kind_of(job).runs_on_jobset:
+    or Failed condition's transition time; a RayJob's endTime (KubeRay's)."""
+    status = job.get("status") or {}
+    reader = kind_of(job).reader
+    if reader == "kuberay":
+        return status.get("endTime") if job_state(job) in FINAL_STATES else None
+    stamp = status.get("completionTime")
+    if stamp or reader != "trainer":
         return stamp
     ended = [c.since for c in conditions(job) if c.type in ("Complete", "Failed")]
     return ended[-1] if ended and ended[-1] else None
@@ -128,9 +164,10 @@ def expired(job: dict, now: datetime) -> bool:
     older than its `ttlSecondsAfterFinished` (the operator's TTL only counts Succeeded and
     Failed jobs; a cancelled, suspended one is never finished to it), and a TrainJob that
     finished or was cancelled more than TRAINJOB_TTL_S ago (no TTL deletes it or its JobSet:
-    jobs.backends.kubernetes.runtimes says why)."""
+    jobs.backends.kubernetes.runtimes says why), and so a RayJob (KubeRay deletes its Ray
+    cluster, not the RayJob)."""
     state = job_state(job)
-    if kind_of(job).runs_on_jobset:
+    if kind_of(job).kept:
         ttl = TRAINJOB_TTL_S
         when = cancelled_at(job) if state == "Cancelled" else _parse(finished_at(job))
         if state not in FINAL_STATES:
@@ -165,7 +202,12 @@ def retries(job: dict) -> int:
 
 
 def failure_message(job: dict) -> str:
-    """The Failed condition's reason and message, for the user's one-line summary."""
+    """The Failed condition's reason and message (a RayJob's status reason and message), for
+    the user's one-line summary."""
+    if kind_of(job).reader == "kuberay":
+        status = job.get("status") or {}
+        reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+        return f"{reason}: {message}".strip(": ")
     for cond in reversed(conditions(job)):
         if cond.type == "Failed":
             return f"{cond.reason}: {cond.message}".strip(": ")
@@ -173,7 +215,14 @@ def failure_message(job: dict) -> str:
 
 
 def check_rank(job: dict, rank: int) -> None:
-    """ValueError unless `rank` is one of the job's node ranks."""
+    """ValueError unless `rank` is one of the job's node ranks (or, for a kind whose run has
+    one log, its submitter's, rank 0)."""
+    kind = kind_of(job)
+    if not kind.log_ranks and rank != 0:
+        raise ValueError(
+            f"--rank {rank}: a {kind.kind}'s log is its driver's (Ray sends every worker's "
+            "output there); allowed: --rank 0"
+        )
     count = nodes(job)
     if rank < 0 or rank >= count:
         raise ValueError(f"--rank {rank} is out of range: the job has ranks 0..{count - 1}")

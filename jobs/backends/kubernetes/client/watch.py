@@ -21,6 +21,7 @@ from jobs.backends.kubernetes.client.api import (
     status_of,
 )
 from jobs.backends.kubernetes.client.kinds import (
+    BATCH_JOB_NAME_LABEL,
     COMPLETION_INDEX_LABEL,
     JOBSET_NAME_LABEL,
     PYTORCHJOB,
@@ -204,16 +205,25 @@ def pod_name(job: dict, rank: int) -> str:
 def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
     """The current pod of node rank `rank` (ValueError for a rank the job does not have). A
     PyTorchJob's pods are named by rank; a TrainJob's are its JobSet's, found by the JobSet's
-    and the Indexed Job's labels, the newest restart attempt first."""
-    if not kind_of(job).runs_on_jobset:
+    and the Indexed Job's labels, the newest restart attempt first; a RayJob's one log is its
+    submitter Job's newest pod's."""
+    kind = kind_of(job)
+    if not kind.runs_on_jobset and kind.log_ranks:
         return _get_pod(cluster, pod_name(job, rank))
     check_rank(job, rank)
     name = job["metadata"]["name"]
+    # A submitter's pods are its Job's (named after the job: KubeRay's createNewK8sJob); the
+    # Job controller labels them with the Job's name.
+    selector = (
+        f"{BATCH_JOB_NAME_LABEL}={name}"
+        if not kind.log_ranks
+        else f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}={rank}"
+    )
     listing = cluster.call(
         f"list pods of {cluster.namespace}/{name}",
         cluster.core.list_namespaced_pod,
         cluster.namespace,
-        label_selector=f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}={rank}",
+        label_selector=selector,
     )
     pods = [
         p
@@ -232,7 +242,10 @@ def rank_pod(cluster: Cluster, job: dict, rank: int) -> dict | None:
 
 def rank_pod_label(job: dict, rank: int) -> str:
     """How messages name a rank's pod."""
-    if not kind_of(job).runs_on_jobset:
+    kind = kind_of(job)
+    if not kind.log_ranks:
+        return f"{job['metadata']['name']}'s submitter"
+    if not kind.runs_on_jobset:
         return pod_name(job, rank)
     return f"{job['metadata']['name']} rank {rank}"
 
@@ -293,7 +306,7 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
             return
         pod = rank_pod(cluster, job, rank)
         phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
-        container = f"{pod['metadata']['uid']}/{_restarts(pod, kind.container)}" if pod else ""
+        container = f"{pod['metadata']['uid']}/{_restarts(pod, kind.log_container)}" if pod else ""
         if pod is None or phase == "Pending" or container in drained:
             if is_final(job_state(job)):
                 return
@@ -309,7 +322,7 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                 read_log_stream,
                 name=pod["metadata"]["name"],
                 namespace=cluster.namespace,
-                container=kind.container,
+                container=kind.log_container,
                 _request_timeout=(cluster.retry.connect_timeout_s, LOG_READ_TIMEOUT_S),
             ):
                 seen += 1
