@@ -146,6 +146,7 @@ KUEUE_API = "kueue.x-k8s.io/v1beta1"
 JOBS = {
     "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
     "pytorchjob": ("kubeflow.org/v1", "PyTorchJob"),
+    "rayjob": ("ray.io/v1", "RayJob"),
 }
 """job.api -> the job object's apiVersion and kind."""
 
