@@ -212,9 +212,9 @@ class Dashboard:
         self.deleted: set[str] = set()
         self.lock = threading.Lock()
 
-    def _jobs(self, host: str | None) -> list[tuple[dict, list[dict]]]:
-        """(RayJob, its submitter pods) of the head at `host` (None: every head), submitted
-        and not deleted."""
+    def _jobs(self, host: str | None) -> list[dict]:
+        """The jobs (JobDetails) of the head at `host` (None: every head): submitted, not
+        deleted."""
         found = []
         for rayjob in self.kube.rayjobs():
             status = rayjob.get("status") or {}
@@ -223,9 +223,11 @@ class Dashboard:
                 continue
             if host is not None and (status.get("dashboardURL") or "").lower() != host:
                 continue
-            pods = submitter_pods(self.kube, rayjob)
-            if pods:
-                found.append((rayjob, pods))
+            job = job_details(
+                rayjob, submitter_pods(self.kube, rayjob), self.stopped.get(submission)
+            )
+            if job is not None:
+                found.append(job)
         return found
 
     def _heads(self) -> set[str]:
@@ -235,10 +237,7 @@ class Dashboard:
         }
 
     def details(self, host: str | None, submission: str) -> dict | None:
-        for rayjob, pods in self._jobs(host):
-            if rayjob["status"]["jobId"] == submission:
-                return job_details(rayjob, pods, self.stopped.get(submission))
-        return None
+        return next((job for job in self._jobs(host) if job["submission_id"] == submission), None)
 
     def answer(self, method: str, host: str | None, path: str) -> Answer:
         """The head's answer to `method path`; `host`: the head a proxied request names."""
@@ -266,13 +265,7 @@ class Dashboard:
         if path == JOBS:
             if method != "GET":  # POST /api/jobs/ submits: KubeRay's submitter pod would
                 return _text(405, "405: Method Not Allowed")
-            return _json(
-                200,
-                [
-                    job_details(rayjob, pods, self.stopped.get(rayjob["status"]["jobId"]))
-                    for rayjob, pods in self._jobs(host)
-                ],
-            )
+            return _json(200, self._jobs(host))
         if not path.startswith(JOBS):
             return _text(404, "404: Not Found")
         rest = unquote(path.removeprefix(JOBS))
