@@ -33,10 +33,12 @@ from jobs.config_path import user_config_dir
 from localcluster import build, manifests, objects, program
 from localcluster.certs import Authority, signing_key
 from localcluster.engine import EngineError
+from localcluster.kube import EXIT_CODE_ANNOTATION, ApiKube, Kube, submitter_pods
 from localcluster.versions import (
     ENGINE,
     ETCD,
     JOBSET,
+    KUBERAY,
     KUBERNETES,
     KUEUE,
     KWOK,
@@ -46,9 +48,6 @@ from localcluster.versions import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-EXIT_CODE_ANNOTATION = "localcluster.trainstack.io/exit-code"
-"""Set it on a running pod (`python -m localcluster finish`) and kwok ends it with that exit
-code: 0 succeeds, anything else fails (137: as if killed)."""
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 TRAINING_OPERATOR_SECRET = "training-operator-webhook-cert"
 TRAINING_OPERATOR_WEBHOOK_HOST = f"training-operator.{TRAINING_OPERATOR_NAMESPACE}.svc"
@@ -60,6 +59,12 @@ KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 """Kueue 0.19 without its certificate rotation loads its metrics certificate from this fixed
 folder (cmd/kueue/main.go), even with metrics off: it gets the webhook certificate."""
 CONTROLLERS = (JOBSET, TRAINER, KUEUE, TRAINING_OPERATOR)
+"""The controllers with a webhook server (each on its own port of 127.0.0.1)."""
+RAY_DASHBOARD = "ray-dashboard"
+"""The Ray dashboard stand-in (localcluster/ray_dashboard.py): KubeRay's operator reaches it
+as its HTTP proxy."""
+RAY_FRAMEWORK = "ray.io/rayjob"
+"""Kueue's framework name of KubeRay's RayJob."""
 START_TIMEOUT_S = 120.0
 
 
@@ -148,9 +153,15 @@ def _start(
     state: State, name: str, component: Component, argv: list[str], env: dict | None = None
 ) -> None:
     binary = str(build.binary(component, argv[0]).resolve())
+    _spawn(state, name, binary, [binary, *argv[1:]], env)
+
+
+def _spawn(state: State, name: str, binary: str, argv: list[str], env: dict | None) -> None:
+    """Start `argv` (whose process runs `binary`, as /proc/<pid>/exe names it), its output in
+    the logs folder, its id recorded for `down`."""
     log = (state.logs / f"{name}.log").open("ab")
     process = subprocess.Popen(
-        [binary, *argv[1:]],
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -311,9 +322,12 @@ def _controller_config(component: Component, state: State, cert_dir: Path) -> Pa
         }
     else:  # Kueue: the Configuration infra installs, with the integrations of both operators
         config = manager_config("trainjob")
+        # And KubeRay's RayJob (the operator runs here too): a union, so it stays one entry
+        # once infra's manager_config lists it itself.
         frameworks = {
             *config["integrations"]["frameworks"],
             *manager_config("pytorchjob")["integrations"]["frameworks"],
+            RAY_FRAMEWORK,
         }
         config.update(common)
         config["integrations"] = {"frameworks": sorted(frameworks)}
@@ -362,6 +376,68 @@ def _start_controllers(state: State, authority: Authority, webhook) -> None:
     )
 
 
+def _start_kuberay(state: State) -> None:
+    """The Ray dashboard stand-in, then KubeRay's operator with it as its HTTP proxy.
+
+    The operator's flags (ray-operator v1.6.2 main.go; its defaults are
+    apis/config/v1alpha1/defaults.go's): no metrics or probe listener (`0`: controller-runtime
+    opens none), no leader election (its default is on), every namespace watched (no
+    --watch-namespace); no webhook (main.go sets one up only with ENABLE_WEBHOOKS=true), no
+    --use-kubernetes-proxy (the dashboard is then reached at the head service's DNS name,
+    utils.GetRayDashboardClientFunc). Go's default transport proxies that name through
+    HTTP_PROXY and never a loopback address or `localhost` (golang.org/x/net/http/httpproxy
+    useProxy), so the API server at 127.0.0.1 is reached directly; NO_PROXY says so too."""
+    port = state.ports[RAY_DASHBOARD]
+    python = str(Path(sys.executable).resolve())
+    _spawn(
+        state,
+        RAY_DASHBOARD,
+        python,
+        [
+            sys.executable,
+            "-m",
+            "localcluster.ray_dashboard",
+            f"--kubeconfig={state.kubeconfig}",
+            f"--port={port}",
+        ],
+        {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "PYTHONUNBUFFERED": "1",
+        },
+    )
+    _wait(lambda: _accepts(port), "the Ray dashboard stand-in", state, RAY_DASHBOARD)
+    _start(
+        state,
+        KUBERAY.name,
+        KUBERAY,
+        [
+            "kuberay-operator",
+            "--metrics-addr=0",
+            "--health-probe-bind-address=0",
+            "--enable-leader-election=false",
+        ],
+        {
+            "KUBECONFIG": str(state.kubeconfig),
+            "HTTP_PROXY": f"http://127.0.0.1:{port}",
+            "http_proxy": f"http://127.0.0.1:{port}",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        },
+    )
+    log = state.logs / f"{KUBERAY.name}.log"
+
+    def rayjobs_reconciled() -> bool:  # controller-runtime's line once RayJob's workers run
+        lines = log.read_text(errors="replace").splitlines()
+        return any('"Starting workers"' in line and '"RayJob"' in line for line in lines)
+
+    _wait(rayjobs_reconciled, "the KubeRay operator", state, KUBERAY.name)
+
+
+def _accepts(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        return True
+
+
 def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     """Build what is missing, start what is not running, apply every object; returns the
     state. `config_dir`: where the stack file goes (default: the user's config dir)."""
@@ -374,7 +450,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     if existing:
         print("localcluster: a previous cluster is partly stopped; stopping the rest first")
         down(directory)
-    for component in (KUBERNETES, ETCD, KWOK, *CONTROLLERS, *ENGINE):
+    for component in (KUBERNETES, ETCD, KWOK, *CONTROLLERS, KUBERAY, *ENGINE):
         build.build(component)
     directory.mkdir(parents=True, exist_ok=True)
     state = State(directory)
@@ -382,6 +458,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     names = ("etcd", "etcd-peer", "apiserver", "trainer-status", "kwok")
     state.ports = {name: _free_port() for name in names}
     state.ports.update({c.name: _free_port() for c in CONTROLLERS})
+    state.ports[RAY_DASHBOARD] = _free_port()
     state.save()
     pki = directory / "pki"
     authority = Authority(pki)
@@ -500,7 +577,9 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
         ],
     )
     client = _client(state)
+    # KubeRay's CRDs too: Kueue's RayJob integration and the operator need them served.
     _apply_all(client, _from_controllers(manifests.crds, state, authority))
+    _apply_all(client, manifests.crds(KUBERAY, build.module_dir(KUBERAY), 0, b""))
     _wait_established(client, state)
     _apply_all(
         client,
@@ -535,6 +614,8 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
             state,
             component.name,
         )
+    # After the webhook servers answer: the RayClusters it creates pass Kueue's webhooks.
+    _start_kuberay(state)
     _install(state, config_dir or user_config_dir() / "stack")
     _print_summary(state)
     return state
@@ -775,23 +856,30 @@ def _reap(pid: int) -> None:
 
 
 def finish(state_dir: Path | None, run_id: str, exit_code: int) -> list[str]:
-    """End the running pods of a run (label `trainstack.io/run-id`) with `exit_code`."""
-    from jobs.spec import LABEL_PREFIX
-
+    """End the running pods of a run (label `trainstack.io/run-id`) with `exit_code`; of a
+    RayJob's run only its submitter pod, whose exit stands for the driver's (the head and
+    workers are the Ray cluster, which KubeRay deletes once the job has ended)."""
     state = State.load((state_dir or default_state_dir()).resolve())
     if state is None:
         raise SystemExit("localcluster: no cluster is running (make cluster-up)")
-    client = _client(state)
-    pods = client.resources.get(api_version="v1", kind="Pod")
+    return end_run(ApiKube.from_kubeconfig(state.kubeconfig), run_id, exit_code)
+
+
+def end_run(kube: Kube, run_id: str, exit_code: int) -> list[str]:
+    """`finish` on the cluster `kube` reads: the names of the pods it ended."""
+    from jobs.spec import LABEL_PREFIX
+
+    selector = f"{LABEL_PREFIX}/run-id={run_id}"
+    rayjobs = kube.rayjobs(selector)
+    if rayjobs:
+        pods = [pod for rayjob in rayjobs for pod in submitter_pods(kube, rayjob)]
+    else:
+        pods = kube.pods(None, selector)
     ended = []
-    for pod in pods.get(label_selector=f"{LABEL_PREFIX}/run-id={run_id}").items:
-        if pod.status.phase != "Running":
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") != "Running":
             continue
-        pods.patch(
-            name=pod.metadata.name,
-            namespace=pod.metadata.namespace,
-            body={"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}},
-            content_type="application/merge-patch+json",
-        )
-        ended.append(pod.metadata.name)
+        meta = pod["metadata"]
+        kube.annotate_pod(meta["namespace"], meta["name"], {EXIT_CODE_ANNOTATION: str(exit_code)})
+        ended.append(meta["name"])
     return ended
