@@ -428,7 +428,7 @@ def _start_kuberay(state: State) -> None:
 
     def rayjobs_reconciled() -> bool:  # controller-runtime's line once RayJob's workers run
         lines = log.read_text(errors="replace").splitlines()
-        return any('"Starting workers"' in line and '"RayJob"' in line for line in lines)
+        return any('"Starting workers"' in line and "RayJob" in line for line in lines)
 
     _wait(rayjobs_reconciled, "the KubeRay operator", state, KUBERAY.name)
 
