@@ -40,7 +40,8 @@ def test_the_scores_are_drawn_by_step_beside_the_loss(tmp_path):
     scored(path, "step-00000010", {"ts_mc": mc(0.25), "gsm": gen})
     scored(path, "step-00000020", {"ts_mc": mc(0.5), "gsm": gen})
     scored(path, "step-00000020-endpoint", {"ts_mc": mc(0.9)})  # the export's stands
-    scored(path, "step-00000025-endpoint", {"ts_mc": mc(0.375)})  # the only score there
+    scored(path, "step-00000025-endpoint", {"ts_mc": mc(0.375)})  # the only score there:
+    scored(path, "step-00000025", " ")  # the export's results are unreadable
     scored(path, "step-00000030", "{not json")  # unreadable: left out
     out = tmp_path / "a.html"
     assert main(["plot", "a", "-o", str(out), f"storage.root={root}"]) == 0
