@@ -17,6 +17,7 @@ from contract.model.families import PROJECTIONS
 from contract.model.hf_config import model_args_from_hf, unsupported
 from contract.plan import model_label, tokenizer_source
 from jobs.runners import runner_for
+from jobs.validate_eval import eval_settings
 from jobs.validate_inputs import inside_image
 from trainer.errors import ConfigError
 
@@ -61,6 +62,8 @@ class Plan:
     reads_model: bool = True
     """The runner reads model.* (its `reads_model`): the plan has a model line even when the
     launcher does not size the model."""
+    evaluation: str = ""
+    """What `eval.every_checkpoint` scores once the run has trained ("": nothing)."""
 
     @property
     def hours(self) -> float | None:
@@ -135,6 +138,8 @@ class Plan:
             blend = ", ".join(f"{path} {share:.1%}" for path, share in self.data)
             lines.append(f"data     mixture of {len(self.data)}: {blend}")
         lines.append(f"run dir  {self.run_dir}")
+        if self.evaluation:
+            lines.append(f"eval     {self.evaluation}")
         lines.extend(f"warning  {w}" for w in self.warnings)
         return "\n".join(lines)
 
@@ -186,6 +191,8 @@ def make_plan(
     if instance is not None and not command:  # runner=command reads no data.* of ours
         warnings.extend(toy_data_warnings(cfg, f"{spec.nodes} x {spec.instance_type}"))
     warnings.extend(tokenizer_fit_warnings(cfg, args))
+    evaluation, eval_warnings = eval_plan(cfg)
+    warnings.extend(eval_warnings)
     return Plan(
         run_id=spec.name,
         sweep_id=cfg.sweep_id,
@@ -209,7 +216,28 @@ def make_plan(
         builtin_runner=runner.builtin,
         reads_model=runner.reads_model,
         trained=hf_lora_trained(cfg, hf_config) if args is None else lora_trained(cfg, args),
+        evaluation=evaluation,
     )
+
+
+def eval_plan(cfg: Any) -> tuple[str, list[str]]:
+    """The plan's eval line and its warning: checkpoints are scored once the run has trained,
+    so those `trainer.checkpoint.keep` deleted before then are not."""
+    settings = eval_settings(cfg)
+    if settings is None:
+        return "", []
+    limit = "" if settings.limit is None else f", eval.limit={settings.limit:g}"
+    line = f"each committed checkpoint, once trained: {', '.join(settings.tasks)}{limit}"
+    checkpoint, steps = cfg.trainer.checkpoint, cfg.trainer.max_steps
+    interval = checkpoint.interval if checkpoint.interval > 0 else steps
+    made = steps // interval + (1 if steps % interval else 0)  # and always one at the end
+    if made <= checkpoint.keep:
+        return line, []
+    return line, [
+        f"eval.every_checkpoint: this run commits {made} checkpoints and keeps the newest "
+        f"{checkpoint.keep} (trainer.checkpoint.keep): those deleted before it ends are not "
+        f"scored; trainer.checkpoint.keep={made} scores them all"
+    ]
 
 
 def lora_trained(cfg: Any, args: Any) -> str:

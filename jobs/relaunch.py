@@ -72,14 +72,16 @@ MUTABLE_KEYS = (
     "job.secrets",
     "cluster.kubeconfig",
     "cluster.context",
+    "eval",
 )
 """The keys (and sections: a key under one) a relaunch of an existing run may change: how
 long it trains (steps), how often it logs, evaluates and checkpoints (intervals), where its
 metrics go (loggers), profiling, speed and memory knobs that leave the numbers trained the
-same (compile, activation checkpointing), the estimate's inputs, and how the job is run and
-retried (image, restarts, queue, deadlines, secrets, which cluster context). Everything else
-states the model, the data and its order, the batch and layout, or where the run lives: a
-different value there is a different run, so it needs a new run_id."""
+same (compile, activation checkpointing), the estimate's inputs, how the job is run and
+retried (image, restarts, queue, deadlines, secrets, which cluster context), and how its
+checkpoints are scored once it has trained (`eval.*`). Everything else states the model,
+the data and its order, the batch and layout, or where the run lives: a different value
+there is a different run, so it needs a new run_id."""
 
 IGNORED_KEYS = ("run_id", "sweep_id")
 LAUNCHER_KEYS = ("runner.code",)

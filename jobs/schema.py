@@ -21,6 +21,7 @@ from contract.model.args import ARCH_FIELDS
 from jobs import backend_registry, runners
 from jobs.backend_registry.traits import BackendOptions
 from jobs.runners.base import RunnerOptions
+from trainer.evaluation.config import EvalConfig
 
 SCHEMA_NAME = "trainstack_schema"
 LOCAL_CPU = "local_cpu"
@@ -206,6 +207,17 @@ class ClusterConfig:
 
 
 @dataclass
+class LaunchEvalConfig(EvalConfig):
+    """`trainstack eval`'s keys (trainer/evaluation/config.py), plus when a launch runs it."""
+
+    every_checkpoint: bool = False
+    """backend=local: once the run has trained, score each committed checkpoint that has no
+    results yet with these settings, as `trainstack eval RUN --step N` would (results under
+    `<run_dir>/eval/`); a failed evaluation is one line in the run's message, never a failed
+    run. Not built for the cluster yet. The other `eval.*` keys are read only with it."""
+
+
+@dataclass
 class LaunchConfig:
     """The composed config: `conf/config.yaml` builds on this."""
 
@@ -233,6 +245,9 @@ class LaunchConfig:
     storage: StorageConfig = field(default_factory=StorageConfig)
     job: JobConfig = field(default_factory=JobConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    eval: LaunchEvalConfig = field(default_factory=LaunchEvalConfig)
+    """`eval.every_checkpoint=true` and `trainstack eval`'s keys: score checkpoints once the
+    run has trained (jobs/validate_eval.py, jobs/backends/local/evals.py)."""
 
 
 def gpu_compute_option(instance_type: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from jobs.runners import check_runner, runner_for
 from jobs.schema import REQUIRED
 from jobs.validate_common import in_pods, listed
 from jobs.validate_compute import check_compute, check_elastic
+from jobs.validate_eval import check_eval, check_eval_tasks
 from jobs.validate_inputs import (
     check_fsx,
     check_grants,
@@ -150,6 +151,7 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
     check_backend(cfg)
     check_names(cfg)
     hf_config = check_runner(cfg)
+    check_eval(cfg)
     check_compute(cfg)
     check_elastic(cfg)
     check_fsx(cfg)
@@ -174,5 +176,6 @@ def validate_job(cfg: Any, *, git_sha: str | None = None) -> Validated:
         check_local_files(cfg)
     check_resume_from(cfg)
     check_job_policy(cfg)
+    check_eval_tasks(cfg)  # last: lm-eval's import (~3 s) once everything else is known good
     traits.options.check(cfg)
     return Validated(trainer_plan, hf_config)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SESSION_MARKER = "TRAINSTACK_TEST_SESSION"
+EVALUATOR = "jobs.backends.local.evals"
+"""The local backend's `eval.every_checkpoint` process (started by the supervisor)."""
 
 
 @dataclass(frozen=True)
@@ -27,12 +29,12 @@ class Proc:
 
     @property
     def is_trainstack(self) -> bool:
-        """trainer ranks, torchrun / trainer.launch, and the local backend's supervisor."""
+        """trainer ranks, torchrun / trainer.launch, the local backend's supervisor and its
+        evaluator."""
         module = _module(self.argv)
         names = {Path(a).name for a in self.argv[:2]}
-        return module in ("trainer", "trainer.launch", "jobs.backends.local.supervisor") or (
-            "torchrun" in names
-        )
+        own = ("trainer", "trainer.launch", "jobs.backends.local.supervisor", EVALUATOR)
+        return module in own or "torchrun" in names
 
 
 def _module(argv: tuple[str, ...]) -> str | None:

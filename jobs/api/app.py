@@ -29,11 +29,10 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from swagger_ui_bundle import swagger_ui_path
 
 from jobs.api.auth import Identity, TokenHashes
-from jobs.api.dashboard import add_dashboard
+from jobs.api.dashboard import add_dashboard, evals_answer
 from jobs.api.follow import END, Follower
 from jobs.api.models import (
     Cancelled,
-    Eval,
     Evals,
     Metrics,
     Problem,
@@ -48,7 +47,6 @@ from jobs.api.service import ApiError, Service, log_error, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
 from jobs.backends.base import STATES
 from jobs.plot.metrics import MetricsFiles
-from trainer.evaluation.results import run_evals
 
 MAX_BODY_BYTES = 64 * 1024
 """Requests are a few hundred bytes; anything near this is a mistake or an attack."""
@@ -286,8 +284,7 @@ def create_app(
         """The run's `trainstack eval` results by checkpoint: each task's metrics (lm-eval's
         `metric,filter` names, stderrs left out). Read bounded: the newest 256 checkpoints,
         each results.json at most 4 MiB (a larger one is listed with an error)."""
-        run_dir = service.view(run_id).status.run_dir
-        return Evals(run_id=run_id, evals=[Eval(**vars(s)) for s in run_evals(run_dir)])
+        return evals_answer(run_id, service.view(run_id).status.run_dir)
 
     @app.get(
         "/v1/runs/{run_id}/logs",

@@ -1,17 +1,21 @@
 """The dashboard at `/`: plain server-rendered pages over the same service as the API.
 
 `/` lists runs (state, progress, cost so far); `/runs/{id}` shows one run with its charts,
-re-fetched every few seconds while it trains; `/sweeps/{id}` overlays a sweep's runs coloured
-by the swept value. Charts are the figure of jobs/plot/charts.py drawn by uPlot (vendored in
-static/). Browsers sign in at `/login` (a page asked for without a session answers 401 with
-the sign-in form): the token buys a server-side session (jobs/api/sessions.py) whose random id
-goes into an HttpOnly, SameSite=Strict cookie, `Secure` over TLS, accepted for GET requests
-only, so it cannot be used to submit or cancel.
+re-fetched every few seconds while it trains (its `trainstack eval` scores among them), and a
+table of its evals (the answer of `GET /v1/runs/{id}/evals`); `/sweeps/{id}` overlays a sweep's
+runs coloured by the swept value. Charts are the figure of jobs/plot/charts.py drawn by uPlot
+(vendored in static/). Browsers sign in at `/login` (a page asked for without a session answers
+401 with the sign-in form): the token buys a server-side session (jobs/api/sessions.py) whose
+random id goes into an HttpOnly, SameSite=Strict cookie, `Secure` over TLS, accepted for GET
+requests only, so it cannot be used to submit or cancel.
 """
 
 from __future__ import annotations
 
 import html
+import threading
+import time
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -22,10 +26,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from jobs.api.auth import TokenHashes, token_hash
+from jobs.api.models import Eval, Evals
 from jobs.api.service import ApiError, Service, to_run
 from jobs.api.sessions import SESSION_COOKIE, LoginLimiter, Sessions
 from jobs.plot.charts import figure as make_figure
+from jobs.plot.charts import metric_name
 from jobs.plot.metrics import MetricsFiles, RunMetrics
+from trainer.evaluation.results import EvalSummary, run_evals
 
 STATIC = Path(__file__).resolve().parent / "static"
 POLL_MS = 5000
@@ -34,6 +41,71 @@ FIGURE_WIDTH = 1200
 MAX_FIGURE_WIDTH = 4000
 CSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'"
 """Scripts only from /static (no inline script); inline styles for progress bars."""
+MAX_EVAL_ROWS = 400
+"""Rows of a run page's evals table (newest checkpoints first); the API lists them all."""
+EVALS_TTL_S = 30.0
+"""How long a figure poll reuses a run's eval scores (each read is a listing and a GET per
+checkpoint; a checkpoint is scored every few minutes at most)."""
+
+
+def evals_answer(run_id: str, run_dir: str | None) -> Evals:
+    """`GET /v1/runs/{id}/evals`'s answer; the run page's table is drawn from the same."""
+    return Evals(run_id=run_id, evals=[Eval(**vars(s)) for s in run_evals(run_dir)])
+
+
+def evals_table(answer: Evals) -> str:
+    """Step, how it was scored, task, metric and value per row, newest step first; every
+    name is escaped (the run's own results.json gave it)."""
+    rows: list[str] = []
+    total = 0
+    for item in reversed(answer.evals):
+        head = f"{_cell(item.step, True)}{_cell(item.via)}"
+        if item.error:
+            cells = [f'{head}<td colspan="3" class="error">{html.escape(item.error)}</td>']
+        else:
+            cells = [
+                f"{head}{_cell(task)}{_cell(metric_name(metric))}{_cell(f'{value:.4f}', True)}"
+                for task, metrics in item.scores.items()
+                for metric, value in metrics.items()
+            ]
+        total += len(cells)
+        rows += [f'<tr data-step="{item.step}">{c}</tr>' for c in cells]
+    if not rows:
+        return ""
+    more = ""
+    if total > MAX_EVAL_ROWS:
+        more = (
+            f"<p>{total - MAX_EVAL_ROWS} more rows: GET /v1/runs/"
+            f"{html.escape(quote(answer.run_id))}/evals</p>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in ("step", "via", "task", "metric", "value"))
+    return (
+        f'<h2>evals</h2><table id="evals"><tr>{head}</tr>{"".join(rows[:MAX_EVAL_ROWS])}'
+        f"</table>{more}"
+    )
+
+
+class EvalScores:
+    """Runs' eval scores for the figure polls: read again once EVALS_TTL_S old; bounded."""
+
+    def __init__(self, max_runs: int = 64, ttl_s: float = EVALS_TTL_S):
+        self.max_runs, self.ttl_s = max_runs, ttl_s
+        self._read: OrderedDict[str, tuple[float, list[EvalSummary]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_dir: str) -> list[EvalSummary]:
+        now = time.monotonic()
+        with self._lock:
+            found = self._read.get(run_dir)
+        if found is not None and now - found[0] < self.ttl_s:
+            return found[1]
+        summaries = run_evals(run_dir)
+        with self._lock:
+            self._read.pop(run_dir, None)
+            self._read[run_dir] = (now, summaries)
+            while len(self._read) > self.max_runs:
+                self._read.popitem(last=False)
+        return summaries
 
 
 def _page(title: str, body: str, status: int = 200, headers=None) -> HTMLResponse:
@@ -114,6 +186,7 @@ def add_dashboard(
     metrics_files: MetricsFiles,
 ) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    eval_scores = EvalScores()
 
     def signed_in(request: Request) -> bool:
         if tokens is None:
@@ -203,7 +276,8 @@ def add_dashboard(
             f'<div id="charts" data-figure-url="/ui/figure?run={quote(run_id)}" '
             f'data-poll-ms="{poll}"></div>'
         )
-        return _page(f"run {run_id}", f"<dl>{facts_html}</dl>{charts}")
+        table = evals_table(evals_answer(run_id, run.run_dir))
+        return _page(f"run {run_id}", f"<dl>{facts_html}</dl>{charts}{table}")
 
     @app.get("/sweeps/{sweep_id}", include_in_schema=False)
     def sweep_page(sweep_id: str, request: Request):
@@ -249,6 +323,9 @@ def add_dashboard(
             else RunMetrics(v.status.run_id)
             for v in chosen
         ]
+        for view, run_metrics in zip(chosen, metrics, strict=True):
+            if view.status.run_dir:
+                run_metrics.evals = eval_scores.get(view.status.run_dir)
         result = make_figure(metrics, sweep=sweep is not None)
         result["live"] = any(not v.status.finished for v in chosen)
         return result

@@ -14,7 +14,10 @@ without the process that launched them (paths relative to `<storage.root>/<run_i
     job/state.json   {"run_id", "sweep_id", "backend": "local", "state", "run_dir", "nodes",
                       "command": [...], "attempt", "started_at", "finished_at" (ISO-8601 UTC),
                       "exit_code", "pid" (torchrun), "supervisor_pid", "torchrun_seconds",
-                      "message", "ranks" (processes: what `logs --rank` can show)}
+                      "message", "ranks" (processes: what `logs --rank` can show);
+                      with eval.every_checkpoint, once trained: "evals" (running, then
+                      succeeded, failed or cancelled), "eval_pid", "eval_seconds",
+                      "eval_exit_code"}; job/evals.json: what the scoring did
                       rewritten atomically on every change; cancel = touch
                       job/cancel-requested, then SIGTERM to "pid" (torchrun forwards it; the
                       trainer checkpoints and exits 143)

@@ -18,6 +18,9 @@ REQUEST_FILE = f"{JOB_DIR}/request.json"
 """What the local backend asks its supervisor to run (argv, env, cwd)."""
 OUTPUT_LOG = f"{JOB_DIR}/output.log"
 CANCEL_MARKER = f"{JOB_DIR}/cancel-requested"
+EVAL_REPORT = f"{JOB_DIR}/evals.json"
+"""What the latest attempt's `eval.every_checkpoint` scored and what failed
+(jobs.backends.local.evals writes it, its supervisor reads it)."""
 
 
 def utc_now() -> str:

@@ -1,10 +1,11 @@
 """`trainstack plot RUN [RUN ...] | --sweep ID [-o out.png|out.html] [overrides ...]`
 
 Loss and eval loss against step and tokens, tokens/s, MFU and memory from each run's
-logs/metrics.jsonl; several runs overlaid, a sweep's runs coloured by their swept value. RUN
-is a run id (under storage.root, as for `checkpoints`) or a run dir (path or s3:// URI); a
-sweep's runs are found like `trainstack runs --sweep ID` finds them. `.png` is drawn with
-matplotlib, `.html` is one self-contained interactive page (uPlot).
+logs/metrics.jsonl, and beside the loss each task's `trainstack eval` score by step (the run's
+eval/, e.g. from `eval.every_checkpoint`); several runs overlaid, a sweep's runs coloured by
+their swept value. RUN is a run id (under storage.root, as for `checkpoints`) or a run dir
+(path or s3:// URI); a sweep's runs are found like `trainstack runs --sweep ID` finds them.
+`.png` is drawn with matplotlib, `.html` is one self-contained interactive page (uPlot).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jobs.plot.charts import figure
 from jobs.plot.metrics import MetricsFile, RunMetrics
 from jobs.plot.page import standalone_html
 from jobs.plot.png import write_png
+from trainer.evaluation.results import run_evals
 
 FORMATS = (".png", ".html")
 PLOT_WIDTH = 2000
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         else RunMetrics(run_id)
         for run_id, run_dir in targets
     ]
+    for metrics, (_, run_dir) in zip(runs, targets, strict=True):
+        metrics.evals = run_evals(run_dir)
     empty = [r.run_id for r in runs if not r.records]
     if len(empty) == len(runs):
         return fail("plot", f"no metrics yet in {', '.join(str(d) for _, d in targets)}")

@@ -3,7 +3,8 @@
 PNG (png.py), the HTML file and the dashboard all render this one description, so the three
 never disagree about which metric is on which axis. Several runs are overlaid, one colour
 each; the runs of a sweep are coloured by their swept value (viridis when one numeric key is
-swept, else one colour per distinct combination) and labelled with it.
+swept, else one colour per distinct combination) and labelled with it. Runs with `trainstack
+eval` results get an `eval scores` chart beside the loss: each task's main metric by step.
 """
 
 from __future__ import annotations
@@ -141,11 +142,78 @@ def run_colors(runs: list[RunMetrics], sweep: bool) -> dict[str, tuple[str, str]
     }
 
 
+EVAL_SCORES = "eval_scores"
+MAX_EVAL_SERIES = 12
+"""Tasks drawn per run (a group such as mmlu reports dozens of subtasks): the first ones."""
+
+
+def metric_name(metric: str) -> str:
+    """`acc`, `exact_match (strict-match)`: lm-eval's `metric,filter` read out."""
+    name, _, kind = metric.partition(",")
+    return name + (f" ({kind})" if kind and kind != "none" else "")
+
+
+def metric_label(task: str, metric: str) -> str:
+    return f"{task} {metric_name(metric)}"
+
+
+def eval_series(evals: list) -> dict[str, list[tuple[int, float]]]:
+    """Task metric -> (step, value) by step: each task's main metric (the first it lists, as
+    `status` and `runs` show it); at a step scored both ways, the export's score stands."""
+    chosen: dict[int, Any] = {}
+    for summary in evals:
+        if summary.error is None and (summary.step not in chosen or summary.via == "export"):
+            chosen[summary.step] = summary
+    series: dict[str, list[tuple[int, float]]] = {}
+    for step in sorted(chosen):
+        for task, metrics in chosen[step].scores.items():
+            if metrics:
+                metric, value = next(iter(metrics.items()))
+                series.setdefault(metric_label(task, metric), []).append((step, value))
+    return series
+
+
+def eval_chart(runs: list[RunMetrics], colors: dict[str, tuple[str, str]]) -> dict | None:
+    """The `eval scores` chart (None when no run has a score): one series per run and task;
+    one run's tasks get a colour each, several runs' their run's colour."""
+    from matplotlib import colormaps  # lazy: matplotlib, for charts alone
+
+    palette = colormaps["tab10"]
+    series, left_out = [], 0
+    for run in runs:
+        color, label = colors[run.run_id]
+        found = eval_series(run.evals)
+        left_out += max(0, len(found) - MAX_EVAL_SERIES)
+        for index, (name, points) in enumerate(list(found.items())[:MAX_EVAL_SERIES]):
+            series.append(
+                {
+                    "run_id": run.run_id,
+                    "label": f"{label} {name}" if len(runs) > 1 else name,
+                    "color": color if len(runs) > 1 else _hex(palette(index % 10)),
+                    "dash": True,
+                    "markers": True,
+                    "x": [float(step) for step, _ in points],
+                    "y": [value for _, value in points],
+                }
+            )
+    if not series:
+        return None
+    more = f" (first {MAX_EVAL_SERIES} tasks a run; {left_out} left out)" if left_out else ""
+    return {
+        "id": EVAL_SCORES,
+        "title": f"eval scores{more}",
+        "x_label": "step",
+        "y_label": "score",
+        "series": series,
+    }
+
+
 def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
     """{"runs": [{run_id, label, color, points}], "charts": [{id, title, x_label, y_label,
     series: [{run_id, label, color, dash, markers, x, y}]}]}; series with no point are left
-    out, and optional charts without any series. `dash` and `markers`: evaluation, drawn unlike
-    training in the PNG, HTML and dashboard."""
+    out, and optional charts without any series; `eval_scores` follows the loss where a run
+    has `trainstack eval` results (`RunMetrics.evals`). `dash` and `markers`: evaluation, drawn
+    unlike training in the PNG, HTML and dashboard."""
     colors = run_colors(runs, sweep)
     charts = []
     for chart in CHARTS:
@@ -183,6 +251,8 @@ def figure(runs: list[RunMetrics], sweep: bool = False) -> dict[str, Any]:
                 "series": series,
             }
         )
+        if chart.id == "loss_step" and (scores := eval_chart(runs, colors)) is not None:
+            charts.append(scores)  # beside the loss
     return {
         "runs": [
             {

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from contract.run_dir import CONFIG_FILE, METRICS_FILE
+from trainer.evaluation.results import EvalSummary
 from trainer.storage import open_run_storage
 from trainer.storage.base import RangeRead
 
@@ -32,6 +33,8 @@ class RunMetrics:
     """The run dir's config.yaml as the trainer wrote it ({} before it started)."""
     count: int | None = None
     """Lines with a step in the file, when `records` is a downsampled selection of them."""
+    evals: list[EvalSummary] = field(default_factory=list)
+    """The run's `trainstack eval` results by checkpoint (`<run_dir>/eval/`), when read."""
 
     @property
     def points(self) -> int:

@@ -11,6 +11,11 @@ def write_png(figure: dict[str, Any], path: Path, title: str) -> None:
     draw(figure, title).savefig(path, dpi=110)
 
 
+def _text(value: str) -> str:
+    """As written: a `$` would start matplotlib's math mode (a task or run name may have one)."""
+    return value.replace("$", r"\$")
+
+
 def draw(figure: dict[str, Any], title: str):
     """The matplotlib Figure (tests read its lines)."""
     import matplotlib  # lazy: matplotlib, for PNG output alone
@@ -22,10 +27,10 @@ def draw(figure: dict[str, Any], title: str):
     columns = 3
     rows = math.ceil(len(charts) / columns)
     fig = Figure(figsize=(5.2 * columns, 3.6 * rows + 0.6), layout="constrained")
-    fig.suptitle(title)
+    fig.suptitle(_text(title))
     axes = fig.subplots(rows, columns, squeeze=False).flatten()
     for ax, chart in zip(axes, charts, strict=False):
-        ax.set_title(chart["title"])
+        ax.set_title(_text(chart["title"]))
         ax.set_xlabel(chart["x_label"])
         ax.set_ylabel(chart["y_label"])
         ax.grid(alpha=0.3)
@@ -37,7 +42,7 @@ def draw(figure: dict[str, Any], title: str):
                 linestyle="--" if series["dash"] else "-",
                 marker="o" if series.get("markers") or len(series["x"]) < 30 else None,
                 markersize=4 if series.get("markers") else 3,
-                label=series["label"],
+                label=_text(series["label"]),
             )
         if chart["series"]:
             ax.legend(fontsize="x-small")

@@ -144,8 +144,23 @@ def test_dashboard_runs_run_page_live_and_sweep(api, apiserver, browser, monkeyp
     shot(browser, "runs")
     assert console_errors(browser) == []
 
+    # Two scored checkpoints (one task name is markup a run's own results.json could hold).
+    for step, acc in ((20, 0.25), (40, 0.5)):
+        folder = api.runs_root / "live1" / "eval" / f"step-{step:08d}"
+        folder.mkdir(parents=True)
+        scores = {"ts_mc": {"acc,none": acc}, "<b>bold</b>": {"acc,none": 1.0}}
+        (folder / "results.json").write_text(json.dumps({"results": scores}))
     browser.find_element("link text", "live1").click()
     charts = wait_until(lambda: browser.find_elements("css selector", "#charts[data-loaded]"))[0]
+    table = browser.find_element("id", "evals")
+    assert table.find_elements("css selector", "b") == []  # the name shows as text
+    assert [r.text for r in table.find_elements("css selector", "tr[data-step]")] == [
+        "40 export ts_mc acc 0.5000",
+        "40 export <b>bold</b> acc 1.0000",
+        "20 export ts_mc acc 0.2500",
+        "20 export <b>bold</b> acc 1.0000",
+    ]
+    assert points(browser, "eval_scores") == [2, 2]  # beside the loss: a series per task
     train_points = sum(1 for r in first if "loss" in r)
     eval_points = sum(1 for r in first if "eval_loss" in r)
     assert points(browser, "loss_step") == [train_points, eval_points]

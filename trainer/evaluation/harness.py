@@ -22,6 +22,7 @@ from lm_eval.utils import handle_non_serializable
 from trainer.errors import ConfigError
 from trainer.evaluation.config import EvalConfig
 from trainer.evaluation.results import EVAL_DIR, RESULTS_FILE, EvalSummary, eval_name, scores_of
+from trainer.evaluation.tasks import task_manager
 from trainer.hf.export import choose_step, export_run, export_tokenizer, run_model
 from trainer.hf.export_lora import run_lora
 from trainer.storage import StorageError, open_run_storage
@@ -34,25 +35,6 @@ class EvalOutcome:
     summary: EvalSummary
     destination: str
     seconds: float
-
-
-def task_manager(cfg: EvalConfig) -> TaskManager:
-    """lm-eval's task index, with every name in `eval.tasks` checked against it."""
-    manager = TaskManager(include_path=cfg.include_path, include_defaults=cfg.include_defaults)
-    known = set(manager.all_tasks)
-    unknown = [t for t in cfg.tasks if t not in known]
-    if unknown:
-        local = (
-            sorted(TaskManager(include_path=cfg.include_path, include_defaults=False).all_tasks)
-            if cfg.include_path
-            else []
-        )
-        hint = f"; tasks in eval.include_path: {', '.join(local[:20])}" if local else ""
-        raise ConfigError(
-            f"eval.tasks: no task named {unknown[0]!r}; allowed: lm-eval's task names "
-            f"(`lm_eval ls tasks`) or a task in eval.include_path{hint}"
-        )
-    return manager
 
 
 def served_model(endpoint: str) -> str:
@@ -71,9 +53,16 @@ def served_model(endpoint: str) -> str:
 
 
 def evaluate_run(
-    run_dir: str, cfg: EvalConfig, *, step: int | None = None, endpoint: str | None = None
+    run_dir: str,
+    cfg: EvalConfig,
+    *,
+    step: int | None = None,
+    endpoint: str | None = None,
+    manager: TaskManager | None = None,
 ) -> EvalOutcome:
-    """Evaluate checkpoint `step` (default: the newest committed) of `run_dir`."""
+    """Evaluate checkpoint `step` (default: the newest committed) of `run_dir`. `manager`:
+    `cfg`'s task index when the caller built it (one per process evaluating several
+    checkpoints: indexing lm-eval's own tasks takes about 30 s)."""
     try:
         storage = open_run_storage(run_dir)
         step = choose_step(storage, step)
@@ -81,7 +70,7 @@ def evaluate_run(
         lora = run_lora(storage) is not None
     except StorageError as exc:
         raise ConfigError(f"RUN: {exc}") from None
-    manager = task_manager(cfg)
+    manager = manager or task_manager(cfg)
     model_id = served_model(endpoint) if endpoint else None
     work = Path(tempfile.mkdtemp(prefix="trainstack-eval-"))
     started = time.monotonic()

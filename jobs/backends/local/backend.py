@@ -4,7 +4,8 @@ What the training operator would add on a cluster (PET_* variables torchrun read
 processes per node, rendezvous) the backend adds here the same way, with a standalone
 rendezvous on this host. A small supervisor process (`jobs.backends.local.supervisor`) owns
 torchrun and records its state in `<run dir>/job/state.json`, so `status`, `logs` and `cancel`
-work from any shell while `trainstack launch` streams progress.
+work from any shell while `trainstack launch` streams progress. With `eval.every_checkpoint`
+the supervisor then scores the run's checkpoints (`jobs.backends.local.evals`: why there).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from jobs.run_dirs import LOCAL_STATE_ROOT
 from jobs.runners import runner_named
 from jobs.runners.program import SCRATCH_DIR
 from jobs.spec import POD_CONFIG_PATH
+from jobs.validate_eval import eval_settings
 
 CONFIG_FILE = f"{JOB_DIR}/{run_layout.CONFIG_FILE}"
 RAY_CLUSTER = "jobs.backends.local.ray_cluster"
@@ -54,6 +56,8 @@ command as is (torchrun, as their pods do)."""
 LAUNCH_FILE = f"{JOB_DIR}/launch.yaml"
 RESTARTS_FILE = f"{JOB_DIR}/restarts"
 """torchrun's restarts of the ranks in the latest attempt (trainer.launch writes it)."""
+EVAL_REPORT = run_state.EVAL_REPORT
+EVALUATOR = "jobs.backends.local.evals"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class LocalRequest:
     state_dir: str
     """Local directory holding job/ (the run dir, or runs/<run_id> for a remote run dir)."""
     config_text: str
+    eval_argv: list[str] | None = None
+    """Run once torchrun exited 0 (`eval.every_checkpoint`): scores the checkpoints."""
 
 
 CONTRACT_PATHS = (
@@ -146,12 +152,17 @@ class LocalBackend:
             # What torchrun sets for several processes anyway, set here so that it does not
             # print its four-line warning about doing so on every launch.
             env["OMP_NUM_THREADS"] = "1"
-        request = LocalRequest(argv, env, self.cwd, state_dir, trainer_config_yaml(spec))
+        evaluate = evaluator_argv(job, state_dir)
+        request = LocalRequest(
+            argv, env, self.cwd, state_dir, trainer_config_yaml(spec), eval_argv=evaluate
+        )
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         text = (
             f"# {config_path}:\n{request.config_text}"
             f"cd {shlex.quote(self.cwd)} && {assigns} {shlex.join(argv)}\n"
         )
+        if evaluate:
+            text += f"# then, if it succeeded (eval.every_checkpoint):\n{shlex.join(evaluate)}\n"
         return DryRun(backend=self.name, job=job, request=request, text=text)
 
     def schedule(self, dryrun: DryRun) -> str:
@@ -164,6 +175,12 @@ class LocalBackend:
                 f"run_id: {job.run_id} is already running (pid {previous.get('pid')}); "
                 "cancel it or choose another run_id"
             )
+        if previous and _evaluating(previous):
+            raise BackendError(
+                f"run_id: {job.run_id} is still scoring its checkpoints (eval.every_checkpoint, "
+                f"pid {previous.get('eval_pid')}); wait for it, or `trainstack cancel "
+                f"{job.run_id}` stops the evaluation"
+            )
         job.store_code()  # before any state: a failed store leaves no half run
         # The run's record (jobs/relaunch.py): written only now that the job validated, and
         # atomically, so a launch that fails leaves the previous one whole.
@@ -171,9 +188,11 @@ class LocalBackend:
         run_state.write_atomic(state_dir / LAUNCH_FILE, launch_record(job))
         (state_dir / run_state.CANCEL_MARKER).unlink(missing_ok=True)
         (state_dir / RESTARTS_FILE).unlink(missing_ok=True)  # counted per attempt
-        (state_dir / run_state.REQUEST_FILE).write_text(
-            json.dumps({"argv": request.argv, "env": request.env, "cwd": request.cwd}, indent=2)
-        )
+        (state_dir / EVAL_REPORT).unlink(missing_ok=True)
+        asked = {"argv": request.argv, "env": request.env, "cwd": request.cwd}
+        if request.eval_argv:
+            asked["eval_argv"] = request.eval_argv
+        (state_dir / run_state.REQUEST_FILE).write_text(json.dumps(asked, indent=2))
         attempt = (previous or {}).get("attempt", 0) + 1
         log = state_dir / run_state.OUTPUT_LOG
         log_offset = log.stat().st_size if log.is_file() else 0
@@ -249,14 +268,24 @@ class LocalBackend:
             time.sleep(0.2)
 
     def _finished(self, state_dir: Path) -> bool:
+        """Trained and, with eval.every_checkpoint, scored (or its supervisor is gone)."""
         state = run_state.read_state(state_dir) or {}
-        return state.get("state") in FINISHED_STATES or not _alive(state)
+        if not _alive(state):
+            return True
+        return state.get("state") in FINISHED_STATES and state.get("evals") != RUNNING
 
     def cancel(self, run_id: str) -> None:
-        """SIGTERM to torchrun, which forwards it to the trainer (checkpoint, exit 143)."""
+        """SIGTERM to torchrun, which forwards it to the trainer (checkpoint, exit 143); after
+        training, to the evaluation scoring its checkpoints (the run stays succeeded)."""
         try:
             state_dir, state = self._state(run_id)
         except BackendError:
+            return
+        if _evaluating(state):
+            (state_dir / run_state.CANCEL_MARKER).touch()
+            pid = (run_state.read_state(state_dir) or state).get("eval_pid")
+            if pid:
+                _signal(pid, signal.SIGTERM)
             return
         if state.get("state") not in (PENDING, RUNNING) or not _alive(state):
             return
@@ -268,9 +297,33 @@ class LocalBackend:
             _signal(pid, signal.SIGTERM)
 
 
+def evaluator_argv(job: MaterializedJob, state_dir: str) -> list[str] | None:
+    """The supervisor's command after training (`eval.every_checkpoint`), or None."""
+    settings = eval_settings(job.cfg)
+    if settings is None:
+        return None
+    if settings.include_path is not None:  # as checked at launch, from wherever it runs
+        settings.include_path = os.path.abspath(settings.include_path)
+    return [
+        sys.executable,
+        "-m",
+        EVALUATOR,
+        f"--run-dir={job.spec.run_dir}",
+        f"--report={state_dir}/{EVAL_REPORT}",
+        f"--settings={json.dumps(asdict(settings), separators=(',', ':'))}",
+    ]
+
+
+def _evaluating(state: dict) -> bool:
+    """The supervisor is scoring the run's checkpoints (after it trained)."""
+    return state.get("evals") == RUNNING and _alive(state)
+
+
 def _status(state_dir: Path, state: dict) -> RunStatus:
     if state.get("state") in (PENDING, RUNNING) and not _alive(state):
         state = {**state, "state": FAILED, "message": "launcher process vanished"}
+    elif state.get("evals") == RUNNING and not _alive(state):
+        state = {**state, "message": "eval: stopped unfinished (its supervisor vanished)"}
     status = run_state.to_status(state_dir, state)
     return replace(status, log_ranks=_ranks(state_dir, state), restarts=_restarts(state_dir))
 
