@@ -146,9 +146,10 @@ KUEUE_API = "kueue.x-k8s.io/v1beta1"
 JOBS = {
     "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
     "pytorchjob": ("kubeflow.org/v1", "PyTorchJob"),
-    "rayjob": ("ray.io/v1", "RayJob"),
 }
-"""job.api -> the job object's apiVersion and kind."""
+"""job.api -> the job object's apiVersion and kind: the kinds the built-in trainer runs as."""
+ALL_JOBS = {**JOBS, "rayjob": ("ray.io/v1", "RayJob")}
+"""Every kind a run can be (a RayJob runs Ray programs only: tests/e2e/test_e2e_rayjob.py)."""
 
 
 def conditions(obj: dict) -> dict[str, dict]:
@@ -182,7 +183,7 @@ def remove_run(cluster: Cluster, run_id: str) -> None:
     its pods and Workload are gone: the next test starts with the whole quota free, whatever
     trainstack's cancel did."""
     selector = f"{RUN_ID_LABEL}={run_id}"
-    for api_version, kind in JOBS.values():
+    for api_version, kind in ALL_JOBS.values():
         for job in cluster.items(api_version, kind, selector):
             cluster.resource(api_version, kind).delete(
                 name=job["metadata"]["name"],
@@ -198,7 +199,7 @@ def remove_run(cluster: Cluster, run_id: str) -> None:
     eventually(
         lambda: (
             not pods_of(cluster, run_id)
-            and not any(workload_of(cluster, kind, run_id) for _, kind in JOBS.values())
+            and not any(workload_of(cluster, kind, run_id) for _, kind in ALL_JOBS.values())
         ),
         f"{run_id}'s pods and Workload gone",
     )

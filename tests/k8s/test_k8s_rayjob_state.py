@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from jobs.backends.base import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
+from jobs.backends.base import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, NoLogs
 from jobs.backends.kubernetes import backend
 from jobs.backends.kubernetes.client import state
 from jobs.backends.kubernetes.client.api import ClusterError
@@ -182,3 +182,18 @@ def test_a_kind_the_stack_did_not_install_is_skipped_when_we_may_not_read_it():
         configured.find("r1")
     with pytest.raises(ClusterError, match="Forbidden"):
         configured.job_objects("")
+
+
+def test_a_gone_rayjobs_log_is_its_submitter_pods_archive(monkeypatch):
+    """Once the RayJob (and its pods) expired, the driver's log is read from CloudWatch Logs:
+    the newest stream of a pod `<run id>-<random>`, the submitter's container."""
+    asked = []
+
+    def by_prefix(region, group, prefix, container):
+        asked.append((prefix, container))
+
+    monkeypatch.setattr(backend, "archived_log_by_prefix", by_prefix)
+    reader = backend.KubernetesBackend(ClusterSettings(None, None, "training", log_group="logs"))
+    with pytest.raises(NoLogs):
+        reader.archived_logs("r1", 0, RAYJOB)
+    assert asked == [("r1-", "ray-job-submitter")]

@@ -345,8 +345,8 @@ class KubernetesBackend:
     def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
         named pod (JobKind.gone_pod: rank 0 master-0, rank N worker-(N-1)); a TrainJob's is
-        the newest of its JobSet pods' streams; a RayJob's, its submitter pods'. A run whose job is gone too is looked for as
-        either kind, the configured one first."""
+        the newest of its JobSet pods' streams; a RayJob's, its submitter pods'. A run whose
+        job is gone too is looked for as every kind, the configured one first."""
 
         group, region = self.settings.log_group, self.settings.region
         found = None
