@@ -207,13 +207,18 @@ class KubernetesBackend:
             try:
                 job = self.cluster.get_job(run_id, kind)
             except ClusterError as err:
-                if kind is kinds[0] or status_of(err.__cause__) != 403:
+                if not self._not_ours_to_read(kind, err):
                     raise
-                continue  # a kind the stack did not install (its Role names only those)
+                continue
             if job is not None:
                 self.submissions.kinds[run_id] = kind
                 return job
         return None
+
+    def _not_ours_to_read(self, kind: JobKind, err: ClusterError) -> bool:
+        """`err` is a refusal (403) to read `kind`, which is not the configured kind: one the
+        stack did not install, so its Role names only the others (`trainstack:rayJobs`)."""
+        return kind is not self.settings.kinds[0] and status_of(err.__cause__) == 403
 
     def kind(self, run_id: str) -> JobKind:
         return self.submissions.kinds.get(run_id) or self.settings.kinds[0]
@@ -292,8 +297,7 @@ class KubernetesBackend:
             try:
                 jobs += self.cluster.list_jobs(selector, kind)
             except ClusterError as err:
-                refused = kind is not self.settings.kinds[0] and status_of(err.__cause__) == 403
-                if status_of(err.__cause__) != 404 and not refused:
+                if status_of(err.__cause__) != 404 and not self._not_ours_to_read(kind, err):
                     raise
                 unserved.append(err)
         if len(unserved) == len(self.settings.kinds):
