@@ -20,6 +20,9 @@ from infra.protection import stateful
 from infra.settings.types import ClusterConfig, DataProtection, SystemNodeGroupConfig
 from infra.settings.versions import EKS_ADDONS
 
+SYSTEM_NODE_LABELS = {"trainstack.io/role": "system"}
+"""What the system node group's nodes carry: Kueue's `system` flavor selects them."""
+
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # Managed add-ons installed before nodes join (networking, credentials) and after (they need
 # a node to schedule on). The node monitoring agent sets the node conditions (GPU Xid errors,
@@ -200,7 +203,7 @@ class Cluster(pulumi.ComponentResource):
                 "id": system_template.id,
                 "version": system_template.latest_version.apply(str),
             },
-            labels={"trainstack.io/role": "system"},
+            labels=dict(SYSTEM_NODE_LABELS),
             update_config={"max_unavailable": 1},
             opts=pulumi.ResourceOptions(parent=self, depends_on=early),
         )

@@ -2,9 +2,20 @@
 priorities.
 
 Installed from its pinned Helm chart. One ResourceFlavor per GPU node group (Kueue injects
-the flavor's node label into admitted pods, so they land on that group); one ClusterQueue whose
-nominal quota per flavor is what the group's nodes hold at `maxSize` (GPUs, EFA interfaces,
-CPU, memory and the 2 MiB huge pages EFA jobs request, from the catalog); one LocalQueue in the
+the flavor's node label into admitted pods, so they land on that group) and, last, the
+`system` flavor of the system nodes; one ClusterQueue whose nominal quota per GPU flavor is
+what the group's nodes hold at `maxSize` (GPUs, EFA interfaces, CPU, memory and the 2 MiB huge
+pages EFA jobs request, from the catalog) and whose `system` flavor holds
+`trainstack:kueue.systemQuota` of CPU and memory and nothing else.
+
+Where a pod set lands: Kueue tries a resource group's flavors in order for each pod set, and a
+flavor whose `nodeTaints` the pod set does not tolerate is skipped (its own `tolerations`
+count; kubernetes-sigs/kueue v0.19.2, pkg/scheduler/flavorassigner/flavorassigner.go,
+`checkFlavorForPodSets`). The GPU flavors carry the GPU nodes' taint and no toleration, so only
+pods that tolerate it themselves (every GPU pod trainstack writes) may take GPU quota; a pod
+set without it (a RayJob's head and submitter, the CPU runtime) gets `system`, whose GPU
+quota is 0, so a GPU pod set never fits there. A RayJob's head therefore waits for system
+quota rather than taking a GPU node's. One LocalQueue in the
 training namespace (what `job.queue` names) and the WorkloadPriorityClasses `job.priority`
 picks from. Jobs are created suspended and only Kueue un-suspends them. Kueue's integrations
 name the installed operator's kind (TrainJob or PyTorchJob) and, where the stack installs
@@ -20,9 +31,10 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from catalog.pods import HUGEPAGES_2MI
+from infra.cluster import SYSTEM_NODE_LABELS
 from infra.cluster_addons import helm_release
 from infra.gpu_nodes import GPU_TAINT, GROUP_LABEL
-from infra.settings.types import GpuNodeGroupConfig, KueueConfig
+from infra.settings.types import SYSTEM_FLAVOR, GpuNodeGroupConfig, KueueConfig
 from infra.settings.versions import KUEUE
 
 # What each EFA node reserves (infra/launch_template.py), so the quota is what the nodes hold.
@@ -66,16 +78,31 @@ def canonical_binary(value: int, unit: str) -> str:
     return f"{value}{_BINARY_UNITS[index]}"
 
 
-def cluster_queue_spec(groups: tuple[GpuNodeGroupConfig, ...]) -> dict:
-    """Pure: the ClusterQueue's spec. Lower priorities are preempted inside the queue."""
+def system_quota(config: KueueConfig) -> dict[str, str]:
+    """The `system` flavor's quota: CPU and memory; no GPU, EFA interface or huge page."""
+    return {
+        "cpu": str(config.system_cpu),
+        "memory": canonical_binary(config.system_memory_gib, "Gi"),
+        "nvidia.com/gpu": "0",
+        "vpc.amazonaws.com/efa": "0",
+        "hugepages-2Mi": "0",
+    }
+
+
+def cluster_queue_spec(groups: tuple[GpuNodeGroupConfig, ...], config: KueueConfig) -> dict:
+    """Pure: the ClusterQueue's spec: the GPU flavors in the groups' order, then `system`
+    (every flavor lists every covered resource, in order). Lower priorities are preempted
+    inside the queue."""
+    quotas = [(group.name, flavor_quota(group)) for group in groups]
+    quotas.append((SYSTEM_FLAVOR, system_quota(config)))
     flavors = [
         {
-            "name": group.name,
+            "name": name,
             "resources": [
-                {"name": name, "nominalQuota": quota} for name, quota in flavor_quota(group).items()
+                {"name": resource, "nominalQuota": amount} for resource, amount in quota.items()
             ],
         }
-        for group in groups
+        for name, quota in quotas
     ]
     return {
         "namespaceSelector": {},
@@ -136,13 +163,26 @@ def kueue_values(training_operator: str, *, ray_jobs: bool = True) -> dict:
     return {"managerConfig": {"controllerManagerConfigYaml": config}}
 
 
+GPU_NODE_TAINT = {"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NoSchedule"}
+"""The GPU nodes' taint as Kubernetes writes it (infra/gpu_nodes.py's is EKS's spelling)."""
+
+
 def resource_flavor_spec(group_name: str) -> dict:
-    """Pure: a node group's ResourceFlavor: Kueue puts its label and toleration on the pods it
-    admits there."""
-    return {
-        "nodeLabels": {GROUP_LABEL: group_name},
-        "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
-    }
+    """Pure: a GPU node group's ResourceFlavor: Kueue puts its label on the pods it admits
+    there, and admits there only pod sets that tolerate the GPU taint themselves."""
+    return {"nodeLabels": {GROUP_LABEL: group_name}, "nodeTaints": [dict(GPU_NODE_TAINT)]}
+
+
+def system_flavor_spec() -> dict:
+    """Pure: the system nodes' ResourceFlavor: their label, no taint."""
+    return {"nodeLabels": dict(SYSTEM_NODE_LABELS)}
+
+
+def resource_flavors(groups: tuple[GpuNodeGroupConfig, ...]) -> list[tuple[str, dict]]:
+    """(name, spec) of every ResourceFlavor the ClusterQueue names."""
+    return [(g.name, resource_flavor_spec(g.name)) for g in groups] + [
+        (SYSTEM_FLAVOR, system_flavor_spec())
+    ]
 
 
 def priority_class(name: str, value: int) -> dict:
@@ -191,21 +231,21 @@ class Kueue(pulumi.ComponentResource):
         )
         flavors = [
             k8s.apiextensions.CustomResource(
-                f"{name}-flavor-{group.name}",
+                f"{name}-flavor-{flavor}",
                 api_version=API_VERSION,
                 kind="ResourceFlavor",
-                metadata={"name": group.name},
-                spec=resource_flavor_spec(group.name),
+                metadata={"name": flavor},
+                spec=spec,
                 opts=after_crds,
             )
-            for group in groups
+            for flavor, spec in resource_flavors(groups)
         ]
         cluster_queue = k8s.apiextensions.CustomResource(
             f"{name}-cluster-queue",
             api_version=API_VERSION,
             kind="ClusterQueue",
             metadata={"name": config.cluster_queue},
-            spec=cluster_queue_spec(groups),
+            spec=cluster_queue_spec(groups, config),
             opts=pulumi.ResourceOptions.merge(
                 after_crds, pulumi.ResourceOptions(depends_on=[release, *flavors])
             ),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.bucket_layout import published_grants
+from infra.cluster import SYSTEM_NODE_LABELS
 from infra.cluster_addons import DEFAULT_DENY_POLICY, DEFAULT_DENY_SPEC, POD_SECURITY_LABELS
 from infra.gpu_nodes import GPU_TAINT, node_labels
 from infra.kubeflow_trainer import runtime_objects
@@ -24,7 +25,7 @@ from infra.kueue import (
     cluster_queue_spec,
     flavor_quota,
     priority_class,
-    resource_flavor_spec,
+    resource_flavors,
 )
 from infra.settings.stack import parse_stack_config
 from infra.settings.types import StackConfig
@@ -57,6 +58,8 @@ LOCAL_SETTINGS: dict[str, Any] = {
             "maxSize": GPU_NODES,
         }
     ],
+    # Half the system node: room for two RayJobs' heads and submitters at once.
+    "kueue": {"systemQuota": {"cpu": 8, "memoryGiB": 32}},
 }
 """The local stack's `trainstack:*` settings; everything else keeps infra's defaults."""
 BUCKET = "localcluster-runs"
@@ -105,7 +108,7 @@ def nodes(config: StackConfig) -> list[dict]:
     made.append(
         _node(
             "system-0",
-            {INSTANCE_TYPE_LABEL: config.system_nodes.instance_type},
+            {INSTANCE_TYPE_LABEL: config.system_nodes.instance_type, **SYSTEM_NODE_LABELS},
             SYSTEM_ALLOCATABLE,
             [],
         )
@@ -181,16 +184,14 @@ def stack_objects(config: StackConfig) -> list[dict]:
     if kueue:
         made += [
             *(
-                _object(
-                    KUEUE_API, "ResourceFlavor", group.name, spec=resource_flavor_spec(group.name)
-                )
-                for group in config.gpu_node_groups
+                _object(KUEUE_API, "ResourceFlavor", flavor, spec=spec)
+                for flavor, spec in resource_flavors(config.gpu_node_groups)
             ),
             _object(
                 KUEUE_API,
                 "ClusterQueue",
                 kueue.cluster_queue,
-                spec=cluster_queue_spec(config.gpu_node_groups),
+                spec=cluster_queue_spec(config.gpu_node_groups, kueue),
             ),
             _object(
                 KUEUE_API,

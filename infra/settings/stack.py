@@ -32,6 +32,7 @@ from infra.settings.operations import (
 )
 from infra.settings.reader import NAMESPACE, ConfigError, SettingsReader, fail
 from infra.settings.types import (
+    SYSTEM_FLAVOR,
     CiConfig,
     ClusterConfig,
     FsxConfig,
@@ -127,7 +128,8 @@ TRAINING_OPERATORS = training_operators(KINDS)
 DATA_ACCESS_KEYS = ("bucket", "prefix", "access", "kmsKeyArn")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _KEY_PREFIX = re.compile(r"^[\w.=-]+(/[\w.=-]+)*$")
-KUEUE_KEYS = ("enabled", "clusterQueue", "localQueue", "priorityClasses")
+KUEUE_KEYS = ("enabled", "clusterQueue", "localQueue", "priorityClasses", "systemQuota")
+SYSTEM_QUOTA_KEYS = ("cpu", "memoryGiB")
 DEFAULT_PRIORITY_CLASSES = (("high", 1000), ("default", 100), ("low", 10))
 GPU_GROUP_KEYS = (
     "name",
@@ -240,6 +242,12 @@ def _parse_gpu_groups(reader: SettingsReader) -> tuple[GpuNodeGroupConfig, ...]:
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
         raise fail(reader.key("gpuNodeGroups"), f"names must be unique, got {names}")
+    if SYSTEM_FLAVOR in names:
+        index = names.index(SYSTEM_FLAVOR)
+        raise fail(
+            f"{NAMESPACE}:gpuNodeGroups[{index}].name",
+            f"{SYSTEM_FLAVOR!r} is the system nodes' Kueue flavor; pick another name",
+        )
     return groups
 
 
@@ -363,9 +371,15 @@ def _parse_kueue(reader: SettingsReader) -> KueueConfig | None:
         names[key] = kueue.get_str(key, default)
         if not _DNS_LABEL.match(names[key]):
             raise fail(kueue.key(key), f"{names[key]!r} is not a DNS-1123 label")
+    quota = SettingsReader(
+        kueue.get_object("systemQuota") or {}, f"{kueue.key('systemQuota')}.", SYSTEM_QUOTA_KEYS
+    )
+    system = (quota.get_int("cpu", 4, minimum=1), quota.get_int("memoryGiB", 16, minimum=1))
     classes = kueue.raw("priorityClasses")
     if classes is None:
-        return KueueConfig(names["clusterQueue"], names["localQueue"], DEFAULT_PRIORITY_CLASSES)
+        return KueueConfig(
+            names["clusterQueue"], names["localQueue"], DEFAULT_PRIORITY_CLASSES, *system
+        )
     if not isinstance(classes, dict) or not classes:
         raise fail(kueue.key("priorityClasses"), f"expected {{name: value}}, got {classes!r}")
     parsed = []
@@ -376,7 +390,7 @@ def _parse_kueue(reader: SettingsReader) -> KueueConfig | None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise fail(key, f"expected a whole number (higher preempts lower), got {value!r}")
         parsed.append((str(name), value))
-    return KueueConfig(names["clusterQueue"], names["localQueue"], tuple(parsed))
+    return KueueConfig(names["clusterQueue"], names["localQueue"], tuple(parsed), *system)
 
 
 def _parse_cluster(reader: SettingsReader, stack: str) -> ClusterConfig:

@@ -164,6 +164,10 @@ class DataProtection:
     after that."""
 
 
+SYSTEM_FLAVOR = "system"
+"""The Kueue ResourceFlavor of the system nodes (infra/kueue.py): no GPU node group may take it."""
+
+
 @dataclass(frozen=True)
 class KueueConfig:
     """Kueue's queues for the GPU node groups (see infra/kueue.py)."""
@@ -173,6 +177,10 @@ class KueueConfig:
     """The LocalQueue in the training namespace: what `job.queue` names."""
     priority_classes: tuple[tuple[str, int], ...]
     """WorkloadPriorityClass name -> value (`job.priority`); higher preempts lower."""
+    system_cpu: int = 4
+    system_memory_gib: int = 16
+    """The `system` flavor's quota (`trainstack:kueue.systemQuota`): what queued pods that ask
+    for no GPU (a RayJob's head and submitter, CPU jobs) may hold on the system nodes."""
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,12 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 PENDING_MESSAGE = (
     "couldn't assign flavors to pod set master: insufficient unused quota for cpu in flavor "
     "p4d, 96 more needed, insufficient unused quota for nvidia.com/gpu in flavor p4d, 8 more "
-    "needed"
+    "needed, insufficient quota for cpu in flavor system, previously considered podsets "
+    "requests (0) + current podset request (96) > maximum capacity (8)"
 )
 """As the real Kueue says it (tests/e2e/test_e2e_double_agrees.py): one clause per covered
-resource that is short, not only the GPUs."""
+resource that is short in the GPU flavor, not only the GPUs, then the first that can never fit
+in `system`, the ClusterQueue's last flavor."""
 
 
 TRAINER_FIELDS = json.loads(

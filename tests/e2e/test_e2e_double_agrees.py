@@ -40,8 +40,12 @@ from tests.e2e.conftest import (
 )
 
 PLURALS = {"TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs"}
-SHORT = r"insufficient unused quota for [\w./-]+ in flavor [\w-]+, \w+ more needed"
-POD_SET = rf"couldn't assign flavors to pod set [\w-]+: {SHORT}(, {SHORT})*"
+SHORT = (
+    r"insufficient unused quota for [\w./-]+ in flavor [\w-]+, \w+ more needed"
+    r"|insufficient quota for [\w./-]+ in flavor [\w-]+, previously considered podsets "
+    r"requests \(\w+\) \+ current podset request \(\w+\) > maximum capacity \(\w+\)"
+)
+POD_SET = rf"couldn't assign flavors to pod set [\w-]+: (?:{SHORT})(, (?:{SHORT}))*"
 PENDING = re.compile(rf"{POD_SET}(; {POD_SET})*")
 """Kueue's message names every covered resource that is short (the real one: cpu, hugepages,
 memory, GPUs and EFA), one clause each, for each pod set (a PyTorchJob: master; worker)."""

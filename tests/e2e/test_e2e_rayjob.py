@@ -75,11 +75,23 @@ def test_a_rayjob_is_admitted_runs_and_succeeds(local_cluster):
         # One Workload: the head, the worker group and K8sJobMode's submitter.
         names = {ps["name"] for ps in workload["spec"]["podSets"]}
         assert names == {"head", "workers", "submitter"}, names
+        # Kueue's flavors: the workers the GPU group's, the head and submitter `system` (the
+        # GPU flavors are tainted; the head tolerates nothing).
+        flavors = {
+            ps["name"]: set(ps["flavors"].values())
+            for ps in workload["status"]["admission"]["podSetAssignments"]
+        }
+        assert flavors == {"head": {"system"}, "workers": {"p5"}, "submitter": {"system"}}, flavors
         pods = running(local_cluster, run_id)
         workers = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
         for pod in workers:
             limits = pod["spec"]["containers"][0]["resources"]["limits"]
             assert limits["nvidia.com/gpu"] == "8", limits
+            assert pod["spec"]["nodeName"].startswith("p5-"), pod["spec"]["nodeName"]
+        (head,) = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head"]
+        assert head["spec"]["nodeName"] == "system-0", head["spec"]["nodeName"]
+        (submitter,) = submitter_pods(local_cluster, run_id, "Running")
+        assert submitter["spec"]["nodeName"] == "system-0", submitter["spec"]["nodeName"]
         assert "running" in status(local_cluster, run_id).lower()
 
         ended = local_cluster.finish(run_id, 0)

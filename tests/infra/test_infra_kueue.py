@@ -1,6 +1,7 @@
-"""Kueue in the stack, under Pulumi's mocks: the pinned chart, a ResourceFlavor per GPU node
-group, a ClusterQueue whose nominal quota is the groups' nodes at maxSize (from the catalog),
-a LocalQueue in the training namespace, priority classes; bad settings fail in one line."""
+"""Kueue in the stack, under Pulumi's mocks: the pinned chart, a tainted ResourceFlavor per GPU
+node group and the untainted `system` flavor last, a ClusterQueue whose nominal quota is the
+groups' nodes at maxSize (from the catalog) and `trainstack:kueue.systemQuota` on `system`, a
+LocalQueue in the training namespace, priority classes; bad settings fail in one line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import yaml
 from kubernetes.utils import parse_quantity
 
 from catalog import INSTANCE_TYPES
-from infra.kueue import INTEGRATIONS, KUEUE_VERSION, canonical_binary, kueue_values, manager_config
+from infra.cluster import SYSTEM_NODE_LABELS
+from infra.gpu_nodes import GROUP_LABEL
+from infra.kueue import (
+    COVERED_RESOURCES,
+    INTEGRATIONS,
+    KUEUE_VERSION,
+    canonical_binary,
+    kueue_values,
+    manager_config,
+)
 from infra.settings.stack import TRAINING_OPERATORS, ConfigError
 from jobs.backends.kubernetes.client.kinds import KINDS
 from tests.infra.pulumi_harness import RecordingMocks, run_program, stack_file_config
@@ -54,13 +64,32 @@ def test_every_stack_installs_kueue_with_quota_from_its_node_groups(stack_runs):
         groups = config["trainstack:gpuNodeGroups"]
         (chart,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "kueue"]
         assert chart.inputs["version"] == KUEUE_VERSION
-        flavors = kind(run, "ResourceFlavor")
-        assert sorted(f.inputs["metadata"]["name"] for f in flavors) == sorted(
-            g["name"] for g in groups
-        )
+        flavors = {f.inputs["metadata"]["name"]: f.inputs["spec"] for f in kind(run, "ResourceFlavor")}
+        assert sorted(flavors) == sorted([*(g["name"] for g in groups), "system"])
+        gpu_taint = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+        for group in groups:
+            # Tainted, and no toleration of its own: Kueue counts a flavor's tolerations when it
+            # checks its taints, so one would let a head without any take GPU quota.
+            assert flavors[group["name"]] == {
+                "nodeLabels": {GROUP_LABEL: group["name"]},
+                "nodeTaints": [gpu_taint],
+            }
+        assert flavors["system"] == {"nodeLabels": SYSTEM_NODE_LABELS}
         (queue,) = kind(run, "ClusterQueue")
         (resource_group,) = queue.inputs["spec"]["resourceGroups"]
+        order = [f["name"] for f in resource_group["flavors"]]
+        assert order == [*(g["name"] for g in groups), "system"]  # GPU flavors first
+        for flavor in resource_group["flavors"]:
+            assert [r["name"] for r in flavor["resources"]] == list(COVERED_RESOURCES)
         quota = {f["name"]: f["resources"] for f in resource_group["flavors"]}
+        system = {r["name"]: r["nominalQuota"] for r in quota["system"]}
+        assert system == {
+            "cpu": "4",
+            "memory": "16Gi",
+            "nvidia.com/gpu": "0",
+            "vpc.amazonaws.com/efa": "0",
+            "hugepages-2Mi": "0",
+        }
         for group in groups:
             instance = INSTANCE_TYPES[group["instanceType"]]
             got = {r["name"]: r["nominalQuota"] for r in quota[group["name"]]}
@@ -90,6 +119,25 @@ def with_kueue(value):
     return config
 
 
+def test_the_system_flavor_holds_the_quota_the_settings_give():
+    run = run_program(with_kueue({"systemQuota": {"cpu": 12, "memoryGiB": 1024}}), "sysquota")
+    (queue,) = kind(run, "ClusterQueue")
+    (resource_group,) = queue.inputs["spec"]["resourceGroups"]
+    (system,) = [f for f in resource_group["flavors"] if f["name"] == "system"]
+    quota = {r["name"]: r["nominalQuota"] for r in system["resources"]}
+    assert quota["cpu"] == "12" and quota["memory"] == "1Ti" and quota["nvidia.com/gpu"] == "0"
+
+
+def test_a_gpu_node_group_may_not_take_the_system_flavors_name():
+    config = copy.deepcopy(stack_file_config("dev"))
+    config["trainstack:gpuNodeGroups"][0]["name"] = "system"
+    mocks = RecordingMocks()
+    with pytest.raises(ConfigError) as raised:
+        run_program(config, "bad", mocks)
+    assert str(raised.value).startswith("trainstack:gpuNodeGroups[0].name: 'system' is the")
+    assert mocks.declared == []
+
+
 def test_kueue_can_be_left_out():
     run = run_program(with_kueue({"enabled": False}), "nokueue")
     assert kind(run, "ClusterQueue") == [] and run.outputs["local_queue"] is None
@@ -100,6 +148,16 @@ def test_kueue_can_be_left_out():
     [
         ({"localQueue": "Team_A"}, "trainstack:kueue.localQueue", "is not a DNS-1123 label"),
         ({"queues": 1}, "trainstack:kueue.queues", "unknown setting; allowed:"),
+        (
+            {"systemQuota": {"cpu": 0}},
+            "trainstack:kueue.systemQuota.cpu",
+            "must be >= 1",
+        ),
+        (
+            {"systemQuota": {"memory": "16Gi"}},
+            "trainstack:kueue.systemQuota.memory",
+            "unknown setting; allowed:",
+        ),
         (
             {"priorityClasses": {"high": "urgent"}},
             "trainstack:kueue.priorityClasses.high",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from jobs.backends.kubernetes.client.preflight import (
@@ -158,3 +160,30 @@ def test_the_queue_must_exist_and_the_job_must_fit_its_quota(apiserver, cluster)
         "compute.nodes=3 needs 24 nvidia.com/gpu in all; ClusterQueue 'trainstack' "
         "(job.queue=training) has a nominal quota of 16: it could never be admitted"
     ]
+
+
+def test_a_gpu_job_counts_only_the_flavors_that_hold_gpus(apiserver, cluster):
+    """The stack's `system` flavor (0 GPUs) can never hold a GPU pod set: its CPU is no room."""
+    kueue_objects(apiserver)
+    gpu = [
+        {"name": "cpu", "nominalQuota": "192"},
+        {"name": "nvidia.com/gpu", "nominalQuota": "16"},
+        {"name": "vpc.amazonaws.com/efa", "nominalQuota": "8"},
+    ]
+    system = [
+        {"name": "cpu", "nominalQuota": "64"},
+        {"name": "nvidia.com/gpu", "nominalQuota": "0"},
+        {"name": "vpc.amazonaws.com/efa", "nominalQuota": "0"},
+    ]
+    flavors = [{"name": "p4d", "resources": gpu}, {"name": "system", "resources": system}]
+    apiserver.put(
+        "clusterqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {"name": "trainstack"}}
+        | {"spec": {"resourceGroups": [{"flavors": flavors}]}},
+    )
+    fits_with_system_only = replace(queued(nodes=2), cpu_per_node=120)  # 240 <= 192 + 64
+    assert problems(cluster, fits_with_system_only) == [
+        "compute.nodes=2 needs 240 cpu in all; ClusterQueue 'trainstack' "
+        "(job.queue=training) has a nominal quota of 192: it could never be admitted"
+    ]
+    assert preflight(cluster, replace(queued(nodes=2), cpu_per_node=96)) == []

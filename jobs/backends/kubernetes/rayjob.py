@@ -58,10 +58,12 @@ from jobs.spec import JobSpec
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
-HEAD_RESOURCES = {"cpu": "8", "memory": "32Gi"}
-"""The head pod (GCS, dashboard, the driver): VERL's controller keeps the dataset and its
-tokenizer in the driver."""
-HEAD_SHM = "8Gi"
+HEAD_RESOURCES = {"cpu": "2", "memory": "8Gi"}
+"""The head pod (GCS, dashboard, the driver; VERL's controller keeps the dataset and its
+tokenizer in the driver), sized to fit a default system node (m6i.xlarge: 4 vCPU, 16 GiB)
+beside the operators, and inside the `system` flavor's default quota (infra/kueue.py) with
+its submitter."""
+HEAD_SHM = "2Gi"
 SUBMITTER_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
 """The `ray job submit` pod: it only follows the job's logs."""
 SUBMISSION_MODE = "K8sJobMode"

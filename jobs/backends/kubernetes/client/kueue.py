@@ -14,6 +14,8 @@ from __future__ import annotations
 from catalog.kubernetes import QUEUE_LABEL
 from jobs.backends.kubernetes.client.api import Cluster, ClusterError, status_of
 
+GPU_RESOURCE = "nvidia.com/gpu"
+
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
@@ -111,14 +113,21 @@ def get_cluster_queue(cluster: Cluster, name: str) -> dict | None:
     )
 
 
-def nominal_quota(cluster_queue: dict) -> dict[str, float]:
-    """Total nominal quota per resource over every flavor of every resource group."""
+def nominal_quota(cluster_queue: dict, *, gpu: bool = False) -> dict[str, float]:
+    """Total nominal quota per resource over every flavor of every resource group; with `gpu`,
+    over the flavors that hold GPUs only (a GPU pod set never fits the stack's `system` flavor,
+    so its CPU and memory are no room for one)."""
     totals: dict[str, float] = {}
     for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
-            for resource in flavor.get("resources") or []:
-                amount = parse_quantity(str(resource.get("nominalQuota", "0")))
-                totals[resource["name"]] = totals.get(resource["name"], 0.0) + amount
+            amounts = {
+                resource["name"]: parse_quantity(str(resource.get("nominalQuota", "0")))
+                for resource in flavor.get("resources") or []
+            }
+            if gpu and not amounts.get(GPU_RESOURCE):
+                continue
+            for name, amount in amounts.items():
+                totals[name] = totals.get(name, 0.0) + amount
     return totals
 
 

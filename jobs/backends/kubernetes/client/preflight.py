@@ -19,12 +19,16 @@ from jobs.backends.kubernetes.client.kinds import (
     TRAINJOB,
     JobKind,
 )
-from jobs.backends.kubernetes.client.kueue import get_cluster_queue, get_local_queue, nominal_quota
+from jobs.backends.kubernetes.client.kueue import (
+    GPU_RESOURCE,
+    get_cluster_queue,
+    get_local_queue,
+    nominal_quota,
+)
 from jobs.backends.kubernetes.client.ownership import labels_of
 from jobs.backends.kubernetes.pod_facts import RUNTIME_LABELS
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 
 
@@ -296,7 +300,7 @@ def _check_queue(cluster: Cluster, request: PreflightRequest, warnings: list[str
         return None
     if cluster_queue is None:
         return f"job.queue: LocalQueue {request.queue!r} points at missing ClusterQueue {name!r}"
-    quota = nominal_quota(cluster_queue)
+    quota = nominal_quota(cluster_queue, gpu=request.gpus_per_node > 0)
     need = {
         GPU_RESOURCE: request.gpus_per_node,
         EFA_RESOURCE: request.efa_per_node,
