@@ -64,7 +64,9 @@ def test_every_stack_installs_kueue_with_quota_from_its_node_groups(stack_runs):
         groups = config["trainstack:gpuNodeGroups"]
         (chart,) = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "kueue"]
         assert chart.inputs["version"] == KUEUE_VERSION
-        flavors = {f.inputs["metadata"]["name"]: f.inputs["spec"] for f in kind(run, "ResourceFlavor")}
+        flavors = {
+            f.inputs["metadata"]["name"]: f.inputs["spec"] for f in kind(run, "ResourceFlavor")
+        }
         assert sorted(flavors) == sorted([*(g["name"] for g in groups), "system"])
         gpu_taint = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
         for group in groups:
