@@ -25,6 +25,7 @@ backend and its methods, the errors its calls raise (`ClusterError`: the cluster
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -34,12 +35,13 @@ from jobs.backend_registry import Shared
 from jobs.backends import run_state
 from jobs.backends.base import (
     QUEUED,
+    SUCCEEDED,
     BackendError,
     DryRun,
     NoLogs,
     RunStatus,
 )
-from jobs.backends.kubernetes import following
+from jobs.backends.kubernetes import eval_schedule, following
 from jobs.backends.kubernetes.client import state as k8s_state
 from jobs.backends.kubernetes.client.api import ClusterError, status_of
 from jobs.backends.kubernetes.client.archived_logs import (
@@ -170,12 +172,15 @@ class KubernetesBackend:
         if self.run_preflight:
             self.preflight(job)
         job.store_code()  # the pods fetch it from the run dir: there before they start
+        evals = eval_schedule.plan_for(job.cfg, job.run_id, job.spec.run_dir)
         manifests = pin_images(dryrun.request)
         submission = submit_stamped(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             uid = submission.job["metadata"]["uid"]
             self.submissions.record(job.run_id, manifests, int(job.cfg.job.max_retries), uid)
         self.submissions.kinds[job.run_id] = kind_of(submission.job)
+        if evals is not None:
+            self.submissions.evals[job.run_id] = evals
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -464,6 +469,30 @@ class KubernetesBackend:
 
         if run_id not in self.submissions.kinds:
             self.find(run_id)
+        evals = self.submissions.evals.get(run_id)
+        if evals is None:
+            return self._wait(run_id, on_line)
+        # eval.every_checkpoint: its eval Jobs submitted while the run is followed, the rest
+        # once it succeeded (jobs.backends.kubernetes.eval_schedule)
+        stop = threading.Event()
+        passes = threading.Thread(
+            target=eval_schedule.follow_evals,
+            args=(self.cluster, evals, on_line, stop),
+            daemon=True,
+        )
+        passes.start()
+        try:
+            final = self._wait(run_id, on_line)
+        finally:
+            stop.set()
+            passes.join()
+        if final.state == SUCCEEDED:
+            eval_schedule.finish_evals(self.cluster, evals, on_line)
+        else:
+            on_line(f"[trainstack] {run_id}: {final.state}; no more eval jobs submitted")
+        return final
+
+    def _wait(self, run_id: str, on_line) -> RunStatus:
         kind = self.kind(run_id)
         while True:
             job = wait_for_end(
