@@ -9,8 +9,8 @@ the run dir (on S3, with a committed checkpoint at `--step` and the run's config
 with), the image, and the task names where lm-eval is installed here (its index of its own
 tasks, about 30 s; without it the pod checks them and its Job fails at once, exit 2).
 
-Also what `launch eval.every_checkpoint=true backend=kubernetes` evaluates each checkpoint
-with: `eval_template` (jobs/backends/kubernetes/eval_schedule.py submits them).
+The Job itself is jobs/backends/kubernetes/eval_job.py's (`eval_template`), the one
+`launch --wait eval.every_checkpoint=true` submits per checkpoint (eval_schedule.py).
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from catalog import INSTANCE_TYPES, get_instance_type
-from catalog.pods import pod_resources
 from contract.config import EXIT_BAD_INPUT
 from contract.run_dir import CONFIG_FILE
 from jobs.backend_registry import traits_of
@@ -40,10 +38,9 @@ from jobs.backends.kubernetes.manifest_checks import ManifestError
 from jobs.backends.kubernetes.manifests import to_yaml
 from jobs.commands.run_lookup import existing_run_dir, fail
 from jobs.compose import compose
-from jobs.errors import one_line
-from jobs.runners.hf import Hf
-from jobs.schema import CAPACITY_TYPES
-from jobs.submission import git_sha
+from jobs.errors import JobConfigError, one_line
+from jobs.grants import check_urls
+from jobs.schema import plain
 from trainer.checkpoint.layout import committed_steps
 from trainer.errors import ConfigError
 from trainer.evaluation.config import EvalConfig
@@ -117,6 +114,8 @@ def run_on_cluster(
         gpu_instance(cfg)
         run_dir = existing_run_dir(args.run_id, rest)
         step = checkpoint_to_score(run_dir, args.step)
+        # The pod runs as the run's service account: its role must reach the run dir.
+        check_urls(plain(cfg.storage.grants)["training"], "training", [("RUN", run_dir, True)])
         image = eval_image(cfg)
         check_task_names(settings)
         run_id = PurePosixPath(run_dir.rstrip("/")).name
@@ -125,7 +124,7 @@ def run_on_cluster(
         if submits:  # pinned as a training job's pods are: a retry runs the same bits
             spec = replace(spec, image=resolve_digest(spec.image))
         manifests = to_manifests(spec)
-    except (ConfigError, BackendError, ManifestError, ValueError) as err:
+    except (ConfigError, BackendError, JobConfigError, ManifestError, ValueError) as err:
         return fail("eval", str(err), EXIT_BAD_INPUT)
     results = f"{run_dir.rstrip('/')}/{EVAL_DIR}/{eval_name(step, via_endpoint=False)}/"
     if not submits:  # written out only (backend=render)
