@@ -47,6 +47,7 @@ from trainer.evaluation.config import EvalConfig
 from trainer.evaluation.results import EVAL_DIR, eval_name
 from trainer.storage import StorageError, open_run_storage
 
+
 def in_pods(cfg: Any) -> bool:
     return traits_of(cfg.backend.name).pods
 

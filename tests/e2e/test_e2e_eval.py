@@ -76,9 +76,11 @@ def test_the_eval_job_waits_for_free_gpus_preempts_nothing_and_runs_on_a_gpu_nod
         workload = eventually(lambda: workload_of(local_cluster, "Job", EVAL_JOB), "its Workload")
         assert int(workload["spec"].get("priority") or 0) == 0
         reason = eventually(
-            lambda: conditions(workload_of(local_cluster, "Job", EVAL_JOB) or {})
-            .get("QuotaReserved", {})
-            .get("message"),
+            lambda: (
+                conditions(workload_of(local_cluster, "Job", EVAL_JOB) or {})
+                .get("QuotaReserved", {})
+                .get("message")
+            ),
             "Kueue's reason for holding the eval Job",
         )
         assert "insufficient unused quota" in reason, reason
@@ -106,10 +108,12 @@ def test_the_eval_job_waits_for_free_gpus_preempts_nothing_and_runs_on_a_gpu_nod
             content_type="application/merge-patch+json",
         )
         eventually(
-            lambda: conditions(local_cluster.get("batch/v1", "Job", EVAL_JOB))
-            .get("Complete", {})
-            .get("status")
-            == "True",
+            lambda: (
+                conditions(local_cluster.get("batch/v1", "Job", EVAL_JOB))
+                .get("Complete", {})
+                .get("status")
+                == "True"
+            ),
             f"Job {EVAL_JOB} Complete",
         )
         # Submitted again: the same Job is found, never a second one.

@@ -213,7 +213,7 @@ def test_a_relaunch_may_turn_it_on(recorded_eval):
 
 
 def test_on_the_cluster_the_plan_says_one_eval_job_per_checkpoint():
-    job = build([f"data.path={SAMPLE_DATA}", *ON, *KUBE_WAIT, "eval.max_concurrent=3"])
+    job = build(["data.path=data/sample/train.jsonl", *ON, *KUBE_WAIT, "eval.max_concurrent=3"])
     assert (
         "eval     each committed checkpoint as it lands, one eval Job on 1 GPU of g5.12xlarge "
         "(at most 3 at once, submitted while launch --wait follows): ts_mc, ts_gen"

@@ -188,9 +188,10 @@ def test_render_writes_the_job_and_submits_nothing(
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
     (job,) = yaml.safe_load_all((out_root / f"{RUN}-eval-20" / "manifests.yaml").read_text())
-    assert job["kind"] == "Job" and "--step" in job["spec"]["template"]["spec"]["containers"][0][
-        "command"
-    ]
+    assert (
+        job["kind"] == "Job"
+        and "--step" in job["spec"]["template"]["spec"]["containers"][0]["command"]
+    )
     assert eval_jobs(apiserver) == []
 
 

@@ -25,7 +25,6 @@ backend and its methods, the errors its calls raise (`ClusterError`: the cluster
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -338,18 +337,33 @@ class KubernetesBackend:
             else:
                 yield from self.archived_logs(run_id, rank, kind)
             return
+        evals = self._evals(run_id)
+        try:
+            final = yield from self._follow(run_id, rank, cancel, evals)
+        finally:
+            if evals is not None:
+                evals.stop()
+        if evals is not None:
+            yield from evals.end(final.state == SUCCEEDED)
+
+    def _follow(
+        self, run_id: str, rank: int, cancel, evals: eval_schedule.EvalFollow | None
+    ) -> Generator[str, None, RunStatus]:
         while True:
             outcome: list[RunStatus] = []
-            yield from following.follow(
+            for line in following.follow(
                 self.cluster, run_id, rank, self.kind(run_id), outcome, cancel
-            )
+            ):
+                yield line
+                if evals is not None:
+                    yield from evals.pending()
             final = outcome[0]
             if final.message:
                 yield f"[trainstack] {run_id}: {final.message}"
             if not following.restart_due(self.submissions, run_id, final):
-                return
+                return final
             if not (yield from self._restart(run_id, final.retries)):
-                return
+                return final
 
     def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
@@ -469,28 +483,22 @@ class KubernetesBackend:
 
         if run_id not in self.submissions.kinds:
             self.find(run_id)
-        evals = self.submissions.evals.get(run_id)
-        if evals is None:
-            return self._wait(run_id, on_line)
-        # eval.every_checkpoint: its eval Jobs submitted while the run is followed, the rest
-        # once it succeeded (jobs.backends.kubernetes.eval_schedule)
-        stop = threading.Event()
-        passes = threading.Thread(
-            target=eval_schedule.follow_evals,
-            args=(self.cluster, evals, on_line, stop),
-            daemon=True,
-        )
-        passes.start()
+        evals = self._evals(run_id, on_line)
         try:
             final = self._wait(run_id, on_line)
         finally:
-            stop.set()
-            passes.join()
-        if final.state == SUCCEEDED:
-            eval_schedule.finish_evals(self.cluster, evals, on_line)
-        else:
-            on_line(f"[trainstack] {run_id}: {final.state}; no more eval jobs submitted")
+            if evals is not None:
+                evals.stop()
+        if evals is not None:
+            for line in evals.end(final.state == SUCCEEDED):
+                on_line(line)
         return final
+
+    def _evals(self, run_id: str, on_line=None) -> eval_schedule.EvalFollow | None:
+        """eval.every_checkpoint: its eval Jobs submitted while the run is followed, the rest
+        once it succeeded (jobs.backends.kubernetes.eval_schedule)."""
+        plan = self.submissions.evals.get(run_id)
+        return None if plan is None else eval_schedule.EvalFollow(self.cluster, plan, on_line)
 
     def _wait(self, run_id: str, on_line) -> RunStatus:
         kind = self.kind(run_id)

@@ -21,9 +21,10 @@ second follower, a restart of this one or a pass racing another finds the first 
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +81,9 @@ def plan_for(cfg: Any, run_id: str, run_dir: str, pin: bool = True) -> EvalPlan 
     if settings is None:
         return None
     image = eval_image(cfg)
-    template = eval_template(cfg, run_id, run_dir, settings, resolve_digest(image) if pin else image)
+    template = eval_template(
+        cfg, run_id, run_dir, settings, resolve_digest(image) if pin else image
+    )
     return EvalPlan(template, int(cfg.eval.max_concurrent), float(cfg.backend.poll_interval_s))
 
 
@@ -113,48 +116,84 @@ def schedule_pass(cluster: Any, plan: EvalPlan, storage: RunStorage) -> EvalPass
     return outcome
 
 
-def _pass(cluster: Any, plan: EvalPlan, storage: RunStorage, on_line: Callable) -> EvalPass:
-    """One pass whose failure is a line, never the follow's end."""
+def _pass(cluster: Any, plan: EvalPlan, storage: RunStorage) -> tuple[EvalPass, list[str]]:
+    """One pass and its lines; a failure is a line, never the follow's end."""
     run_id = plan.template.run_id
     try:
         done = schedule_pass(cluster, plan, storage)
     except (ClusterError, StorageError) as exc:
-        on_line(f"[trainstack] {run_id}: eval jobs not submitted this time: {exc}")
-        return EvalPass(waiting=[-1])  # unknown: try again
-    for step in done.submitted:
-        on_line(
-            f"[trainstack] {run_id}: eval job {job_name(run_id, step)} submitted "
-            f"(step {step}; {done.unfinished} of at most {plan.max_concurrent} unfinished)"
-        )
-    return done
+        line = f"[trainstack] {run_id}: eval jobs not submitted this time: {exc}"
+        return EvalPass(waiting=[-1]), [line]  # unknown: try again
+    lines = [
+        f"[trainstack] {run_id}: eval job {job_name(run_id, step)} submitted "
+        f"(step {step}; {done.unfinished} of at most {plan.max_concurrent} unfinished)"
+        for step in done.submitted
+    ]
+    return done, lines
 
 
 def follow_evals(cluster: Any, plan: EvalPlan, on_line: Callable, stop: threading.Event) -> None:
     """A pass every `plan.poll_s` until `stop` is set (the run ended)."""
     storage = open_run_storage(plan.template.run_dir)
     while True:
-        _pass(cluster, plan, storage, on_line)
+        for line in _pass(cluster, plan, storage)[1]:
+            on_line(line)
         if stop.wait(plan.poll_s):
             return
 
 
-def finish_evals(
-    cluster: Any, plan: EvalPlan, on_line: Callable, sleep: Callable = time.sleep
-) -> None:
+def finish_evals(cluster: Any, plan: EvalPlan, sleep: Callable = time.sleep) -> Iterator[str]:
     """After the run: passes until every unscored checkpoint has its Job (or
-    MAX_FAILED_PASSES failed in a row)."""
+    MAX_FAILED_PASSES failed in a row); their lines."""
     storage = open_run_storage(plan.template.run_dir)
     failed = 0
     while True:
-        done = _pass(cluster, plan, storage, on_line)
+        done, lines = _pass(cluster, plan, storage)
+        yield from lines
         if not done.waiting:
             return
         failed = failed + 1 if done.waiting == [-1] else 0
         if failed >= MAX_FAILED_PASSES:
-            on_line(
+            yield (
                 f"[trainstack] {plan.template.run_id}: gave up submitting eval jobs after "
                 f"{failed} failed tries; `trainstack eval RUN --step N backend=kubernetes` "
                 "submits one"
             )
             return
         sleep(plan.poll_s)
+
+
+class EvalFollow:
+    """The passes while a run is followed, in a thread: their lines go to `on_line` as they
+    come, or (without one) wait in `pending()` for a follower that yields lines."""
+
+    def __init__(self, cluster: Any, plan: EvalPlan, on_line: Callable | None = None) -> None:
+        self.cluster, self.plan = cluster, plan
+        self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=follow_evals,
+            args=(cluster, plan, on_line or self._lines.put, self._stop),
+            daemon=True,
+        )
+        self._thread.start()
+
+    def pending(self) -> Iterator[str]:
+        while True:
+            try:
+                yield self._lines.get_nowait()
+            except queue.Empty:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def end(self, succeeded: bool) -> Iterator[str]:
+        """The run ended: the rest submitted once it succeeded, none after anything else."""
+        self.stop()
+        yield from self.pending()
+        if succeeded:
+            yield from finish_evals(self.cluster, self.plan)
+        else:
+            yield f"[trainstack] {self.plan.template.run_id}: no more eval jobs submitted"

@@ -1,5 +1,6 @@
-"""`batch/v1` Jobs on the cluster (the `data prepare` Indexed Job, the eval Jobs), through the official
-client and `Cluster.call` (one-line errors, bounded retries), like the PyTorchJob code."""
+"""`batch/v1` Jobs on the cluster (the `data prepare` Indexed Job, the eval Jobs), through the
+official client and `Cluster.call` (one-line errors, bounded retries), like the PyTorchJob
+code."""
 
 from __future__ import annotations
 
