@@ -132,7 +132,9 @@ def _pass(cluster: Any, plan: EvalPlan, storage: RunStorage) -> tuple[EvalPass, 
     return done, lines
 
 
-def follow_evals(cluster: Any, plan: EvalPlan, on_line: Callable, stop: threading.Event) -> None:
+def follow_evals(
+    cluster: Any, plan: EvalPlan, on_line: Callable[[str], object], stop: threading.Event
+) -> None:
     """A pass every `plan.poll_s` until `stop` is set (the run ended)."""
     storage = open_run_storage(plan.template.run_dir)
     while True:
@@ -142,7 +144,9 @@ def follow_evals(cluster: Any, plan: EvalPlan, on_line: Callable, stop: threadin
             return
 
 
-def finish_evals(cluster: Any, plan: EvalPlan, sleep: Callable = time.sleep) -> Iterator[str]:
+def finish_evals(
+    cluster: Any, plan: EvalPlan, sleep: Callable[[float], object] = time.sleep
+) -> Iterator[str]:
     """After the run: passes until every unscored checkpoint has its Job (or
     MAX_FAILED_PASSES failed in a row); their lines."""
     storage = open_run_storage(plan.template.run_dir)
@@ -167,7 +171,9 @@ class EvalFollow:
     """The passes while a run is followed, in a thread: their lines go to `on_line` as they
     come, or (without one) wait in `pending()` for a follower that yields lines."""
 
-    def __init__(self, cluster: Any, plan: EvalPlan, on_line: Callable | None = None) -> None:
+    def __init__(
+        self, cluster: Any, plan: EvalPlan, on_line: Callable[[str], object] | None = None
+    ) -> None:
         self.cluster, self.plan = cluster, plan
         self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._stop = threading.Event()
