@@ -257,3 +257,15 @@ def test_a_run_here_is_not_one_a_pod_can_read(trainstack, apiserver, tmp_path, c
     err = capsys.readouterr().err
     assert code == 2 and "is not on S3" in err and err.count("\n") == 1, err
     assert eval_jobs(apiserver) == []
+
+
+@pytest.mark.slow
+def test_an_unknown_task_name_is_refused_here_by_lm_evals_index(
+    trainstack, apiserver, run_dir, capsys
+):
+    """lm-eval's own index (about 30 s), as `trainstack eval` here reads it: before submit."""
+    code = trainstack("eval", run_dir, "backend=kubernetes", *EVAL_ARGS, "eval.tasks=[no_such_t]")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("trainstack eval: eval.tasks: no task named 'no_such_t'"), err
+    assert eval_jobs(apiserver) == []
