@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         default=[],
-        help="eval.tasks=[...], eval.include_path=DIR, eval.limit=N, ...; and where runs are",
+        help="eval.tasks=[...], eval.include_path=DIR, eval.limit=N, ...; where runs are; "
+        "backend=kubernetes|render compute=<GPU type>: an eval Job on one GPU",
     )
 
 

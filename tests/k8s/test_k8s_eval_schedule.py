@@ -7,6 +7,7 @@ finishes each eval Job a little after it lands."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -172,6 +173,14 @@ def test_launch_wait_submits_each_checkpoints_eval_job_n_at_a_time(
     assert evals == {job_name(run_id, s) for s in (2, 4, 6, 8)}, out
     assert 1 <= controller.most_unfinished <= limit
     assert out.count(f"eval job {run_id}-eval-") == 4, out
+    # What a pod leaves (results.json under eval/step-N/) is what `status` shows for the run.
+    results = run_dir / "eval" / "step-00000002" / "results.json"
+    results.parent.mkdir(parents=True)
+    results.write_text(json.dumps({"results": {"arc_easy": {"acc,none": 0.5}}}))
+    assert trainstack("status", run_id, "--backend", "kubernetes") == 0
+    status = capsys.readouterr().out
+    (line,) = [x for x in status.splitlines() if x.startswith("eval")]
+    assert "step-00000002" in line and "arc_easy acc=0.5" in line, status
 
 
 def test_a_failed_run_submits_no_more_eval_jobs(trainstack, apiserver, tmp_path, capsys):
