@@ -18,8 +18,9 @@ import argparse
 
 from contract.config import EXIT_BAD_INPUT
 from jobs.backends.base import BackendError
-from jobs.commands.eval_cluster import composed, in_pods, run_on_cluster
+from jobs.commands.eval_cluster import composed, run_on_cluster
 from jobs.commands.run_lookup import existing_run_dir, fail
+from jobs.validate_common import in_pods
 from trainer.errors import ConfigError
 from trainer.evaluation.config import parse_eval_config, split_overrides
 from trainer.evaluation.results import headline

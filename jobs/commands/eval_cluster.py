@@ -48,10 +48,6 @@ from trainer.evaluation.results import EVAL_DIR, eval_name
 from trainer.storage import StorageError, open_run_storage
 
 
-def in_pods(cfg: Any) -> bool:
-    return traits_of(cfg.backend.name).pods
-
-
 def check_pod_settings(settings: EvalConfig, endpoint: str | None, cfg: Any) -> None:
     """What a pod cannot be asked: a server or a directory only this machine has."""
     where = f"backend={cfg.backend.name}"
