@@ -17,6 +17,7 @@ from contract.model.families import PROJECTIONS
 from contract.model.hf_config import model_args_from_hf, unsupported
 from contract.plan import model_label, tokenizer_source
 from jobs.runners import runner_for
+from jobs.validate_common import in_pods
 from jobs.validate_eval import eval_settings
 from jobs.validate_inputs import inside_image
 from trainer.errors import ConfigError
@@ -227,7 +228,14 @@ def eval_plan(cfg: Any) -> tuple[str, list[str]]:
     if settings is None:
         return "", []
     limit = "" if settings.limit is None else f", eval.limit={settings.limit:g}"
-    line = f"each committed checkpoint, once trained: {', '.join(settings.tasks)}{limit}"
+    tasks = f"{', '.join(settings.tasks)}{limit}"
+    line = f"each committed checkpoint, once trained: {tasks}"
+    if in_pods(cfg):
+        line = (
+            f"each committed checkpoint as it lands, one eval Job on 1 GPU of "
+            f"{cfg.compute.instance_type} (at most {cfg.eval.max_concurrent} at once, "
+            f"submitted while launch --wait follows): {tasks}"
+        )
     checkpoint, steps = cfg.trainer.checkpoint, cfg.trainer.max_steps
     interval = checkpoint.interval if checkpoint.interval > 0 else steps
     made = steps // interval + (1 if steps % interval else 0)  # and always one at the end

@@ -211,10 +211,15 @@ class LaunchEvalConfig(EvalConfig):
     """`trainstack eval`'s keys (trainer/evaluation/config.py), plus when a launch runs it."""
 
     every_checkpoint: bool = False
-    """backend=local: once the run has trained, score each committed checkpoint that has no
-    results yet with these settings, as `trainstack eval RUN --step N` would (results under
-    `<run_dir>/eval/`); a failed evaluation is one line in the run's message, never a failed
-    run. Not built for the cluster yet. The other `eval.*` keys are read only with it."""
+    """Score each committed checkpoint that has no results yet with these settings, as
+    `trainstack eval RUN --step N` would (results under `<run_dir>/eval/`). backend=local:
+    once the run has trained; a failed evaluation is one line in the run's message, never a
+    failed run. backend=kubernetes (with `--wait`): one eval Job per checkpoint as it lands,
+    on one GPU of compute's instance type, queued by Kueue beside the run and never taking its
+    GPUs; `launch --wait` submits them. The other `eval.*` keys are read only with it."""
+    max_concurrent: int = 1
+    """backend=kubernetes: most eval Jobs of the run queued or running at once (1..16); the
+    others wait for one to finish. Every Job is one GPU of the ClusterQueue's quota."""
 
 
 @dataclass

@@ -7,6 +7,9 @@ served OpenAI-compatible API (`trainstack serve-model`, vLLM) instead, with the 
 tokenizer. Results: `<run_dir>/eval/<checkpoint>/` (results.json, samples_<task>.jsonl), shown
 by `status`, `runs` and the Training API. Bad input is one line and exit 2, before any model
 is loaded.
+
+With `backend=kubernetes` (or `backend=render`, which writes it out): one eval Job on one GPU of
+`compute=<instance type>`, queued through the stack's LocalQueue (jobs/commands/eval_cluster.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import argparse
 
 from contract.config import EXIT_BAD_INPUT
 from jobs.backends.base import BackendError
+from jobs.commands.eval_cluster import composed, run_on_cluster
 from jobs.commands.run_lookup import existing_run_dir, fail
+from jobs.validate_common import in_pods
 from trainer.errors import ConfigError
 from trainer.evaluation.config import parse_eval_config, split_overrides
 from trainer.evaluation.results import headline
@@ -34,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         default=[],
-        help="eval.tasks=[...], eval.include_path=DIR, eval.limit=N, ...; and where runs are",
+        help="eval.tasks=[...], eval.include_path=DIR, eval.limit=N, ...; where runs are; "
+        "backend=kubernetes|render compute=<GPU type>: an eval Job on one GPU",
     )
 
 
@@ -44,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
         cfg = parse_eval_config(ours)
         if args.endpoint is not None and not args.endpoint.startswith(("http://", "https://")):
             raise ConfigError(f"--endpoint: {args.endpoint!r}; allowed: an http(s):// URL")
+        if any(o.startswith("backend=") for o in rest):  # else: here, composing nothing more
+            job_cfg = composed(rest)
+            if in_pods(job_cfg):
+                return run_on_cluster(args, cfg, job_cfg, rest)
         run_dir = existing_run_dir(args.run_id, rest)
     except ConfigError as err:
         return fail("eval", str(err), EXIT_BAD_INPUT)

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 TASKS_DIR = str(REPO / "data" / "eval")
 ON = ["eval.every_checkpoint=true", "eval.tasks=[ts_mc,ts_gen]"]
 LOCAL_TASKS = [*ON, f"eval.include_path={TASKS_DIR}", "eval.include_defaults=false"]
+KUBE_WAIT = [*CLUSTER[1:], "backend=kubernetes", "backend.wait=true", "compute=g5.12xlarge"]
 
 BAD = {
     "no tasks": (["eval.every_checkpoint=true"], "eval.tasks", "name at least one task"),
@@ -36,12 +37,49 @@ BAD = {
     "render": (
         [*ON, *CLUSTER, "compute=g5.12xlarge"],
         "eval.every_checkpoint",
-        "not built for backend=render yet",
+        "backend=render runs nothing, so no checkpoint lands to be scored; allowed: "
+        "backend=kubernetes --wait",
     ),
-    "kubernetes": (
+    "kubernetes without --wait": (
         [*ON, *CLUSTER[1:], "backend=kubernetes", "compute=g5.12xlarge"],
         "eval.every_checkpoint",
-        "not built for backend=kubernetes yet",
+        "on backend=kubernetes the eval jobs are submitted by the launch that follows the run; "
+        "allowed: `trainstack launch --wait ...`",
+    ),
+    "kubernetes without a GPU": (
+        [*ON, *CLUSTER[1:], "backend=kubernetes", "backend.wait=true"],
+        "eval.every_checkpoint",
+        "compute=local_cpu has no GPU for the eval jobs",
+    ),
+    "kubernetes with a local task dir": (
+        [*ON, *KUBE_WAIT, f"eval.include_path={TASKS_DIR}"],
+        "eval.include_path",
+        "is this machine's directory, which the eval pods cannot read",
+    ),
+    "max_concurrent zero": (
+        [*ON, *KUBE_WAIT, "eval.max_concurrent=0"],
+        "eval.max_concurrent",
+        "0 is out of range; allowed: 1..16",
+    ),
+    "max_concurrent 17": (
+        [*ON, *KUBE_WAIT, "eval.max_concurrent=17"],
+        "eval.max_concurrent",
+        "17 is out of range; allowed: 1..16",
+    ),
+    "max_concurrent not a number": (
+        [*ON, *KUBE_WAIT, "eval.max_concurrent=many"],
+        "eval.max_concurrent",
+        "many",
+    ),
+    "max_concurrent here": (
+        [*ON, "eval.max_concurrent=2"],
+        "eval.max_concurrent",
+        "2: backend=local scores its checkpoints one after the other",
+    ),
+    "max_concurrent without every_checkpoint": (
+        ["eval.max_concurrent=2"],
+        "eval.max_concurrent",
+        "is read only with eval.every_checkpoint=true",
     ),
     "another runner": (
         [*ON, "runner=command", "runner.command=[python,-c,pass]"],
@@ -172,3 +210,11 @@ def test_a_relaunch_may_turn_it_on(recorded_eval):
     cfg, where = relaunch_config(compose(overrides), overrides, found=("launch.yaml", record))
     assert where == "launch.yaml"
     assert cfg.eval.every_checkpoint is True and list(cfg.eval.tasks) == ["ts_mc", "ts_gen"]
+
+
+def test_on_the_cluster_the_plan_says_one_eval_job_per_checkpoint():
+    job = build(["data.path=data/sample/train.jsonl", *ON, *KUBE_WAIT, "eval.max_concurrent=3"])
+    assert (
+        "eval     each committed checkpoint as it lands, one eval Job on 1 GPU of g5.12xlarge "
+        "(at most 3 at once, submitted while launch --wait follows): ts_mc, ts_gen"
+    ) in str(job.plan)

@@ -2,7 +2,8 @@
 the rest), the backend (`backend`), a job's cluster side (`kubernetes_job`: namespace, job
 kind, replicas, run policy, runtime...), the job kinds it submits (`job_kinds`: `manifests` for
 the PyTorchJob and the pod pieces both kinds share, `trainjob`), the renderers (`runtimes`,
-`network_policy`, `data_prepare`) and the light modules under them (`pod_facts`: runtime
+`network_policy`, `data_prepare`, `eval_job`; `eval_schedule` submits a followed run's eval
+Jobs) and the light modules under them (`pod_facts`: runtime
 names; `pod_parts`: volumes, resources, security contexts; a pod's share of its instance and
 its platform env are instance facts, catalog.pods), the schema checks (`manifest_checks`) and
 the cluster client (`client`, which never imports a backend). The launch pipeline reaches them

@@ -34,12 +34,13 @@ from jobs.backend_registry import Shared
 from jobs.backends import run_state
 from jobs.backends.base import (
     QUEUED,
+    SUCCEEDED,
     BackendError,
     DryRun,
     NoLogs,
     RunStatus,
 )
-from jobs.backends.kubernetes import following
+from jobs.backends.kubernetes import eval_schedule, following
 from jobs.backends.kubernetes.client import state as k8s_state
 from jobs.backends.kubernetes.client.api import ClusterError, status_of
 from jobs.backends.kubernetes.client.archived_logs import (
@@ -170,12 +171,15 @@ class KubernetesBackend:
         if self.run_preflight:
             self.preflight(job)
         job.store_code()  # the pods fetch it from the run dir: there before they start
+        evals = eval_schedule.plan_for(job.cfg, job.run_id, job.spec.run_dir)
         manifests = pin_images(dryrun.request)
         submission = submit_stamped(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             uid = submission.job["metadata"]["uid"]
             self.submissions.record(job.run_id, manifests, int(job.cfg.job.max_retries), uid)
         self.submissions.kinds[job.run_id] = kind_of(submission.job)
+        if evals is not None:
+            self.submissions.evals[job.run_id] = evals
         print(f"{job.run_id}: {submission.outcome} in namespace {self.settings.namespace}")
         return job.run_id
 
@@ -333,18 +337,33 @@ class KubernetesBackend:
             else:
                 yield from self.archived_logs(run_id, rank, kind)
             return
+        evals = self._evals(run_id)
+        try:
+            final = yield from self._follow(run_id, rank, cancel, evals)
+        finally:
+            if evals is not None:
+                evals.stop()
+        if evals is not None:
+            yield from evals.end(final.state == SUCCEEDED)
+
+    def _follow(
+        self, run_id: str, rank: int, cancel, evals: eval_schedule.EvalFollow | None
+    ) -> Generator[str, None, RunStatus]:
         while True:
             outcome: list[RunStatus] = []
-            yield from following.follow(
+            for line in following.follow(
                 self.cluster, run_id, rank, self.kind(run_id), outcome, cancel
-            )
+            ):
+                yield line
+                if evals is not None:
+                    yield from evals.pending()
             final = outcome[0]
             if final.message:
                 yield f"[trainstack] {run_id}: {final.message}"
             if not following.restart_due(self.submissions, run_id, final):
-                return
+                return final
             if not (yield from self._restart(run_id, final.retries)):
-                return
+                return final
 
     def archived_logs(self, run_id: str, rank: int, kind: JobKind | None = None) -> list[str]:
         """The rank's log from CloudWatch Logs once its pod is gone. A PyTorchJob's rank is a
@@ -464,6 +483,24 @@ class KubernetesBackend:
 
         if run_id not in self.submissions.kinds:
             self.find(run_id)
+        evals = self._evals(run_id, on_line)
+        try:
+            final = self._wait(run_id, on_line)
+        finally:
+            if evals is not None:
+                evals.stop()
+        if evals is not None:
+            for line in evals.end(final.state == SUCCEEDED):
+                on_line(line)
+        return final
+
+    def _evals(self, run_id: str, on_line=None) -> eval_schedule.EvalFollow | None:
+        """eval.every_checkpoint: its eval Jobs submitted while the run is followed, the rest
+        once it succeeded (jobs.backends.kubernetes.eval_schedule)."""
+        plan = self.submissions.evals.get(run_id)
+        return None if plan is None else eval_schedule.EvalFollow(self.cluster, plan, on_line)
+
+    def _wait(self, run_id: str, on_line) -> RunStatus:
         kind = self.kind(run_id)
         while True:
             job = wait_for_end(

@@ -82,6 +82,9 @@ class Submissions:
     another uid (someone resubmitted the run) is not ours to restart."""
     kinds: dict[str, JobKind] = field(default_factory=dict)
     """run id -> the kind it was found or submitted as (saves looking up the other kind)."""
+    evals: dict[str, Any] = field(default_factory=dict)
+    """run id -> its eval_schedule.EvalPlan (`eval.every_checkpoint`): what following it
+    submits for each committed checkpoint."""
     connections: dict[tuple[str | None, str | None, str], Any] = field(default_factory=dict)
     """(kubeconfig, context, namespace) -> jobs.backends.kubernetes.client.api.Cluster: loading
     a kubeconfig may run its credential plugin (EKS: `aws eks get-token`), and a sweep makes

@@ -1,5 +1,6 @@
-"""`batch/v1` Jobs on the cluster (the `data prepare` Indexed Job), through the official
-client and `Cluster.call` (one-line errors, bounded retries), like the PyTorchJob code."""
+"""`batch/v1` Jobs on the cluster (the `data prepare` Indexed Job, the eval Jobs), through the
+official client and `Cluster.call` (one-line errors, bounded retries), like the PyTorchJob
+code."""
 
 from __future__ import annotations
 
@@ -75,6 +76,17 @@ def get_job(cluster: Cluster, name: str) -> dict | None:
         cluster.namespace,
     )
     return None if found is None else _plain(cluster, found)
+
+
+def list_jobs(cluster: Cluster, selector: str) -> list[dict]:
+    """The namespace's Jobs with these labels (e.g. a run's eval Jobs)."""
+    listing = cluster.call(
+        f"list Jobs in {cluster.namespace} ({selector})",
+        _batch(cluster).list_namespaced_job,
+        cluster.namespace,
+        label_selector=selector,
+    )
+    return _plain(cluster, listing).get("items") or []
 
 
 def progress(job: dict) -> JobProgress:
