@@ -1,9 +1,9 @@
 """Issue 47, scenario 3: the Training API SIGKILLed between the points of a sweep and in the
 middle of a run's submission, then restarted.
 
-`trainstack serve` runs as its own process with the stack's deployed arguments (against the
-fake Kubernetes API; tests/e2e/test_e2e_api_faults.py does the same against the real control
-plane). The kill lands where a test-only pause holds the service
+`trainstack serve` runs as its own process with the stack's deployed arguments, against the
+Kubernetes REST API test double (the same journal calls, ConfigMaps and job kinds the real
+control plane serves; not yet run against localcluster). The kill lands where a test-only pause holds the service
 (jobs/backends/kubernetes/client/faults.py: the test waits for its line, then SIGKILLs the pid),
 not on a timer. After the restart: no half sweep (the restart rolls it back), no run
 half-submitted (a ConfigMap without its job is removed; one without its owner gets it), and
