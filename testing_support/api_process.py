@@ -68,7 +68,9 @@ class ApiProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"trainstack serve exited {self.proc.returncode}: {self.log()}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"trainstack serve: not {what} in {timeout_s:.0f} s: {self.log()}")
+                raise RuntimeError(
+                    f"trainstack serve: not {what} in {timeout_s:.0f} s: {self.log()}"
+                )
             time.sleep(0.05)
 
     def wait_for_line(self, text: str, timeout_s: float = 60) -> None:

@@ -3,11 +3,11 @@ middle of a run's submission, then restarted.
 
 `trainstack serve` runs as its own process with the stack's deployed arguments, against the
 Kubernetes REST API test double (the same journal calls, ConfigMaps and job kinds the real
-control plane serves; not yet run against localcluster). The kill lands where a test-only pause holds the service
-(jobs/backends/kubernetes/client/faults.py: the test waits for its line, then SIGKILLs the pid),
-not on a timer. After the restart: no half sweep (the restart rolls it back), no run
-half-submitted (a ConfigMap without its job is removed; one without its owner gets it), and
-posting the same requests again makes each run exactly once.
+control plane serves; not yet run against localcluster). The kill lands where a test-only
+pause holds the service (jobs/backends/kubernetes/client/faults.py: the test waits for its
+line, then SIGKILLs the pid), not on a timer. After the restart: no half sweep (the restart
+rolls it back), no run half-submitted (a ConfigMap without its job is removed; one without
+its owner gets it), and posting the same requests again makes each run exactly once.
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ import pytest
 from jobs.backends.kubernetes.client.faults import PAUSE_ENV, RECOVER_AFTER_ENV
 from testing_support.api_process import ApiProcess
 from testing_support.k8s.fake_operator import JobPlan
-from tests.api.conftest import APPROVED_REGISTRY, GPU_TYPE, IMAGE, NAMESPACE, TOKEN
-from tests.api.conftest import deployed_overrides
+from tests.api.conftest import (
+    APPROVED_REGISTRY,
+    GPU_TYPE,
+    IMAGE,
+    NAMESPACE,
+    TOKEN,
+    deployed_overrides,
+)
 
 SWEEP = {
     "overrides": [f"compute={GPU_TYPE}", f"job.image={IMAGE}", "trainer.lr=1e-3,2e-3,3e-3"],
@@ -110,8 +116,10 @@ def test_killed_between_points_of_a_sweep_the_restart_rolls_it_back(served, apis
         assert [r["outcome"] for r in again.json()["runs"]] == ["created"] * 3
     assert jobs_of(apiserver, "killed") == ["killed-0", "killed-1", "killed-2"]
     assert journals(apiserver) == []
-    print(f"\n[scenario 3] sweep: 1 kill after 2 of 3 points; 0 runs left of it; "
-          f"restart and rollback {recovered:.1f} s")
+    print(
+        f"\n[scenario 3] sweep: 1 kill after 2 of 3 points; 0 runs left of it; "
+        f"restart and rollback {recovered:.1f} s"
+    )
 
 
 def test_killed_mid_submission_the_restart_leaves_nothing_half_submitted(served, apiserver):
@@ -138,5 +146,7 @@ def test_killed_mid_submission_the_restart_leaves_nothing_half_submitted(served,
     assert jobs_of(apiserver) == ["half"]
     config = apiserver.get("configmaps", "half-config", NAMESPACE)
     assert config["metadata"]["ownerReferences"][0]["name"] == "half"
-    print(f"\n[scenario 3] submission: 1 kill between ConfigMap and job; 0 half-submitted, "
-          f"0 twice; restart and tidy {recovered:.1f} s")
+    print(
+        f"\n[scenario 3] submission: 1 kill between ConfigMap and job; 0 half-submitted, "
+        f"0 twice; restart and tidy {recovered:.1f} s"
+    )

@@ -35,7 +35,9 @@ def test_fifty_users_at_once_lose_nothing_and_duplicate_nothing(
         try:
             result = asyncio.run(run_load(url, tokens, RUNS, request, verify=str(ca)))
             jobs = local_cluster.items(*KIND)
-            on_cluster = [j["metadata"]["name"] for j in jobs if j["metadata"]["name"][:4] == "load"]
+            on_cluster = [
+                j["metadata"]["name"] for j in jobs if j["metadata"]["name"][:4] == "load"
+            ]
             assert result.problems(on_cluster) == []
             assert len(result.accepted) == USERS * RUNS
             print(f"\n[scenario 4] {figures(result)}")
@@ -57,11 +59,13 @@ def remove_all(cluster, tokens: dict[str, str]) -> None:
         )
     names = {j["metadata"]["name"] for j in mine}
     eventually(
-        lambda: not [
-            p
-            for p in cluster.items("v1", "Pod")
-            if (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) in names
-        ],
+        lambda: (
+            not [
+                p
+                for p in cluster.items("v1", "Pod")
+                if (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) in names
+            ]
+        ),
         "the load's pods gone",
         timeout=180,
     )

@@ -12,6 +12,7 @@ injected, how many times, and how long the run took to commit again once S3 was 
 from __future__ import annotations
 
 import re
+
 import pytest
 
 from testing_support.k8s.cluster import NAMESPACE
