@@ -237,7 +237,8 @@ class Service:
     def submit_sweep(self, request: SweepRequest, who: Identity) -> tuple[str, list[Submitted]]:
         """The points through the sweep's one launch path (jobs.sweep_driver), all or nothing:
         every point prepared and checked before the first is submitted; one the cluster fails
-        partway rolls back what this request created (`_roll_back`)."""
+        partway rolls back what this request created (`_roll_back`); a kill partway leaves the
+        sweep's journal, and the next start rolls it back (jobs.api.sweep_journal)."""
         fields = request.model_dump(exclude={"overrides", "axes"})
         labelled = _refuse_bad(lambda: labelled_sweep_overrides(request))
         _refuse_bad(lambda: check_request(fields, labelled, sweep=True))
