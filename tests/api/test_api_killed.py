@@ -106,8 +106,8 @@ def test_killed_between_points_of_a_sweep_the_restart_rolls_it_back(served, apis
 
     served.start()
     recovered = time.monotonic() - killed_at
+    wait_until(lambda: jobs_of(apiserver, "killed") == [], timeout_s=15)
     assert "sweep killed was cut short by a restart: rolled back 2 run(s)" in served.log()
-    wait_until(lambda: jobs_of(apiserver, "killed") == [])
     assert journals(apiserver) == []
     assert not [cm for cm in apiserver.list("configmaps", NAMESPACE) if "killed-" in str(cm)]
     with client(served) as c:
@@ -136,8 +136,8 @@ def test_killed_mid_submission_the_restart_leaves_nothing_half_submitted(served,
 
     served.start(env={RECOVER_AFTER_ENV: "0"})  # the leftover is not another replica's
     recovered = time.monotonic() - killed_at
-    assert "run half: a submission cut short before its job" in served.log()
     assert apiserver.get("configmaps", "half-config", NAMESPACE) is None
+    assert "run half: a submission cut short before its job" in served.log()
     with client(served) as c:
         created = c.post("/v1/runs", json=body)
         assert created.status_code == 201, created.text
