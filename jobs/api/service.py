@@ -35,7 +35,7 @@ from jobs.api.sweep_journal import NotRecorded, SweepJournal
 from jobs.api.sweep_ledger import MAX_SWEEPS_PER_CALLER, SweepBusy, SweepLedger
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.backend import ClusterError, KubernetesBackend, PreflightError
-from jobs.backends.kubernetes.client.faults import maybe_pause
+from jobs.backends.kubernetes.faults import maybe_pause
 from jobs.backends.kubernetes.run_status import MANAGED_SELECTOR, SWEEP_LABEL
 from jobs.compose import compose
 from jobs.naming import new_sweep_id, sweep_point_run_id

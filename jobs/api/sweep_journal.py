@@ -24,22 +24,23 @@ from __future__ import annotations
 import json
 import os
 import socket
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.backend import KubernetesBackend
-from jobs.backends.kubernetes.client.faults import RECOVER_AFTER_ENV
-from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER
-from jobs.backends.kubernetes.client.submit import adopt_companions, delete_companion
-from jobs.backends.kubernetes.manifests import config_map_name
-from jobs.backends.kubernetes.network_policy import RUN_ID_LABEL, network_policy_name
+from jobs.backends.kubernetes.faults import RECOVER_AFTER_ENV
+from jobs.backends.kubernetes.journals import (
+    Found,
+    delete_journal,
+    found,
+    tidy_submission,
+    write_journal,
+)
 from jobs.backends.kubernetes.run_status import SWEEP_LABEL
-from jobs.spec import LABEL_PREFIX, OWNER_LABEL
+from jobs.spec import OWNER_LABEL
 
-JOURNAL_LABEL = f"{LABEL_PREFIX}/sweep-journal"
 STALE_S = 600.0
 """How old another replica's journal or leftover must be to be taken for a crash's: far longer
 than the longest sweep takes to submit (64 points: about half a minute)."""
@@ -64,32 +65,10 @@ class SweepJournal:
     host: str = field(default_factory=socket.gethostname)
     stale_s: float = field(default_factory=_stale_s)
 
-    @property
-    def _cluster(self):
-        return self.backend.cluster
-
     def begin(self, sweep_id: str, owner: str, run_ids: list[str]) -> str:
         """Write the journal of a sweep about to create `run_ids`; returns its name."""
-        cluster = self._cluster
-        name = f"trainstack-sweep-journal-{uuid.uuid4().hex[:12]}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "labels": {MANAGED_BY: MANAGER, JOURNAL_LABEL: "pending"}},
-            "data": {
-                "sweep_id": sweep_id,
-                "owner": owner,
-                "host": self.host,
-                "runs": json.dumps(run_ids),
-            },
-        }
-        cluster.call(
-            f"create ConfigMap {cluster.namespace}/{name}",
-            cluster.core.create_namespaced_config_map,
-            cluster.namespace,
-            body,
-        )
-        return name
+        data = {"sweep_id": sweep_id, "owner": owner, "host": self.host}
+        return write_journal(self.backend.cluster, {**data, "runs": json.dumps(run_ids)})
 
     def run(
         self,
@@ -120,90 +99,59 @@ class SweepJournal:
             )
 
     def end(self, name: str) -> None:
-        cluster = self._cluster
-        cluster.call_or_none(
-            f"delete ConfigMap {cluster.namespace}/{name}",
-            cluster.core.delete_namespaced_config_map,
-            name,
-            cluster.namespace,
-        )
+        delete_journal(self.backend.cluster, name)
 
     def recover(self) -> list[str]:
         """Roll back every sweep a killed service left half submitted, and tidy runs it left
         half submitted; one line per thing done."""
-        cluster = self._cluster
-        listing = cluster.call(
-            f"list ConfigMaps in {cluster.namespace}",
-            cluster.core.list_namespaced_config_map,
-            cluster.namespace,
-            label_selector=f"{MANAGED_BY}={MANAGER}",
-        )
         now = datetime.now(UTC)
         done = []
-        maps = list(listing.items or [])
-        for cm in maps:
-            labels = cm.metadata.labels or {}
-            if JOURNAL_LABEL in labels and self._ours_to_recover(cm, now, cm.data or {}):
-                done.append(self._roll_back(cm))
-        for cm in maps:
-            labels = cm.metadata.labels or {}
-            run_id = labels.get(RUN_ID_LABEL)
-            if JOURNAL_LABEL in labels or not run_id or cm.metadata.owner_references:
-                continue
-            if cm.metadata.name != config_map_name(run_id):
-                continue  # not a run's own ConfigMap (a data preparation's, say)
-            line = self._tidy(run_id, cm, now)
-            if line:
-                done.append(line)
+        leftovers = found(self.backend.cluster)
+        for item in leftovers:
+            if item.journal and (item.data.get("host") == self.host or self._old(item, now)):
+                done.append(self._roll_back(item))
+        for item in leftovers:
+            if item.run_id is not None and not item.journal:
+                line = self._tidy(item.run_id, item, now)
+                if line:
+                    done.append(line)
         return done
 
-    def _ours_to_recover(self, cm, now: datetime, data: dict) -> bool:
-        if data.get("host") == self.host:
-            return True
-        return self._old(cm, now)
+    def _old(self, item: Found, now: datetime) -> bool:
+        return item.created is None or (now - item.created).total_seconds() >= self.stale_s
 
-    def _old(self, cm, now: datetime) -> bool:
-        created = cm.metadata.creation_timestamp
-        return created is None or (now - created).total_seconds() >= self.stale_s
-
-    def _roll_back(self, cm) -> str:
-        data = cm.data or {}
-        sweep_id, owner = data.get("sweep_id", ""), data.get("owner", "")
-        since = cm.metadata.creation_timestamp
+    def _roll_back(self, item: Found) -> str:
+        sweep_id, owner = item.data.get("sweep_id", ""), item.data.get("owner", "")
+        since = item.created.replace(microsecond=0) if item.created else None
         labels = {OWNER_LABEL: owner, SWEEP_LABEL: sweep_id}
         removed, left = [], []
-        for run_id in json.loads(data.get("runs", "[]")):
+        for run_id in json.loads(item.data.get("runs", "[]")):
             job = self.backend.find(run_id)
             if job is None:
                 continue
             created = _timestamp(job["metadata"].get("creationTimestamp"))
-            if since is not None and created is not None and created < since.replace(microsecond=0):
+            if since is not None and created is not None and created < since:
                 left.append(run_id)  # older than the sweep: not its to delete
                 continue
             if self.backend.withdraw(run_id, job["metadata"].get("uid"), labels):
                 left.append(run_id)
             else:
                 removed.append(run_id)
-        self.end(cm.metadata.name)
+        self.end(item.name)
         kept = f"; left in place: {', '.join(left)}" if left else ""
         return (
             f"sweep {sweep_id} was cut short by a restart: rolled back "
             f"{len(removed)} run(s) it had submitted{kept}"
         )
 
-    def _tidy(self, run_id: str, cm, now: datetime) -> str | None:
+    def _tidy(self, run_id: str, item: Found, now: datetime) -> str | None:
         """A run's ConfigMap without an owner: a submission cut short."""
         job = self.backend.find(run_id)
-        cluster = self._cluster
-        policy = ("NetworkPolicy", network_policy_name(run_id))
-        companions = [("ConfigMap", cm.metadata.name), policy]
-        if job is not None:
-            adopt_companions(cluster, companions, job)
-            return f"run {run_id}: its ConfigMap and NetworkPolicy given to its job"
-        if not self._old(cm, now):
+        if job is None and not self._old(item, now):
             return None  # maybe another replica's submission, still going
-        for companion in companions:
-            delete_companion(cluster, companion)
+        tidy_submission(self.backend.cluster, run_id, job)
+        if job is not None:
+            return f"run {run_id}: its ConfigMap and NetworkPolicy given to its job"
         return f"run {run_id}: a submission cut short before its job; its ConfigMap removed"
 
 

@@ -4,7 +4,7 @@ middle of a run's submission, then restarted.
 `trainstack serve` runs as its own process with the stack's deployed arguments, against the
 Kubernetes REST API test double (the same journal calls, ConfigMaps and job kinds the real
 control plane serves; not yet run against localcluster). The kill lands where a test-only
-pause holds the service (jobs/backends/kubernetes/client/faults.py: the test waits for its
+pause holds the service (jobs/backends/kubernetes/faults.py: the test waits for its
 line, then SIGKILLs the pid), not on a timer. After the restart: no half sweep (the restart
 rolls it back), no run half-submitted (a ConfigMap without its job is removed; one without
 its owner gets it), and posting the same requests again makes each run exactly once.
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from jobs.backends.kubernetes.client.faults import PAUSE_ENV, RECOVER_AFTER_ENV
+from jobs.backends.kubernetes.faults import PAUSE_ENV, RECOVER_AFTER_ENV
 from testing_support.api_process import ApiProcess
 from testing_support.k8s.fake_operator import JobPlan
 from tests.api.conftest import (

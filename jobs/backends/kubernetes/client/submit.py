@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.backends.kubernetes.client.api import Cluster, ClusterError, describe, status_of
-from jobs.backends.kubernetes.client.faults import maybe_pause
 from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, JobKind
 from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.backends.kubernetes.client.state import RETRIES_ANNOTATION, is_final, job_state
+from jobs.backends.kubernetes.faults import maybe_pause
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
 COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")
