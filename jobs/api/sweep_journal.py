@@ -14,9 +14,9 @@ one after the job's creation leaves them without their owner reference (so delet
 would not delete them). On start the service deletes the first (no run has them) and gives the
 second their owner.
 
-Replicas: each journal and leftover names no process, so one another replica may still be
-writing is left alone until it is `stale_s` old; a journal this host wrote (the service's pod
-restarted after a kill: same host name) is recovered at once.
+Replicas: a leftover names no process and a journal only its host, so one another replica may
+still be writing is left alone until it is `stale_s` old; a journal this host wrote (the
+service's pod restarted after a kill: same host name) is recovered at once.
 """
 
 from __future__ import annotations
