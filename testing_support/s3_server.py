@@ -6,7 +6,9 @@ them, so botocore's real retry path runs. It reads botocore's `amz-sdk-request: 
 header, which lets a rule fail only first attempts (transient) or every attempt (persistent),
 and it counts what it saw (`transfers`: body bytes per request and the rank that sent it, from
 the trainer's User-Agent). Rules are plain callables; see `fail_every_nth` and
-`fail_matching`; a rule's `ACK_NOT_STORED` answers a write as stored and drops it. An optional
+`fail_matching`; a rule's `ACK_NOT_STORED` answers a write as stored and drops it, and a `Slow`
+holds the request back (it reaches moto late) or its answer (stored on time, answered late);
+`outage` fails every request for a while, starting at a chosen one. An optional
 `Link` delays each response like a connection with first-byte latency and limited bandwidth
 (benchmarks use it; loopback alone has neither). Processes started by a test (torchrun) reach
 either through `s3_env(url)`.
@@ -100,7 +102,19 @@ class SeenRequest:
     attempt: int
     first_attempt_index: int
     """How many first attempts came before this request's first attempt (0-based)."""
-    fault: int | None = None
+    fault: int | Slow | None = None
+    at: float = 0.0
+    """time.monotonic() when the proxy received it."""
+
+
+@dataclass(frozen=True)
+class Slow:
+    """A fault that is no status: the request is answered `seconds` late. `hold`: held
+    before it is forwarded (it reaches S3 late, like a congested path); else forwarded at
+    once and only the answer is late (stored on time, the client waits)."""
+
+    seconds: float
+    hold: bool = False
 
 
 CUT_STREAM = -1
@@ -108,9 +122,10 @@ CUT_STREAM = -1
 ACK_NOT_STORED = -2
 """A fault that is no status: answer a write (a PUT, or the POST completing a multipart
 upload) as S3 answers one it stored, and drop it: acknowledged, never stored."""
-Rule = Callable[[SeenRequest], int | None]
+Fault = int | Slow
+Rule = Callable[[SeenRequest], Fault | None]
 """Given a request (fault unset), the HTTP status to inject (503 or 500), `CUT_STREAM`,
-`ACK_NOT_STORED`, or None to forward it untouched."""
+`ACK_NOT_STORED`, a `Slow`, or None to forward it untouched."""
 
 
 def fail_every_nth(n: int, status: int = 503, methods: tuple[str, ...] = ()) -> Rule:
@@ -125,7 +140,7 @@ def fail_every_nth(n: int, status: int = 503, methods: tuple[str, ...] = ()) -> 
 
 def fail_matching(
     pattern: str,
-    status: int = 503,
+    status: Fault = 503,
     methods: tuple[str, ...] = ("PUT", "POST"),
     after: int = 0,
     times: int | None = None,
@@ -139,7 +154,7 @@ def fail_matching(
     seen = faults = 0
     lock = threading.Lock()
 
-    def rule(req: SeenRequest) -> int | None:
+    def rule(req: SeenRequest) -> Fault | None:
         nonlocal seen, faults
         if req.method not in methods or not regex.search(req.path):
             return None
@@ -151,6 +166,48 @@ def fail_matching(
                 return None
             faults += 1
         return status
+
+    return rule
+
+
+def outage(starts_at: str, faults: int, status: int = 503) -> Rule:
+    """S3 down for a while: from the first request whose path matches `starts_at`, every
+    request of any method fails with `status`. Those matching `starts_at` fail for good; the
+    others `faults` times in all, then pass again. `ended_at()` (time.monotonic()) is when
+    the last of those failed: S3 is back for them from then on."""
+    regex = re.compile(starts_at)
+    left = faults
+    started = False
+    ended: list[float] = []
+    lock = threading.Lock()
+
+    def rule(req: SeenRequest) -> Fault | None:
+        nonlocal left, started
+        with lock:
+            if regex.search(req.path):
+                started = True
+                return status
+            if not started or left == 0:
+                return None
+            left -= 1
+            if left == 0:
+                ended.append(req.at)
+        return status
+
+    rule.ended_at = lambda: ended[0] if ended else None  # type: ignore[attr-defined]
+    return rule
+
+
+def first_of(*rules: Rule) -> Rule:
+    """The first fault any of `rules` chooses (each later rule sees only requests the
+    earlier ones let through)."""
+
+    def rule(req: SeenRequest) -> Fault | None:
+        for one in rules:
+            fault = one(req)
+            if fault is not None:
+                return fault
+        return None
 
     return rule
 
@@ -221,7 +278,13 @@ class FaultProxy:
 
     @property
     def faults(self) -> int:
-        return sum(1 for r in self.seen if r.fault is not None)
+        """Requests failed (a status, a cut stream, a write dropped); `slowed` counts the
+        late ones."""
+        return sum(1 for r in self.seen if r.fault is not None and not isinstance(r.fault, Slow))
+
+    @property
+    def slowed(self) -> int:
+        return sum(1 for r in self.seen if isinstance(r.fault, Slow))
 
     @property
     def retries(self) -> int:
@@ -264,14 +327,19 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
         def _proxy(self) -> None:
             body = _read_body(self)
             attempt = _attempt(self.headers.get("amz-sdk-request"))
+            now = time.monotonic()
             with state.lock:
                 index = state.first_attempts
                 if attempt == 1:
                     state.first_attempts += 1
-                request = SeenRequest(self.command, self.path, attempt, index)
+                request = SeenRequest(self.command, self.path, attempt, index, at=now)
                 fault = state.rule(request) if state.rule else None
-                state.seen.append(SeenRequest(self.command, self.path, attempt, index, fault))
-            if fault is None or fault == CUT_STREAM:
+                state.seen.append(SeenRequest(self.command, self.path, attempt, index, fault, now))
+            if isinstance(fault, Slow):
+                if fault.hold:
+                    time.sleep(fault.seconds)
+                self._forward(body, delay=0.0 if fault.hold else fault.seconds)
+            elif fault is None or fault == CUT_STREAM:
                 self._forward(body, cut=fault == CUT_STREAM)
             elif fault == ACK_NOT_STORED:
                 self._acknowledge(body)
@@ -306,7 +374,7 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(payload)
 
-        def _forward(self, body: bytes, cut: bool = False) -> None:
+        def _forward(self, body: bytes, cut: bool = False, delay: float = 0.0) -> None:
             conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
             try:
                 conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
@@ -323,7 +391,9 @@ def _handler_for(state: _ProxyState) -> type[BaseHTTPRequestHandler]:
                     transfer = Transfer(self.command, self.path, rank, len(body), len(data))
                     state.transfers.append(transfer)
                 if state.link is not None:
-                    time.sleep(state.link.delay(len(body) + len(data)))
+                    delay += state.link.delay(len(body) + len(data))
+                if delay:
+                    time.sleep(delay)
                 self.send_response(response.status)
                 for name, value in response.getheaders():
                     if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":

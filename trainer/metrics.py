@@ -15,10 +15,15 @@ from typing import Any
 from contract.config import MetricsConfig
 from contract.run_dir import METRICS_FILE
 from trainer.errors import warn
-from trainer.storage import RunStorage
+from trainer.storage import RunStorage, StorageError
 
 
 class MetricsLogger:
+    """Records go to metrics.jsonl as they come. A write that fails (storage down past its
+    retries) does not end the run: the record is kept and written with the next one (or at
+    `close`), one warning when writes start failing and one line when they work again; an
+    abandoned checkpoint's event, logged while S3 is down, is the likeliest such record."""
+
     def __init__(
         self,
         storage: RunStorage,
@@ -30,6 +35,8 @@ class MetricsLogger:
         run_config: dict[str, Any],
     ):
         self.storage, self.enabled = storage, enabled
+        self._unwritten: list[str] = []
+        """Lines a failed write left over, written first by the next one."""
         self._sinks: list[Any] = []
         self._progress = None
         self._latest: dict[str, Any] = {}
@@ -48,7 +55,7 @@ class MetricsLogger:
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self.storage.append_text(METRICS_FILE, json.dumps(record) + "\n")
+        self._append(json.dumps(record) + "\n")
         step = record["step"]
         numbers = {k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}
         for sink in self._sinks:
@@ -71,7 +78,28 @@ class MetricsLogger:
         else:
             print(f"[trainer] {message}", flush=True)
 
+    def _append(self, line: str) -> bool:
+        """Write the kept lines, then `line`; True when they are on storage."""
+        lines = [*self._unwritten, line] if line else self._unwritten
+        if not lines:
+            return True
+        try:
+            self.storage.append_text(METRICS_FILE, "".join(lines))
+        except StorageError as exc:
+            if not self._unwritten:
+                warn(f"{exc}; metrics records are kept and written with the next one")
+            self._unwritten = lines
+            return False
+        if self._unwritten:
+            self.note(f"{METRICS_FILE} written again ({len(self._unwritten)} records late)")
+        self._unwritten = []
+        return True
+
     def close(self) -> None:
+        if self._unwritten:
+            kept = len(self._unwritten)
+            if not self._append(""):
+                warn(f"{kept} metrics records never reached {self.storage.uri(METRICS_FILE)}")
         if self._progress is not None:
             self._progress.stop()
         for sink in self._sinks:

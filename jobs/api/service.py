@@ -30,17 +30,19 @@ from jobs.api.models import (
 )
 from jobs.api.records import relaunched, runs_named
 from jobs.api.request_policy import MAX_SWEEP_POINTS, Refused, check_request
-from jobs.api.snapshot import RunsSnapshot, RunView
+from jobs.api.snapshot import RunsSnapshot, RunView, to_run
+from jobs.api.sweep_journal import NotRecorded, SweepJournal
 from jobs.api.sweep_ledger import MAX_SWEEPS_PER_CALLER, SweepBusy, SweepLedger
 from jobs.backends.base import BackendError
 from jobs.backends.kubernetes.backend import ClusterError, KubernetesBackend, PreflightError
+from jobs.backends.kubernetes.faults import maybe_pause
 from jobs.backends.kubernetes.run_status import MANAGED_SELECTOR, SWEEP_LABEL
 from jobs.compose import compose
 from jobs.naming import new_sweep_id, sweep_point_run_id
 from jobs.spec import OWNER_LABEL
 from jobs.submission import BadInput
 from jobs.sweep import expand
-from jobs.sweep_driver import PointError, PointRefused, Policy, SweepDriver
+from jobs.sweep_driver import Launched, PointError, PointRefused, Policy, SweepDriver
 from jobs.sweep_points import point_label
 from jobs.validate_inputs import input_paths
 
@@ -171,6 +173,8 @@ class Service:
         self.snapshot = RunsSnapshot(self._list_jobs, ttl_s=self.snapshot_ttl_s)
         self.follows = LogHub(self._open_follow, self.max_follows_per_caller)
         self.sweeps = SweepLedger(self.max_sweeps_per_caller)
+        self.journal = SweepJournal(self.backend)
+        """Sweeps being submitted, on the cluster: a restart rolls back one a kill cut short."""
 
     @contextmanager
     def _composing(self, who: Identity) -> Iterator[None]:
@@ -233,7 +237,8 @@ class Service:
     def submit_sweep(self, request: SweepRequest, who: Identity) -> tuple[str, list[Submitted]]:
         """The points through the sweep's one launch path (jobs.sweep_driver), all or nothing:
         every point prepared and checked before the first is submitted; one the cluster fails
-        partway rolls back what this request created (`_roll_back`)."""
+        partway rolls back what this request created (`_roll_back`); a kill partway leaves the
+        sweep's journal, and the next start rolls it back (jobs.api.sweep_journal)."""
         fields = request.model_dump(exclude={"overrides", "axes"})
         labelled = _refuse_bad(lambda: labelled_sweep_overrides(request))
         _refuse_bad(lambda: check_request(fields, labelled, sweep=True))
@@ -270,17 +275,42 @@ class Service:
     def _run_sweep(
         self, overrides: list[str], sweep_id: str, who: Identity, now: datetime
     ) -> list[Submitted]:
+        submitted = 0
+
+        def submit(checked: Checked) -> Submitted:
+            nonlocal submitted
+            result = self._submit(checked)[1]
+            maybe_pause(f"sweep:after-point-{submitted}")
+            submitted += 1
+            return result
+
         driver = SweepDriver(
             prepare=lambda points: self._prepared(points, sweep_id, who, now),
             check=lambda job: self._check_point(job, who),
-            submit=lambda checked: self._submit(checked)[1],
+            submit=submit,
             policy=Policy.ALL_OR_NOTHING,
             roll_back=lambda submitted: self._roll_back(submitted, sweep_id, who),
         )
         try:
             with self._composing(who):
                 points = expand(overrides, max_points=MAX_SWEEP_POINTS)
-            return driver.run(list(enumerate(points))).results
+            numbered = list(enumerate(points))
+            numbers = [index for index, _ in numbered]
+            checked = driver.check_all(numbers, driver.prepare(numbered))
+            launched: Launched = Launched([c.job for c in checked], [])
+            creates = [c.job.run_id for c in checked if c.before is None or c.before.finished]
+            self.journal.run(
+                sweep_id,
+                who.name,
+                creates,
+                submit=lambda: driver.submit_in_order(numbers, checked, launched),
+                roll_back=lambda: self._roll_back(launched.results, sweep_id, who),
+            )
+            return launched.results
+        except NotRecorded as err:
+            raise ApiError(503, str(err)) from err
+        except BackendError as err:
+            raise _backend_error(err) from err
         except (HydraException, BadInput) as err:
             raise ApiError(BadInput.http_status, str(err).splitlines()[0]) from err
         except PointError as err:
@@ -560,29 +590,3 @@ def log_error(err: BaseException) -> ApiError:
     if isinstance(err, ClusterError):
         return _backend_error(err)
     return ApiError(400, str(err) if isinstance(err, BackendError) else "log follow failed")
-
-
-def to_run(view: RunView, now: datetime) -> Run:
-    s = view.status
-    progress = None
-    if view.max_steps and s.last_step is not None:
-        progress = round(min(1.0, s.last_step / view.max_steps), 4)
-    return Run(
-        run_id=s.run_id,
-        state=s.state,
-        sweep_id=s.sweep_id,
-        nodes=s.nodes,
-        retries=s.retries,
-        started_at=s.started_at,
-        finished_at=s.finished_at,
-        last_step=s.last_step,
-        last_loss=s.last_loss,
-        max_steps=view.max_steps,
-        progress=progress,
-        instance_type=view.instance_type,
-        hourly_usd=view.hourly_usd,
-        cost_so_far_usd=view.cost_so_far(now),
-        run_dir=s.run_dir,
-        message=s.message,
-        owner=s.owner,
-    )

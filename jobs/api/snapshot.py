@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from catalog import get_instance_type
+from jobs.api.models import Run
 from jobs.backends.base import BackendError, RunStatus
 from jobs.backends.kubernetes.run_status import instance_type_of, to_status
 from jobs.plot.metrics import max_steps, read_config
@@ -143,3 +144,29 @@ class RunsSnapshot:
             hourly_usd=hourly_usd(instance, status.nodes),
             max_steps=self._max_steps.get(run_dir or ""),
         )
+
+
+def to_run(view: RunView, now: datetime) -> Run:
+    s = view.status
+    progress = None
+    if view.max_steps and s.last_step is not None:
+        progress = round(min(1.0, s.last_step / view.max_steps), 4)
+    return Run(
+        run_id=s.run_id,
+        state=s.state,
+        sweep_id=s.sweep_id,
+        nodes=s.nodes,
+        retries=s.retries,
+        started_at=s.started_at,
+        finished_at=s.finished_at,
+        last_step=s.last_step,
+        last_loss=s.last_loss,
+        max_steps=view.max_steps,
+        progress=progress,
+        instance_type=view.instance_type,
+        hourly_usd=view.hourly_usd,
+        cost_so_far_usd=view.cost_so_far(now),
+        run_dir=s.run_dir,
+        message=s.message,
+        owner=s.owner,
+    )

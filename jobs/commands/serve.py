@@ -25,6 +25,7 @@ import uvicorn
 from jobs.api.app import SERVER_OPTIONS, create_app
 from jobs.api.auth import MIN_TOKEN_CHARS, TokenConfigError, TokenHashes, token_hash
 from jobs.api.service import Service
+from jobs.api.sweep_journal import recover
 from jobs.commands import arguments
 from jobs.commands.arguments import TOKEN_HASHES_ENV
 from jobs.errors import EXIT_BAD_INPUT, one_line
@@ -85,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(err))
     except Exception as err:  # Hydra composition errors of the server's own overrides
         return fail(one_line(err))
+    # Before the first request: what a killed predecessor left half done (jobs.api.sweep_journal).
+    for line in recover(service.backend):
+        print(f"trainstack serve: {service.redact(line)}", file=sys.stderr, flush=True)
     tls = args.tls_cert is not None
     uvicorn.run(
         create_app(

@@ -9,6 +9,7 @@ the ServiceAccount (TokenRequest), as the projected token in the pod would be.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -67,12 +68,24 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def served(local_cluster, api_account, moto_s3, tmp_path_factory) -> Iterator[tuple[str, Path]]:
     home = tmp_path_factory.mktemp("serve")
+    with deployed_api(local_cluster, api_account, moto_s3, home, {USER: TOKEN}) as where:
+        yield where
+
+
+@contextlib.contextmanager
+def deployed_api(
+    local_cluster, api_account: Path, moto_s3, home: Path, users: dict[str, str]
+) -> Iterator[tuple[str, Path]]:
+    """`trainstack serve` as deployed (the module docstring), with a token per user; yields
+    its URL and the CA that signed its certificate."""
     tokens = home / "token-hashes"
     tokens.mkdir()
-    (tokens / "e2e").write_text(f"{token_hash(TOKEN)} {USER}")
+    for user, token in users.items():
+        (tokens / user).write_text(f"{token_hash(token)} {user}")
     tls = local_cluster.state.directory / "pki"
     bucket = "e2e-runs"
-    moto_s3.client().create_bucket(Bucket=bucket)
+    with contextlib.suppress(Exception):  # made by an earlier start this session
+        moto_s3.client().create_bucket(Bucket=bucket)
     port = _free_port()
     # What infra/__main__.py passes the TrainingApi for the local stack: its runtimes, its
     # queue, its operator's kind and its S3 grants (here on the session's bucket).

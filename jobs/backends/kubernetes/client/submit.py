@@ -21,6 +21,7 @@ from jobs.backends.kubernetes.client.api import Cluster, ClusterError, describe,
 from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, JobKind
 from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.backends.kubernetes.client.state import RETRIES_ANNOTATION, is_final, job_state
+from jobs.backends.kubernetes.faults import maybe_pause
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
 COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")
@@ -65,6 +66,7 @@ def submit(cluster: Cluster, manifests: list[dict], *, retries: int = 0) -> Subm
     job["metadata"].setdefault("annotations", {})[RETRIES_ANNOTATION] = str(retries)
 
     created_maps = [_apply_companion(cluster, cm) for cm in companions]
+    maybe_pause("submit:companions")
     try:
         created = cluster.call(
             f"create {kind.kind} {cluster.namespace}/{name}",
@@ -200,6 +202,18 @@ def _replace_companion(
                 if isinstance(exc, ClusterError):
                     raise
                 raise ClusterError(f"{action} failed: {describe(exc)}") from exc
+
+
+def adopt_companions(cluster: Cluster, companions: list[tuple[str, str]], job: dict) -> None:
+    """Give `job` the companions (kind, name) a submission cut short left without an owner;
+    one that is not there is skipped."""
+    there = [c for c in companions if _read_companion(cluster, *c) is not None]
+    _own(cluster, there, job)
+
+
+def delete_companion(cluster: Cluster, companion: tuple[str, str]) -> None:
+    """Delete a companion (kind, name); gone already is fine."""
+    _delete_companion(cluster, companion)
 
 
 def _own(cluster: Cluster, companions: list[tuple[str, str]], job: dict) -> None:
