@@ -26,6 +26,7 @@ CONFIG_MOUNT_DIR = "/etc/trainstack"
 POD_CONFIG_PATH = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE}"
 LABEL_PREFIX = "trainstack.io"
 OWNER_LABEL = f"{LABEL_PREFIX}/owner"
+RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
 """Who launched the run (`job.owner`): `runs --mine`, `GET /v1/runs?owner=me`."""
 TORCHRUN_EXIT_MARGIN_S = 30
 """Of the pod's grace period, what torchrun keeps for itself after its workers stopped."""
@@ -173,7 +174,7 @@ def to_job_spec(cfg: Any, *, run_id: str, sweep_id: str | None, git_sha: str | N
     labels = {
         "app.kubernetes.io/name": "trainstack",
         "app.kubernetes.io/managed-by": "trainstack",
-        f"{LABEL_PREFIX}/run-id": run_id,
+        RUN_ID_LABEL: run_id,
         f"{LABEL_PREFIX}/config-hash": digest,
         f"{LABEL_PREFIX}/git-sha": git_sha or "unknown",
     }

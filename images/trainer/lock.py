@@ -59,7 +59,7 @@ HF_OUTPUT = HERE / "constraints-hf.txt"
 """The `-hf` variant's additions (runner=hf and the eval Jobs: pyproject's `hf-runner` and
 `eval` extras), installed over constraints.txt by the Dockerfile's `trainer-hf` stage."""
 HF_EXTRAS = ("hf-runner", "eval")
-"""runner=hf's packages, and lm-eval for the eval Jobs on the cluster (trainer/evaluation/job.py)."""
+"""runner=hf's packages, and lm-eval for the eval Jobs (trainer/evaluation/job.py)."""
 HF_HEADER = """\
 # What the trainer image's `hf` variant (TRAINER_VARIANT=hf: runner=hf, the eval Jobs) installs
 # over constraints.txt: pyproject's `hf-runner` and `eval` extras and what they pull in,

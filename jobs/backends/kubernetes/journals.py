@@ -11,7 +11,11 @@ from datetime import datetime
 
 from jobs.backends.kubernetes.client.api import Cluster
 from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER
-from jobs.backends.kubernetes.client.submit import adopt_companions, delete_companion
+from jobs.backends.kubernetes.client.submit import (
+    adopt_companions,
+    delete_companion,
+    leftover_companions,
+)
 from jobs.backends.kubernetes.manifests import config_map_name
 from jobs.backends.kubernetes.network_policy import RUN_ID_LABEL, network_policy_name
 from jobs.spec import LABEL_PREFIX
@@ -88,10 +92,11 @@ def found(cluster: Cluster) -> list[Found]:
 def tidy_submission(cluster: Cluster, run_id: str, job: dict | None) -> None:
     """A submission cut short: its ConfigMap and NetworkPolicy given to `job` (the run's job
     object), or deleted when there is none."""
-    companions = [
-        ("ConfigMap", config_map_name(run_id)),
-        ("NetworkPolicy", network_policy_name(run_id)),
-    ]
+    companions = leftover_companions(
+        cluster,
+        [("ConfigMap", config_map_name(run_id)), ("NetworkPolicy", network_policy_name(run_id))],
+        run_id,
+    )
     if job is not None:
         adopt_companions(cluster, companions, job)
         return

@@ -14,9 +14,7 @@ import copy
 
 from jobs.backends.kubernetes.client.kinds import KINDS
 from jobs.backends.kubernetes.kubernetes_job import KubernetesJob
-from jobs.spec import LABEL_PREFIX, JobSpec
-
-RUN_ID_LABEL = f"{LABEL_PREFIX}/run-id"
+from jobs.spec import RUN_ID_LABEL, JobSpec
 
 
 def network_policy_name(run_id: str) -> str:

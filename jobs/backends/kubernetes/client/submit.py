@@ -22,6 +22,7 @@ from jobs.backends.kubernetes.client.kinds import BY_KIND, PYTORCHJOB, JobKind
 from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER, ensure_ours, labels_of
 from jobs.backends.kubernetes.client.state import RETRIES_ANNOTATION, is_final, job_state
 from jobs.backends.kubernetes.faults import maybe_pause
+from jobs.spec import RUN_ID_LABEL
 
 CREATED, ALREADY_ACTIVE, RESUMED = "created", "already active", "resumed"
 COMPANION_KINDS = ("ConfigMap", "NetworkPolicy")
@@ -204,11 +205,29 @@ def _replace_companion(
                 raise ClusterError(f"{action} failed: {describe(exc)}") from exc
 
 
+def leftover_companions(
+    cluster: Cluster, companions: list[tuple[str, str]], run_id: str
+) -> list[tuple[str, str]]:
+    """Of the companions (kind, name), those a submission of `run_id` cut short left: there,
+    trainstack's (managed-by), labelled with that run, and without an owner. An object of the
+    same name that anyone else made, or that a job owns, is never touched."""
+    left = []
+    for companion in companions:
+        obj = _read_companion(cluster, *companion)
+        if obj is None:
+            continue
+        labels = labels_of(obj)
+        meta = obj.get("metadata", {}) if isinstance(obj, dict) else obj.metadata
+        owners = meta.get("ownerReferences") if isinstance(meta, dict) else meta.owner_references
+        if labels.get(MANAGED_BY) == MANAGER and labels.get(RUN_ID_LABEL) == run_id and not owners:
+            left.append(companion)
+    return left
+
+
 def adopt_companions(cluster: Cluster, companions: list[tuple[str, str]], job: dict) -> None:
-    """Give `job` the companions (kind, name) a submission cut short left without an owner;
-    one that is not there is skipped."""
-    there = [c for c in companions if _read_companion(cluster, *c) is not None]
-    _own(cluster, there, job)
+    """Give `job` the companions (kind, name) a submission cut short left without an owner
+    (leftover_companions picks them)."""
+    _own(cluster, companions, job)
 
 
 def delete_companion(cluster: Cluster, companion: tuple[str, str]) -> None:
