@@ -35,14 +35,14 @@ ACCOUNT_TAG = "${aws:PrincipalTag/kubernetes-service-account}"
 
 
 def priority_class_object() -> dict:
-    """Pure: the PriorityClass served models' pods run at."""
+    """Pure: the PriorityClass served models' pods run at (not the global default: every
+    other pod keeps priority 0; `globalDefault` left out, as the API server stores false)."""
     return {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
         "metadata": {"name": SERVING_PRIORITY_CLASS},
         "value": SERVING_PRIORITY,
         "preemptionPolicy": "Never",
-        "globalDefault": False,
         "description": "trainstack serve-model: never preempted by training, never preempts it",
     }
 
@@ -111,7 +111,6 @@ class Serving(pulumi.ComponentResource):
             metadata=obj["metadata"],
             value=obj["value"],
             preemption_policy=obj["preemptionPolicy"],
-            global_default=obj["globalDefault"],
             description=obj["description"],
             opts=pulumi.ResourceOptions(parent=self, provider=k8s_provider),
         )

@@ -172,7 +172,10 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
     role = cfg.cluster.serving_role_arn
     if role:  # EKS: the run's ServiceAccount gets the serving role before its pod starts
         serving_client.associate(
-            str(cfg.cluster.name), spec.namespace, service_account_name(spec.run_id), role,
+            str(cfg.cluster.name),
+            spec.namespace,
+            service_account_name(spec.run_id),
+            role,
             spec.region,
         )
     applied = serving_client.apply(cluster, manifests, serving_client.dynamic_resources(cluster))

@@ -48,14 +48,19 @@ def test_serve_model_installs_a_deployment_that_becomes_available(local_cluster,
         assert pod["spec"]["priorityClassName"] == SERVING_PRIORITY_CLASS
         assert pod["spec"]["priority"] > 0
         assert pod["spec"]["serviceAccountName"] == RUN
-        assert local_cluster.get("v1", "Service", f"{RUN}-serve")["spec"]["ports"][0]["port"] == 8000
+        assert (
+            local_cluster.get("v1", "Service", f"{RUN}-serve")["spec"]["ports"][0]["port"] == 8000
+        )
         # The same again is an update of what is there, not a second server.
         local_cluster.trainstack(*args, "compute.gpus_per_node=1")
         assert len(local_cluster.items("apps/v1", "Deployment", selector(RUN))) == 1
     finally:
         down = local_cluster.trainstack(*args, "--down", check=False)
     assert f"{RUN}-serve: deleted" in down, down
-    eventually(lambda: not serving_objects(local_cluster), f"{RUN}'s serving objects gone",
-               describe=lambda: serving_objects(local_cluster))
+    eventually(
+        lambda: not serving_objects(local_cluster),
+        f"{RUN}'s serving objects gone",
+        describe=lambda: serving_objects(local_cluster),
+    )
     again = local_cluster.trainstack(*args, "--down")
     assert "nothing was there" in again

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import parliament
+
 from catalog.kubernetes import SERVING_PRIORITY_CLASS
 from infra.serving import SERVING_PRIORITY, priority_class_object, serving_policy
 
@@ -16,11 +18,13 @@ ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 def test_every_stack_creates_the_serving_priority_class(stack_runs):
     for stack, run in stack_runs.items():
         (declared,) = [
-            r for r in run.of_type(PRIORITY) if r.inputs["metadata"]["name"] == SERVING_PRIORITY_CLASS
+            r
+            for r in run.of_type(PRIORITY)
+            if r.inputs["metadata"]["name"] == SERVING_PRIORITY_CLASS
         ]
         assert declared.inputs["value"] == SERVING_PRIORITY > 0, stack  # training pods: 0
         assert declared.inputs["preemptionPolicy"] == "Never"
-        assert declared.inputs["globalDefault"] is False
+        assert not declared.inputs.get("globalDefault")
 
 
 def test_the_priority_class_object_is_what_infra_declares():
@@ -60,4 +64,18 @@ def test_the_listing_is_limited_to_the_export_prefix():
     doc = json.loads(serving_policy("aws", "bkt", "arn:aws:kms:::key/k", "training", "c"))
     (listing,) = [s for s in doc["Statement"] if s["Action"] == "s3:ListBucket"]
     prefixes = listing["Condition"]["StringLike"]["s3:prefix"]
-    assert all(p.startswith("runs/${aws:PrincipalTag/kubernetes-service-account}/export/") for p in prefixes)
+    assert all(
+        p.startswith("runs/${aws:PrincipalTag/kubernetes-service-account}/export/")
+        for p in prefixes
+    )
+
+
+def test_parliament_matches_the_read_once_the_policy_variable_is_spelled_out():
+    """Why test_iam_parliament allows serving-inline's RESOURCE_MISMATCH: the same policy with
+    one run's name where the variable stands has no finding."""
+    text = serving_policy("aws", "bkt", "arn:aws:kms:us-east-1:123456789012:key/k", "training", "c")
+    spelled = text.replace("${aws:PrincipalTag/kubernetes-service-account}", "run-1")
+    findings = parliament.analyze_policy_string(spelled).findings
+    assert not [f for f in findings if f.issue == "RESOURCE_MISMATCH"], findings
+    variable = parliament.analyze_policy_string(text).findings
+    assert [f.issue for f in variable if f.issue == "RESOURCE_MISMATCH"]

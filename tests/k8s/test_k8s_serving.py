@@ -77,7 +77,7 @@ def test_a_schema_breaking_field_is_refused():
     manifests = to_manifests(broken)
     deployment = by_kind(manifests)["Deployment"]
     deployment["spec"]["replicas"] = "one"
-    with pytest.raises(ManifestError, match="spec.replicas"):
+    with pytest.raises(ManifestError, match=r"spec\.replicas"):
         check_schema(deployment, "1.35", "Deployment")
 
 
@@ -182,7 +182,11 @@ def runs(s3_direct, s3_bucket) -> str:
     for run, key, body in (
         ("full", "export/config.json", "{}"),
         ("lora", "export/adapter_config.json", json.dumps({"base_model_name_or_path": "org/m"})),
-        ("s3base", "export/adapter_config.json", json.dumps({"base_model_name_or_path": "s3://b/m"})),
+        (
+            "s3base",
+            "export/adapter_config.json",
+            json.dumps({"base_model_name_or_path": "s3://b/m"}),
+        ),
         ("bare", "metrics.jsonl", "{}"),
     ):
         s3.put_object(Bucket=s3_bucket, Key=f"runs/{run}/{key}", Body=body.encode())
@@ -327,7 +331,9 @@ def test_take_down_deletes_exactly_the_served_runs_objects():
     store: dict = {}
     cluster = FakeCluster()
     client.apply(cluster, to_manifests(SPEC), fake_resources(store))
-    other = dataclasses.replace(SPEC, run_id="other-run", export_uri="s3://bkt/runs/other-run/export")
+    other = dataclasses.replace(
+        SPEC, run_id="other-run", export_uri="s3://bkt/runs/other-run/export"
+    )
     client.apply(cluster, to_manifests(other), fake_resources(store))
     foreign = {"metadata": {"name": "mine", "labels": {"app": "x"}}}
     store[("Deployment", "mine")] = foreign

@@ -36,13 +36,13 @@ from jobs.backends.kubernetes.manifest_checks import (
     check_schema,
 )
 from jobs.backends.kubernetes.manifests import drop_none
-from jobs.backends.kubernetes.runtimes import NODE_GROUP_LABEL
 from jobs.backends.kubernetes.pod_parts import (
     GPU_TOLERATION,
     INSTANCE_TYPE_LABEL,
     scratch_volume,
     security_contexts,
 )
+from jobs.backends.kubernetes.runtimes import NODE_GROUP_LABEL
 from jobs.spec import LABEL_PREFIX
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
@@ -133,7 +133,10 @@ def server_command(spec: ServingSpec) -> list[str]:
     if spec.lora_base is None:
         model, lora = local, []
     else:
-        model, lora = spec.lora_base, ["--enable-lora", "--lora-modules", f"{spec.served_name}={local}"]
+        model, lora = (
+            spec.lora_base,
+            ["--enable-lora", "--lora-modules", f"{spec.served_name}={local}"],
+        )
     return [
         "vllm",
         "serve",
@@ -319,5 +322,7 @@ def to_manifests(spec: ServingSpec) -> list[dict]:
     for manifest in manifests:
         where = f"{manifest['kind']} {manifest['metadata']['name']}"
         check_schema(manifest, spec.kubernetes_version, where)
-    check_restricted_pod(manifests[-1]["spec"]["template"], f"Deployment {serving_name(spec.run_id)}")
+    check_restricted_pod(
+        manifests[-1]["spec"]["template"], f"Deployment {serving_name(spec.run_id)}"
+    )
     return manifests
