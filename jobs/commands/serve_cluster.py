@@ -73,7 +73,7 @@ def lora_base(run_dir: str) -> str | None:
     except StorageError as err:
         raise ServeInputError(f"RUN: {err}") from None
     base = str(adapter.get("base_model_name_or_path") or "")
-    if not base or base.startswith("s3://") or base.startswith("/") or "://" in base:
+    if not base or "://" in base or base.startswith("/"):
         raise ServeInputError(
             f"RUN: the export is a LoRA adapter on {base!r}; allowed: a Hugging Face Hub id "
             "(the serving pod reads this run's export alone), or export it merged "
