@@ -15,6 +15,7 @@ import yaml
 import jobs.commands.serve_cluster as serve_cluster
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import SERVING_PRIORITY_CLASS
+from catalog.pods import pod_resources
 from jobs.backends.kubernetes.client import serving as client
 from jobs.backends.kubernetes.client.ownership import NotOurs
 from jobs.backends.kubernetes.manifest_checks import ManifestError, check_schema
@@ -96,8 +97,11 @@ def test_gpus_instance_and_node_group_come_from_the_catalog_and_the_stack():
     (server,) = spec["containers"]
     assert server["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert server["resources"]["requests"] == server["resources"]["limits"]
-    instance = INSTANCE_TYPES["p5.48xlarge"]
-    assert int(server["resources"]["limits"]["cpu"]) <= instance.vcpus * 2 // instance.gpus
+    share = pod_resources(INSTANCE_TYPES["p5.48xlarge"], 2)
+    assert server["resources"]["limits"]["cpu"] == share.cpu
+    assert server["resources"]["limits"]["memory"] == share.memory
+    mounts = {m["mountPath"] for m in server["volumeMounts"]}
+    assert "/dev/shm" in mounts
     assert spec["nodeSelector"] == {
         "node.kubernetes.io/instance-type": "p5.48xlarge",
         "trainstack.io/node-group": "p5",
