@@ -29,6 +29,7 @@ from jobs.backends.kubernetes.serving import (
     to_manifests,
 )
 from jobs.cli import main
+from trainer.serving import fetch
 
 SPEC = ServingSpec(
     run_id="llama-20260101-000000-abcd",
@@ -392,3 +393,13 @@ def test_pod_identity_binding_is_made_once_and_removed_on_take_down():
     client.associate("c", "training", "run-b", role, None, eks=eks)
     assert client.dissociate("c", "training", "run-a", None, eks=eks) == 1
     assert [a["serviceAccount"] for a in eks.associations.values()] == ["run-b"]
+
+
+def test_the_init_container_program_copies_the_export_alone(s3_direct, s3_bucket, tmp_path):
+    s3 = s3_direct.client()
+    for key in ("runs/r/export/config.json", "runs/r/export/model.safetensors", "runs/r/ckpt/x"):
+        s3.put_object(Bucket=s3_bucket, Key=key, Body=b"x")
+    dest = tmp_path / "models" / "r"
+    assert fetch.main([f"s3://{s3_bucket}/runs/r/export", str(dest)]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors"]
+    assert fetch.main([f"s3://{s3_bucket}/runs/none/export", str(tmp_path / "n")]) == 2

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from catalog import INSTANCE_TYPES
 from catalog.kubernetes import SERVING_PRIORITY_CLASS
+from catalog.pods import pod_resources
 from jobs.backends.kubernetes.client.ownership import MANAGED_BY, MANAGER
 from jobs.backends.kubernetes.manifest_checks import (
     ManifestError,
@@ -39,8 +40,10 @@ from jobs.backends.kubernetes.manifests import drop_none
 from jobs.backends.kubernetes.pod_parts import (
     GPU_TOLERATION,
     INSTANCE_TYPE_LABEL,
+    SHM_MOUNT,
     scratch_volume,
     security_contexts,
+    shm_volume,
 )
 from jobs.backends.kubernetes.runtimes import NODE_GROUP_LABEL
 from jobs.spec import LABEL_PREFIX
@@ -169,10 +172,10 @@ def pod_spec(spec: ServingSpec) -> dict:
     scratch, scratch_mount, scratch_env = scratch_volume()
     models = {"emptyDir": {}, "name": "models"}
     models_mount = {"mountPath": MODEL_DIR, "name": "models"}
-    # The node's share per GPU, so a 1-GPU server leaves the rest of a node to others.
-    cpu = max(1, instance.vcpus * spec.gpus // instance.gpus - 1)
-    memory = f"{max(8, instance.memory_gib * spec.gpus // instance.gpus - 8)}Gi"
-    amounts = {"cpu": str(cpu), "memory": memory, "nvidia.com/gpu": str(spec.gpus)}
+    # The catalog's share of the node per GPU (less the daemons' headroom), as a training
+    # pod's; no EFA: one server is one node.
+    share = pod_resources(instance, spec.gpus)
+    amounts = {"cpu": share.cpu, "memory": share.memory, "nvidia.com/gpu": str(share.gpus)}
     fetch = {
         "command": [
             "python",
@@ -205,7 +208,8 @@ def pod_spec(spec: ServingSpec) -> dict:
         "securityContext": dict(container_security),
         # Waits for the model: the kubelet holds readiness and liveness back until it answers.
         "startupProbe": _probe(-(-spec.startup_timeout_s // PROBE_PERIOD_S)),
-        "volumeMounts": [{**models_mount, "readOnly": True}, scratch_mount],
+        # NCCL between the tensor-parallel workers goes through /dev/shm.
+        "volumeMounts": [{**models_mount, "readOnly": True}, scratch_mount, SHM_MOUNT],
     }
     node_selector = {INSTANCE_TYPE_LABEL: spec.instance_type}
     if spec.node_group:
@@ -222,7 +226,7 @@ def pod_spec(spec: ServingSpec) -> dict:
         "securityContext": pod_security,
         "serviceAccountName": service_account_name(spec.run_id),
         "tolerations": [GPU_TOLERATION],
-        "volumes": [models, scratch],
+        "volumes": [models, scratch, shm_volume(share.shm_size)],
     }
 
 
