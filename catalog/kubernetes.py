@@ -16,3 +16,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 """The label keys Kueue reads on a job (its LocalQueue and WorkloadPriorityClass): a job's
 spec sets them from job.queue and job.priority, the cluster client reads the first."""
+
+SERVING_PRIORITY_CLASS = "trainstack-serving"
+"""The PriorityClass (scheduling.k8s.io/v1) of served models' pods (`serve-model
+backend=kubernetes`): infra/serving.py creates it above every training pod's priority (they
+set none: 0), so the scheduler never evicts a serving pod for a training one."""

@@ -21,6 +21,7 @@ from infra.kuberay import KubeRay, installed_job_kinds
 from infra.kueue import Kueue
 from infra.network import Network
 from infra.registry import Registry
+from infra.serving import Serving
 from infra.settings.stack import load_stack_config
 from infra.shared_fs import KeyOwner, SharedFileSystem
 from infra.storage import RunStorage
@@ -177,6 +178,16 @@ identity = TrainingIdentity(
     k8s_provider=addons.provider,
     data_access=config.data_access,
 )
+serving = Serving(
+    name,
+    cluster_name=cluster.name,
+    namespace=addons.namespace,
+    partition=config.cluster.partition,
+    account_id=config.cluster.account_id,
+    bucket=storage.bucket,
+    bucket_key_arn=storage.key_arn,
+    k8s_provider=addons.provider,
+)
 training_api = (
     TrainingApi(
         name,
@@ -236,6 +247,8 @@ outputs = {
     "training_role_arn": identity.role_arn,
     "data_prepare_service_account": identity.service_accounts[DATA_PREPARE],
     "data_prepare_role_arn": identity.role_arns[DATA_PREPARE],
+    # serve-model binds it to each served run's ServiceAccount (infra/serving.py).
+    "serving_role_arn": serving.role_arn,
     # What each pod role may read or write (infra/bucket_layout.py); stack files carry it so
     # jobs refuse at launch a URL their pods could not reach.
     "s3_grants": storage.bucket.apply(lambda b: published_grants(b, config.data_access)),

@@ -107,6 +107,8 @@ def job_defaults(outputs: dict[str, Any], kubeconfig_path: Path) -> dict[str, An
         cluster_extra["log_group"] = outputs["container_log_group"]
     if outputs.get("data_prepare_service_account"):
         cluster_extra["data_prepare_service_account"] = outputs["data_prepare_service_account"]
+    if outputs.get("serving_role_arn"):
+        cluster_extra["serving_role_arn"] = outputs["serving_role_arn"]
     approved = {}
     for key in APPROVAL_OUTPUTS:  # optional: the stack's approved registries, Secrets, priorities
         value = outputs.get(key)

@@ -200,6 +200,10 @@ class ClusterConfig:
     """Names of the Secrets jobs may mount (`job.secrets.*.name`); null: no check on `launch`
     (the Training API always checks: null means none there). A list, not a label read from
     the cluster, so the service needs no right to read Secrets."""
+    serving_role_arn: str | None = None
+    """The stack's serving role (its `serving_role_arn` output): `serve-model
+    backend=kubernetes` binds it to each served run's ServiceAccount (EKS Pod Identity); null:
+    no binding is made (the local cluster, a stack from before serving)."""
     approved_priorities: list[str] | None = None
     """Kueue WorkloadPriorityClasses jobs may name (`job.priority`); null: no check on
     `launch` (the Training API always checks: null means none there, so a token cannot make

@@ -27,6 +27,7 @@ from infra.kueue import (
     priority_class,
     resource_flavors,
 )
+from infra.serving import priority_class_object
 from infra.settings.stack import parse_stack_config
 from infra.settings.types import StackConfig
 from infra.stack_defaults import job_defaults, render
@@ -179,6 +180,7 @@ def stack_objects(config: StackConfig) -> list[dict]:
             spec=network_policy_spec(labels),
         ),
         *runtime_objects(config.gpu_node_groups, config.service_account),
+        priority_class_object(),
     ]
     kueue = config.kueue
     if kueue:

@@ -7,6 +7,9 @@ exported to a temporary directory (a LoRA run merged), loaded with transformers,
 until SIGINT/SIGTERM; the temporary export is removed on the way out. No authentication: it
 binds to 127.0.0.1 unless --host says otherwise. `--port 0` takes a free port; the line
 `serving NAME (step N) on http://HOST:PORT` says which once the model is loaded.
+
+With `backend=render` or `backend=kubernetes` the run's export is served on the cluster by vLLM
+instead, and `--down` takes it away again (jobs/commands/serve_cluster.py).
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from contract.config import EXIT_BAD_INPUT
 from jobs.backends.base import BackendError
-from jobs.commands.run_lookup import existing_run_dir, fail
+from jobs.backends.kubernetes.serving import DEFAULT_STARTUP_TIMEOUT_S, VLLM_IMAGE
+from jobs.commands import serve_cluster
+from jobs.commands.run_lookup import compose_for, existing_run_dir, fail
+from jobs.errors import one_line
 from trainer.errors import ConfigError
 from trainer.storage import StorageError
 
@@ -34,10 +43,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="0: a free port")
     parser.add_argument("--name", help="the model id clients send (default: the run id)")
     parser.add_argument("--dtype", default="fp32", help="fp32 (default) or bf16")
-    parser.add_argument("overrides", nargs="*", default=[], help="where runs are, e.g. stack=prod")
+    parser.add_argument(
+        "--down",
+        action="store_true",
+        help="backend=kubernetes: delete what serve-model applied for RUN",
+    )
+    parser.add_argument("--image", default=VLLM_IMAGE, help="cluster: the vLLM server image")
+    parser.add_argument(
+        "--startup-timeout",
+        type=int,
+        default=DEFAULT_STARTUP_TIMEOUT_S,
+        metavar="S",
+        help="cluster: seconds the model may take to load before the server is restarted",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        default=[],
+        help="where runs are (stack=prod); backend=render|kubernetes, compute=<instance type>, "
+        "compute.gpus_per_node=N serve on the cluster",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = compose_for(list(args.overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        return fail("serve-model", one_line(err), EXIT_BAD_INPUT)
+    if serve_cluster.wanted(cfg):
+        try:
+            return serve_cluster.run(args, cfg)
+        except serve_cluster.ServeInputError as err:
+            return fail("serve-model", str(err), EXIT_BAD_INPUT)
+        except BackendError as err:  # the cluster refused or failed (ClusterError, NotOurs)
+            return fail("serve-model", str(err))
+    if args.down:
+        return fail("serve-model", "--down: allowed with backend=kubernetes only", EXIT_BAD_INPUT)
     if args.dtype not in DTYPES:
         return fail("serve-model", f"--dtype: {args.dtype!r}; allowed: fp32, bf16", EXIT_BAD_INPUT)
     if not 0 <= args.port <= 65535:

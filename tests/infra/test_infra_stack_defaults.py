@@ -81,6 +81,9 @@ def test_jobs_schema_accepts_the_defaults(tmp_path, dev_outputs):
     assert merged.cluster.node_groups[0].instance_type == "g5.12xlarge"
     assert merged.cluster.kubeconfig.endswith("trainstack-dev.yaml")
     assert merged.cluster.log_group == "/aws/eks/trainstack-dev/containers"
+    # serve-model binds it to each served run's ServiceAccount (infra/serving.py)
+    assert merged.cluster.serving_role_arn.startswith("arn:aws:iam::")
+    assert merged.cluster.serving_role_arn.endswith("-serving")
 
 
 @pytest.mark.parametrize(
