@@ -412,6 +412,7 @@ def test_pod_identity_roles_trust_only_this_account(stack_runs, stack):
         for r in stack_runs[stack].of_type("aws:iam/role:Role")
         if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]
     ]
-    assert len(pod_roles) == 5  # VPC CNI, trainer, data-prepare, cluster-autoscaler, Fluent Bit
+    # VPC CNI, trainer, data-prepare, cluster-autoscaler, Fluent Bit, and serving (vLLM)
+    assert len(pod_roles) == 6
     for (statement,) in pod_roles:
         assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}
