@@ -48,7 +48,7 @@ from jobs.backends.kubernetes.pod_parts import (
     security_contexts,
     shm_volume,
 )
-from jobs.naming import DNS1035
+from jobs.naming import DNS1035, DNS_LABEL_MAX
 from jobs.schema import CAPACITY_TYPES
 from jobs.spec import LABEL_PREFIX
 from trainer.errors import ConfigError
@@ -61,8 +61,8 @@ EVAL_OF_LABEL = f"{LABEL_PREFIX}/eval-of"
 """The run a Job scores (its pods carry the run-id label instead: the NetworkPolicy's)."""
 STEP_LABEL = f"{LABEL_PREFIX}/eval-step"
 EXIT_BAD_INPUT = 2
-MAX_NAME = 63
-"""A Job's name is its pods' `job-name` label value: 63 characters at most."""
+MAX_NAME = DNS_LABEL_MAX
+"""A Job's name is its pods' `job-name` label value: a DNS label at most."""
 DEFAULT_DEADLINE_S = 6 * 3600
 """activeDeadlineSeconds without `job.active_deadline_seconds`: an export plus lm-eval on one
 GPU takes minutes to an hour; a hung one must still give its GPU back."""

@@ -46,6 +46,7 @@ from jobs.backends.kubernetes.pod_parts import (
     shm_volume,
 )
 from jobs.backends.kubernetes.runtimes import NODE_GROUP_LABEL
+from jobs.naming import DNS_LABEL_MAX
 from jobs.spec import LABEL_PREFIX
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
@@ -62,7 +63,7 @@ MODEL_DIR = "/models"
 SERVER_CONTAINER = "vllm"
 FETCH_CONTAINER = "fetch-export"
 NAME_SUFFIX = "-serve"
-MAX_NAME = 63
+MAX_NAME = DNS_LABEL_MAX
 """Service names are DNS-1035 labels; every object here is named within one."""
 PROBE_PERIOD_S = 10
 DEFAULT_STARTUP_TIMEOUT_S = 1800
