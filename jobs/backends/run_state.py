@@ -3,6 +3,7 @@ exits (format documented in jobs/backends/base.py). Writes are atomic (temp file
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from datetime import UTC, datetime
@@ -38,6 +39,10 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
             data = fh.read(MAX_STATE_BYTES + 1)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
+    except OSError as err:  # a run id the file system refuses as a name: no such run
+        if err.errno == errno.ENAMETOOLONG:
+            return None
+        raise
     if len(data) > MAX_STATE_BYTES:
         return None
     try:

@@ -87,6 +87,8 @@ def existing_run_dir(run: str, overrides: list[str]) -> str:
         there = local.is_dir() if local is not None else storage.list_dir("")
     except StorageError as err:
         raise BackendError(str(err)) from err
+    except OSError as err:  # a name the file system refuses (too long, say): no such run
+        raise BackendError(f"no run {run[:80]!r}: {err.strerror}") from err
     if not there:
         hint = "" if "/" in run else " (`trainstack runs` lists the runs here)"
         raise BackendError(f"no run {run!r}: nothing at {run_dir}{hint}")
