@@ -74,6 +74,9 @@ _BASE_RULES = (
     },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # `eval.every_checkpoint`'s eval Jobs, one per checkpoint (jobs/api/eval_scheduler.py):
+    # created and counted, never changed or deleted (their TTL does that).
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "create"]},
 )
 
 

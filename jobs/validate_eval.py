@@ -112,7 +112,7 @@ def _check_on_cluster(cfg: Any) -> None:
             f"backend=kubernetes --wait, or `trainstack eval RUN --step N backend={name}` "
             "once the run has checkpoints",
         )
-    if not cfg.backend.wait:
+    if not (cfg.backend.wait or cfg.backend.get("evals_scheduled", False)):
         raise JobConfigError(
             EVERY_CHECKPOINT,
             f"on backend={name} the eval jobs are submitted by the launch that follows the "

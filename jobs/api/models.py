@@ -72,7 +72,8 @@ class _RunHead(Strict):
         max_length=MAX_OVERRIDES,
         description="Hydra overrides as on the CLI, e.g. `trainer.lr=1e-3`; applied first. "
         "Only options of model, data, trainer, compute, experiment (plain names) and keys "
-        "under model., data., trainer., compute., job. (not job.image_repository), storage.root, "
+        "under model., data., trainer., compute., job. (not job.image_repository), eval., "
+        "storage.root, "
         "run_id, sweep_id, seed; no `${...}` interpolations.",
     )
     run_id: str | None = Field(None, description="run_id; the same id resumes that run")

@@ -21,7 +21,7 @@ from hydra.errors import HydraException
 
 REQUEST_GROUPS = ("model", "data", "trainer", "runner", "compute", "experiment")
 """Config groups whose options a request may select (`model=llama3_8b`)."""
-REQUEST_PREFIXES = ("model.", "data.", "trainer.", "runner.", "compute.", "job.")
+REQUEST_PREFIXES = ("model.", "data.", "trainer.", "runner.", "compute.", "job.", "eval.")
 """Keys a request may set (`trainer.lr=1e-3`), besides REQUEST_KEYS."""
 REQUEST_KEYS = ("run_id", "sweep_id", "seed", "storage.root")
 SERVICE_ONLY_KEYS = (

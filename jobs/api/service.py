@@ -140,7 +140,8 @@ class Service:
     """user -> the lock their requests take before `_hydra` (`_composing`)."""
 
     def __post_init__(self) -> None:
-        self.overrides = [*self.overrides, "backend=kubernetes"]
+        # Its eval scheduler submits `eval.every_checkpoint`'s Jobs (jobs.api.eval_scheduler).
+        self.overrides = [*self.overrides, "backend=kubernetes", "backend.evals_scheduled=true"]
         with self._hydra:
             cfg = compose(self.overrides)
             # The API always checks images, Secrets and priorities; unset lists approve nothing

@@ -24,6 +24,7 @@ import uvicorn
 
 from jobs.api.app import SERVER_OPTIONS, create_app
 from jobs.api.auth import MIN_TOKEN_CHARS, TokenConfigError, TokenHashes, token_hash
+from jobs.api.eval_scheduler import EvalScheduler
 from jobs.api.service import Service
 from jobs.api.sweep_journal import recover
 from jobs.commands import arguments
@@ -89,6 +90,21 @@ def run(args: argparse.Namespace) -> int:
     # Before the first request: what a killed predecessor left half done (jobs.api.sweep_journal).
     for line in recover(service.backend):
         print(f"trainstack serve: {service.redact(line)}", file=sys.stderr, flush=True)
+
+    # eval.every_checkpoint's eval Jobs, for every run that asks (jobs.api.eval_scheduler).
+    def say(line: str) -> None:
+        print(f"trainstack serve: {service.redact(line)}", file=sys.stderr, flush=True)
+
+    evals = EvalScheduler(service.backend, float(service.cfg.backend.poll_interval_s), say)
+    evals.start()
+    try:
+        _run_server(args, service, tokens, allowed_hosts)
+    finally:
+        evals.stop()
+    return 0
+
+
+def _run_server(args, service: Service, tokens, allowed_hosts: list[str]) -> None:
     tls = args.tls_cert is not None
     uvicorn.run(
         create_app(
@@ -107,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
         # closing an idle keep-alive connection as a client reuses it is a reset request.
         timeout_keep_alive=KEEP_ALIVE_S,
     )
-    return 0
 
 
 def allowed_hosts_for(host: str, listed: str | None) -> list[str]:

@@ -116,7 +116,10 @@ def test_the_api_deployment_service_rbac_identity_and_secret(api_stack_run):
         ("networking.k8s.io", "networkpolicies"),  # each run's own policy
         ("", "pods"),
         ("", "pods/log"),
+        ("batch", "jobs"),  # eval.every_checkpoint's eval Jobs (jobs/api/eval_scheduler.py)
     }
+    (jobs_rule,) = [rule for rule in role.inputs["rules"] if rule["apiGroups"] == ["batch"]]
+    assert sorted(jobs_rule["verbs"]) == ["create", "get", "list"]  # never changed or deleted
     assert not result.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") or all(
         "api" not in r.name
         for r in result.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")

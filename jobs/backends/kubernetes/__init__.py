@@ -41,6 +41,10 @@ class KubernetesOptions(BackendOptions):
     name: str = "kubernetes"
     preflight: bool = True
     """Check CRD, nodes and namespace before submitting (`--skip-preflight`)."""
+    evals_scheduled: bool = False
+    """Something on the cluster submits `eval.every_checkpoint`'s eval Jobs for every run
+    that asks, followed or not: the Training API sets it (its scheduler,
+    jobs/api/eval_scheduler.py). False: `launch --wait` must follow the run to submit them."""
 
 
 TRAITS = BackendTraits(

@@ -173,6 +173,8 @@ class KubernetesBackend:
         job.store_code()  # the pods fetch it from the run dir: there before they start
         evals = eval_schedule.plan_for(job.cfg, job.run_id, job.spec.run_dir)
         manifests = pin_images(dryrun.request)
+        if evals is not None:  # for the Training API's scheduler, which follows no one
+            eval_schedule.annotate(manifests, evals)
         submission = submit_stamped(self.cluster, manifests)
         if submission.outcome != ALREADY_ACTIVE:  # a run this process did not submit: not ours
             uid = submission.job["metadata"]["uid"]

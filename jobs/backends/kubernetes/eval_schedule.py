@@ -17,20 +17,29 @@ Idempotent: the Job of a run and step always has the same name (eval_job.job_nam
 second follower, a restart of this one or a pass racing another finds the first Job
 (AlreadyExists) and never scores a checkpoint twice; a checkpoint that already has results
 (`trainstack eval` scored it) gets none.
+
+With no follower: the plan also rides on the run's job object (PLAN_ANNOTATION, written at
+submit), so the Training API's scheduler (jobs/api/eval_scheduler.py), which runs in the
+cluster with a Role that may create Jobs, makes the same passes for every such run whether or
+not anyone follows it, and marks a run done (DONE_ANNOTATION) once none is left to submit.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from catalog.pods import Resources
+from jobs.backends.kubernetes.client import state as k8s_state
 from jobs.backends.kubernetes.client.api import ClusterError
 from jobs.backends.kubernetes.client.batch import CREATED, list_jobs, progress, submit_job
 from jobs.backends.kubernetes.client.ecr import resolve_digest
+from jobs.backends.kubernetes.client.kinds import BY_KIND
 from jobs.backends.kubernetes.eval_job import (
     EvalJobSpec,
     eval_selector,
@@ -38,8 +47,10 @@ from jobs.backends.kubernetes.eval_job import (
     job_name,
     to_manifests,
 )
+from jobs.backends.kubernetes.run_status import RUN_DIR_ANNOTATION
 from jobs.backends.local.evals import unscored_steps
 from jobs.runners.hf import Hf
+from jobs.spec import LABEL_PREFIX, RUN_ID_LABEL
 from jobs.submission import git_sha
 from jobs.validate_eval import eval_settings
 from trainer.errors import ConfigError
@@ -51,6 +62,13 @@ accelerate, which lm-eval's `hf` model needs (lm-eval itself: see the README's e
 FINAL = ("Succeeded", "Failed")
 MAX_FAILED_PASSES = 20
 """After the run, passes that fail in a row before the follower gives up (one line saying so)."""
+PLAN_ANNOTATION = f"{LABEL_PREFIX}/eval-plan"
+"""The run's EvalPlan as JSON, on its job object (`plan_annotation`, `plan_of`)."""
+DONE_ANNOTATION = f"{LABEL_PREFIX}/evals-submitted"
+"""Set on the job object ("true") once its run ended and no eval Job is left to submit."""
+PLAN_VERSION = 1
+MAX_PLAN_BYTES = 16 * 1024
+"""A plan is a few hundred bytes; one past this is not read (an annotation is input)."""
 
 
 def eval_image(cfg: Any) -> str:
@@ -85,6 +103,55 @@ def plan_for(cfg: Any, run_id: str, run_dir: str, pin: bool = True) -> EvalPlan 
         cfg, run_id, run_dir, settings, resolve_digest(image) if pin else image
     )
     return EvalPlan(template, int(cfg.eval.max_concurrent), float(cfg.backend.poll_interval_s))
+
+
+class PlanError(ValueError):
+    """A job object's PLAN_ANNOTATION that cannot be read back: one line, that run alone."""
+
+
+def plan_annotation(plan: EvalPlan) -> str:
+    values = {"version": PLAN_VERSION, **asdict(plan)}
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def annotate(manifests: list[dict], plan: EvalPlan) -> None:
+    """The plan on the run's job object (the manifest of a job kind), in place."""
+    for manifest in manifests:
+        if manifest.get("kind") in BY_KIND:
+            annotations = manifest["metadata"].setdefault("annotations", {})
+            annotations[PLAN_ANNOTATION] = plan_annotation(plan)
+
+
+def plan_of(job: dict) -> EvalPlan | None:
+    """The plan a job object carries (None: none, or its run was marked done). Its run id and
+    namespace are the object's own, and its run dir must be the run's: a plan copied onto
+    another run's object scores nothing of the first. Who can write the annotation can create
+    the job object itself, which already runs pods with the plan's image and service account.
+    Raises PlanError (one line) for one that does not read back."""
+    metadata = job.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    text = annotations.get(PLAN_ANNOTATION)
+    if text is None or annotations.get(DONE_ANNOTATION) == "true":
+        return None
+    run_id = (metadata.get("labels") or {}).get(RUN_ID_LABEL) or metadata.get("name", "?")
+    if len(text) > MAX_PLAN_BYTES:
+        raise PlanError(f"{run_id}: {PLAN_ANNOTATION}: over {MAX_PLAN_BYTES} bytes")
+    try:
+        values = json.loads(text)
+        if values.pop("version") != PLAN_VERSION:
+            raise ValueError("another version")
+        spec = values["template"]
+        template = EvalJobSpec(**{**spec, "resources": Resources(**spec["resources"])})
+        plan = EvalPlan(template, int(values["max_concurrent"]), float(values["poll_s"]))
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise PlanError(f"{run_id}: {PLAN_ANNOTATION} does not read: {err}") from None
+    if template.run_dir != annotations.get(RUN_DIR_ANNOTATION):
+        raise PlanError(f"{run_id}: {PLAN_ANNOTATION}: its run dir is not the run's")
+    return EvalPlan(
+        replace(template, run_id=run_id, namespace=metadata.get("namespace", "")),
+        plan.max_concurrent,
+        plan.poll_s,
+    )
 
 
 @dataclass
@@ -203,3 +270,84 @@ class EvalFollow:
             yield from finish_evals(self.cluster, self.plan)
         else:
             yield f"[trainstack] {self.plan.template.run_id}: no more eval jobs submitted"
+
+
+ENDED = ("Failed", "Cancelled")
+"""Job states (k8s_state.job_state) after which a run gets no more eval Jobs."""
+
+
+class UnfollowedEvals:
+    """The passes for runs nobody follows (the Training API's: jobs/api/eval_scheduler.py):
+    `pass_over(jobs)` takes the namespace's trainstack job objects and makes a pass for each
+    that carries a plan. A run queued or running gets the oldest unscored checkpoints' Jobs;
+    one that succeeded gets the rest, then is marked done (DONE_ANNOTATION) and never read
+    again; one that failed or was cancelled is marked done at once (cancel means cancel).
+    Nothing of one run stops another's: a plan that does not read back, a run dir S3 refuses or
+    a Job the cluster refuses is one line (once per run and problem), and the pass goes on."""
+
+    def __init__(self, cluster: Any, prefix: str = "eval scheduler") -> None:
+        self.cluster, self.prefix = cluster, prefix
+        self._storages: dict[str, RunStorage] = {}
+        self._said: dict[str, str] = {}
+        """job uid -> the last problem said about it: said once, not every pass."""
+
+    def pass_over(self, jobs: list[dict]) -> list[str]:
+        lines: list[str] = []
+        for job in jobs:
+            lines += self._run(job["metadata"].get("uid", ""), job)
+        uids = {job["metadata"].get("uid", "") for job in jobs}
+        self._said = {uid: said for uid, said in self._said.items() if uid in uids}
+        return lines
+
+    def unlisted(self, err: Exception) -> list[str]:
+        """The line for a pass whose listing failed (said once until a listing works)."""
+        return self._once("", f"{self.prefix}: runs not listed this time: {err}")
+
+    def _run(self, uid: str, job: dict) -> list[str]:
+        try:
+            plan = plan_of(job)
+        except PlanError as err:
+            return self._once(uid, f"{self.prefix}: {err}; its checkpoints get no eval Job")
+        if plan is None:
+            return []
+        run_id, state = plan.template.run_id, k8s_state.job_state(job)
+        if state in ENDED:
+            return self._done(job, plan, f"{run_id} {state.lower()}: no more eval Jobs")
+        try:
+            done = schedule_pass(self.cluster, plan, self._storage(plan))
+        except (ClusterError, StorageError) as err:
+            line = f"{self.prefix}: {run_id}: eval Jobs not submitted this time: {err}"
+            return self._once(uid, line)
+        self._said.pop(uid, None)
+        self._said.pop("", None)
+        lines = [
+            f"{self.prefix}: {run_id}: eval Job {job_name(run_id, step)} submitted (step "
+            f"{step}; {done.unfinished} of at most {plan.max_concurrent} unfinished)"
+            for step in done.submitted
+        ]
+        if state == "Succeeded" and not done.waiting:
+            lines += self._done(job, plan, f"{run_id} succeeded: every checkpoint has its eval Job")
+        return lines
+
+    def _storage(self, plan: EvalPlan) -> RunStorage:
+        run_dir = plan.template.run_dir
+        if run_dir not in self._storages:
+            self._storages[run_dir] = open_run_storage(run_dir)
+        return self._storages[run_dir]
+
+    def _done(self, job: dict, plan: EvalPlan, line: str) -> list[str]:
+        """Mark the run done on its job object: no pass reads its plan again."""
+        patch = {"metadata": {"annotations": {DONE_ANNOTATION: "true"}}}
+        try:
+            self.cluster.patch_job(job["metadata"]["name"], patch, BY_KIND[job["kind"]])
+        except ClusterError as err:
+            uid = job["metadata"].get("uid", "")
+            return self._once(uid, f"{self.prefix}: {plan.template.run_id}: not marked done: {err}")
+        self._storages.pop(plan.template.run_dir, None)
+        return [f"{self.prefix}: {line}"]
+
+    def _once(self, uid: str, line: str) -> list[str]:
+        if self._said.get(uid) == line:
+            return []
+        self._said[uid] = line
+        return [line]
