@@ -24,8 +24,8 @@ from jobs.backends.kubernetes.eval_schedule import (
     PlanError,
     plan_of,
 )
-from tests.api.conftest import NAMESPACE
 from testing_support.k8s.fake_operator import JobPlan
+from tests.api.conftest import NAMESPACE
 
 EVERY = ["eval.every_checkpoint=true", "eval.tasks=[arc_easy]"]
 
