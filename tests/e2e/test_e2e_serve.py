@@ -23,10 +23,13 @@ import yaml
 from kubernetes import client as kube
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import NotFoundError
 
 from infra.bucket_layout import published_grants
 from infra.training_api import TLS_DIR, TOKEN_DIR, api_name, serve_args
 from jobs.api.auth import token_hash
+from jobs.backends.kubernetes.eval_job import eval_selector, job_name
+from jobs.backends.kubernetes.eval_schedule import PLAN_ANNOTATION
 from localcluster.objects import REPOSITORY, local_stack
 from testing_support.s3_server import s3_env
 from tests.e2e.conftest import NAMESPACE, TRAINSTACK, eventually, remove_run
@@ -164,6 +167,45 @@ def test_routes_work_as_the_api_service_account(local_cluster, served):
             assert api.get(f"/v1/runs/{run_id}").status_code == 200
             assert api.delete(f"/v1/runs/{run_id}").status_code in (200, 202, 204)
         finally:
+            remove_run(local_cluster, run_id)
+
+
+def test_every_checkpoint_gets_its_eval_job_from_the_api_with_nobody_following(
+    local_cluster, served, moto_s3
+):
+    """`eval.every_checkpoint=true` through the API: the plan is on the TrainJob, and the
+    service's scheduler, as the API's ServiceAccount (the real RBAC of infra's Role), submits
+    the eval Job of a checkpoint that lands while no `launch --wait` follows."""
+    url, ca = served
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    run_id = "e2e-api-evals"
+    with httpx.Client(base_url=url, verify=str(ca), headers=headers, timeout=60) as api:
+        try:
+            body = {
+                "run_id": run_id,
+                "compute": "p5.48xlarge",
+                "nodes": 1,
+                "overrides": ["eval.every_checkpoint=true", "eval.tasks=[arc_easy]"],
+            }
+            submitted = api.post("/v1/runs", json=body)
+            assert submitted.status_code == 201, submitted.text
+            job = local_cluster.get("trainer.kubeflow.org/v1alpha1", "TrainJob", run_id)
+            assert PLAN_ANNOTATION in job["metadata"]["annotations"]
+            marker = f"runs/{run_id}/checkpoints/step-00000002/COMMITTED"
+            moto_s3.client().put_object(Bucket="e2e-runs", Key=marker, Body=b"")
+            evals = eventually(
+                lambda: local_cluster.items("batch/v1", "Job", eval_selector(run_id)),
+                "the eval Job the API's scheduler submits",
+            )
+            assert [j["metadata"]["name"] for j in evals] == [job_name(run_id, 2)]
+        finally:
+            for job in local_cluster.items("batch/v1", "Job", eval_selector(run_id)):
+                with contextlib.suppress(ApiException, NotFoundError):
+                    local_cluster.resource("batch/v1", "Job").delete(
+                        name=job["metadata"]["name"],
+                        namespace=NAMESPACE,
+                        body={"propagationPolicy": "Background"},
+                    )
             remove_run(local_cluster, run_id)
 
 

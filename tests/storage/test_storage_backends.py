@@ -3,8 +3,10 @@ moto's HTTP server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from trainer.storage import (
     S3Storage,
     StorageError,
     StorageNotFoundError,
+    open_model_storage,
     open_run_storage,
     read_uri_bytes,
 )
@@ -257,3 +260,119 @@ def test_local_list_dir_hides_in_flight_temp_files(tmp_path: Path) -> None:
     storage.write_text("logs/a.txt", "a")
     (tmp_path / "run/logs/.b.txt.1234abcd.partial").write_text("half")
     assert storage.list_dir("logs") == ["a.txt"]
+
+
+# A run's own code writes into a shared local/FSx run dir: what it plants there is never
+# followed out of the run dir nor opened when it is no regular file.
+
+
+def planted(tmp_path: Path) -> tuple[LocalStorage, Path]:
+    """A run dir whose eval/ holds a symlink to a file outside it, a symlinked folder (to
+    another user's run) and a FIFO; `secret` is the file outside."""
+    secret = tmp_path / "other-user/run/eval/step-00000010"
+    secret.mkdir(parents=True)
+    (secret / "results.json").write_text("theirs")
+    storage = LocalStorage(tmp_path / "run")
+    storage.write_text("eval/real/results.json", "mine")
+    (tmp_path / "run/eval/link").mkdir()
+    (tmp_path / "run/eval/link/results.json").symlink_to(secret / "results.json")
+    (tmp_path / "run/eval/theirs").symlink_to(secret)
+    (tmp_path / "run/shared").symlink_to(tmp_path / "other-user/run")
+    (tmp_path / "run/eval/fifo").mkdir()
+    os.mkfifo(tmp_path / "run/eval/fifo/results.json")
+    return storage, secret
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "eval/link/results.json",
+        "eval/theirs/results.json",
+        "shared/eval/step-00000010/results.json",
+    ],
+)
+def test_local_reads_do_not_follow_a_planted_symlink(tmp_path: Path, rel: str) -> None:
+    storage, _ = planted(tmp_path)
+    assert storage.read_text("eval/real/results.json") == "mine"
+    for read in (storage.read_bytes, lambda r: storage.read_range(r, 0).data):
+        with pytest.raises(StorageError, match=r"symlink.*; allowed: regular files") as excinfo:
+            read(rel)
+        assert "\n" not in str(excinfo.value)
+
+
+def test_local_listings_do_not_go_through_a_symlinked_folder(tmp_path: Path) -> None:
+    storage, _ = planted(tmp_path)
+    assert storage.list_dir("eval") == ["fifo", "link", "real", "theirs"]
+    for rel in ("eval/theirs", "shared/eval"):
+        with pytest.raises(StorageError, match="is a symlink"):
+            storage.list_dir(rel)
+    assert storage.file_sizes("eval") == {"real/results.json": 4}  # no link, no FIFO
+    with pytest.raises(StorageError, match="is a symlink"):
+        storage.file_sizes("shared")
+    target = tmp_path / "copy"
+    storage.download_dir("eval", target)
+    assert read_tree(target) == {"real/results.json": b"mine"}
+    with pytest.raises(StorageError, match="is a symlink"):
+        storage.download_dir("eval/theirs", tmp_path / "copy2")
+
+
+def test_a_planted_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Opening a FIFO for reading waits for a writer: without O_NONBLOCK this would hang."""
+    storage, _ = planted(tmp_path)
+    fifo = tmp_path / "run/eval/fifo/results.json"
+    outcome: list[object] = []
+
+    def read_all() -> None:
+        for read in (
+            storage.read_bytes,
+            lambda r: storage.read_range(r, 0),
+            lambda r: read_uri_bytes(str(fifo)),
+        ):
+            try:
+                read("eval/fifo/results.json")
+                outcome.append("read")
+            except StorageError as exc:
+                outcome.append(str(exc))
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():
+        for _ in range(3):  # let each hung open return (EOF) so the thread ends
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(timeout=2)
+        pytest.fail(f"a read of a FIFO blocked (done: {outcome})")
+    assert len(outcome) == 3
+    assert all("not a regular file; allowed: regular files" in str(m) for m in outcome), outcome
+
+
+def hf_cache_snapshot(tmp_path: Path) -> Path:
+    """The Hugging Face cache's layout: snapshot files are symlinks into blobs/, and one FIFO
+    somebody left in the snapshot."""
+    blobs = tmp_path / "hub/models--org--tiny/blobs"
+    snapshot = tmp_path / "hub/models--org--tiny/snapshots/1111"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (blobs / "aaaa").write_text('{"model_type": "llama"}')
+    (snapshot / "config.json").symlink_to(Path("../../blobs/aaaa"))
+    os.mkfifo(snapshot / "pipe.json")
+    return snapshot
+
+
+def test_a_model_directory_follows_its_links_yet_reads_no_fifo(tmp_path: Path) -> None:
+    """`open_model_storage` (model.init_from, the HF cache): links are the user's own, so they
+    are followed; a FIFO is still refused, at once. A run dir's storage refuses the same link."""
+    snapshot = hf_cache_snapshot(tmp_path)
+    model = open_model_storage(str(snapshot))
+    assert model.read_text("config.json") == '{"model_type": "llama"}'
+    assert model.read_range("config.json", 0, 5).data == b'{"mod'
+    assert model.list_dir("") == ["config.json", "pipe.json"]
+    assert model.file_sizes("") == {"config.json": 23}
+    model.download_dir("", tmp_path / "copy")
+    assert read_tree(tmp_path / "copy") == {"config.json": b'{"model_type": "llama"}'}
+    with pytest.raises(StorageError, match="not a regular file; allowed: regular files"):
+        model.read_bytes("pipe.json")
+    with pytest.raises(StorageError, match="a symlink; allowed: regular files"):
+        open_run_storage(str(snapshot)).read_bytes("config.json")
+    assert open_model_storage("s3://bucket/models/x").__class__.__name__ == "S3Storage"

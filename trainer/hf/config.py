@@ -16,7 +16,7 @@ from contract.model.arch import ModelArgs
 from contract.model.families import FAMILIES
 from contract.model.hf_config import ARCH_KEYS, CONFIG_FILE
 from trainer.hf.hub import MAX_CONFIG_BYTES, is_hub, read_config_bytes
-from trainer.storage import StorageError, open_run_storage
+from trainer.storage import StorageError, open_model_storage
 
 
 def join_uri(base: str, name: str) -> str:
@@ -37,7 +37,7 @@ def read_hf_config(source: str) -> dict[str, Any]:
     try:
         # One ranged read, at most MAX_CONFIG_BYTES (+1 to tell a larger file): the Training
         # API's host makes it on a request's behalf.
-        read = open_run_storage(source).read_range(CONFIG_FILE, 0, end=MAX_CONFIG_BYTES + 1)
+        read = open_model_storage(source).read_range(CONFIG_FILE, 0, end=MAX_CONFIG_BYTES + 1)
     except StorageError as exc:
         raise ConfigError(f"model.init_from: cannot read {CONFIG_FILE}: {exc}") from None
     raw = read.data or b""

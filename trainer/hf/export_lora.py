@@ -28,7 +28,7 @@ from trainer.errors import ConfigError
 from trainer.hf.dcp_read import CheckpointTensors
 from trainer.hf.hub import download, is_hub
 from trainer.hf.weights import INDEX_FILE, hf_name, weight_map
-from trainer.storage import RunStorage, StorageNotFoundError, open_run_storage
+from trainer.storage import RunStorage, StorageNotFoundError, open_model_storage
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -153,5 +153,5 @@ def _local_base(init_from: str, work: Path) -> Path:
             raise ConfigError(f"--merge: the run's base model.init_from {init_from!r} is gone")
         return Path(init_from)
     local = work / "base"
-    open_run_storage(init_from).download_dir("", local)
+    open_model_storage(init_from).download_dir("", local)
     return local

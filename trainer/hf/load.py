@@ -22,7 +22,12 @@ from trainer.errors import ConfigError
 from trainer.hf.hub import MODEL_FILES, TOKENIZER_FILES
 from trainer.hf.s3_weights import S3Checkpoint
 from trainer.hf.weights import check_checkpoint, check_tensors, load_hf_weights, local_reader
-from trainer.storage import RunStorage, StorageError, StorageNotFoundError, open_run_storage
+from trainer.storage import (
+    RunStorage,
+    StorageError,
+    StorageNotFoundError,
+    open_model_storage,
+)
 
 STAGING_ENV = "TRAINSTACK_STAGING_DIR"
 RUN_HF_DIR = "hf"
@@ -81,7 +86,7 @@ def fetch_tokenizer(source: str) -> str:
     if not is_remote(source):
         return source
     local = staging_dir(f"tokenizer-rank{env_rank()}", source)  # ranks of a node don't share
-    storage = open_run_storage(source)
+    storage = open_model_storage(source)
     for name in TOKENIZER_FILES:
         try:
             data = storage.read_bytes(name)
@@ -106,7 +111,7 @@ def keep_model_files(storage: RunStorage, init_from: str | None, tokenizer_dir: 
             (str(Path(tokenizer_dir).parent) if is_file else tokenizer_dir, TOKENIZER_FILES)
         )
     for base, names in sources:
-        reader = open_run_storage(base)
+        reader = open_model_storage(base)
         for name in names:
             try:
                 data = reader.read_bytes(name)

@@ -30,6 +30,7 @@ __all__ = [
     "StorageError",
     "StorageNotFoundError",
     "clean_rel",
+    "open_model_storage",
     "open_run_storage",
     "read_uri_bytes",
 ]
@@ -44,6 +45,16 @@ def open_run_storage(run_dir: str) -> RunStorage:
     if "://" in run_dir:
         raise StorageError(f"run_dir {run_dir!r}: only local paths and s3:// URIs are supported")
     return LocalStorage(run_dir)
+
+
+def open_model_storage(source: str) -> RunStorage:
+    """`open_run_storage` for a model directory the user names (`model.init_from`, a Hugging
+    Face cache snapshot): a local one's symlinks are followed (the HF cache's snapshot files
+    are links into its blobs/), where a run dir's are refused (trainer.storage.local)."""
+    storage = open_run_storage(source)
+    if isinstance(storage, LocalStorage):
+        return LocalStorage(source, follow_links=True)
+    return storage
 
 
 def read_uri_bytes(uri: str) -> bytes:
