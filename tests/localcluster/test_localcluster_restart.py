@@ -100,26 +100,28 @@ def test_down_stops_a_restarted_process(state):
     assert not state.directory.exists()
 
 
-def test_restart_leaves_a_process_that_reuses_the_recorded_id_alone(state):
+def test_a_process_that_reuses_the_recorded_id_is_not_taken_for_it(state):
     """The recorded process died and the kernel gave its id to another process running the
-    same binary (the same Python here): `_runs` alone takes it for ours; its start time
-    tells it apart, and restart starts ours without signalling it."""
+    same binary (the same Python here): `_runs` alone takes it for ours. Its start time tells
+    it apart: `up` restarts ours, and neither `up` nor `restart` signals the stranger."""
     stranger = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL
     )
     try:
         cluster.kill(state, "second")
-        recorded = state.started["second"]
         state.pids["second"] = stranger.pid  # what the state file says after the id's reuse
-        state.started["second"] = recorded
         state.save()
         assert cluster._runs(stranger.pid, PYTHON)
 
-        cluster.restart(state, "second")
-
-        assert stranger.poll() is None, "restart signalled a process it did not start"
-        assert state.pids["second"] != stranger.pid
+        again = cluster.up(state.directory)
+        assert again.pids["second"] != stranger.pid, "a stranger was taken for the process"
         assert accepts(state.ports["second"])
+
+        again.pids["second"] = stranger.pid
+        again.save()
+        cluster.restart(again, "second")
+        assert stranger.poll() is None, "a process `up` did not start was signalled"
+        assert again.pids["second"] != stranger.pid
     finally:
         stranger.kill()
         stranger.wait(timeout=30)
