@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from jobs.backends.kubernetes.client.kueue import parse_quantity
 from localcluster import cluster
 from localcluster.objects import local_stack
 from localcluster.versions import JOBSET, KUBERAY, KUEUE, TRAINER, TRAINING_OPERATOR
 from tests.e2e.conftest import (
+    ALL_JOBS,
     KUEUE_API,
+    NAMESPACE,
+    RUN_ID_LABEL,
     admitted,
     conditions,
     eventually,
@@ -38,14 +39,13 @@ RESTARTED = (KUEUE.name, TRAINING_OPERATOR.name, JOBSET.name, TRAINER.name, KUBE
 TWO_NODES = ("compute=p5.48xlarge", "compute.nodes=2")
 RAY_PROGRAM = ("runner=command", "runner.torchrun=false", "runner.command=[python,-c,pass]")
 WHERE = ("stack=local", "backend=kubernetes")
-KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob", "rayjob": "RayJob"}
+KINDS = {api: kind for api, (_, kind) in ALL_JOBS.items()}
 
 
-@pytest.fixture
-def controllers_running(local_cluster) -> Iterator[None]:
-    """Whatever the test left, every controller it may have killed runs (and is ready) after
-    it: the session's cluster goes on serving the tests that follow."""
-    yield
+def restore(local_cluster) -> None:
+    """Every controller this test may have killed runs (and is ready) again: before its runs
+    are removed (a Workload keeps Kueue's finalizer until Kueue removes it), and for the
+    tests after it on the session's cluster."""
     state = local_cluster.state
     state.refresh()
     for name in RESTARTED:
@@ -77,6 +77,20 @@ class Ledger:
         self.runs[run_id] = api
         program = RAY_PROGRAM if api == "rayjob" else ()
         self.cluster.launch(*TWO_NODES, f"job.api={api}", *program, f"run_id={run_id}", *extra)
+
+    def delete(self, api: str, run_id: str) -> None:
+        """Delete the job through the API (as `kubectl delete` does); no longer counted."""
+        api_version, kind = ALL_JOBS[api]
+        self.cluster.resource(api_version, kind).delete(
+            name=run_id, namespace=NAMESPACE, body={"propagationPolicy": "Background"}
+        )
+        del self.runs[run_id]
+
+    def refused_launch(self, api: str, run_id: str) -> str:
+        """A launch its controller's webhooks refuse: what it printed (it leaves no job)."""
+        printed = self.cluster.launch(*TWO_NODES, f"job.api={api}", f"run_id={run_id}", check=False)
+        assert not self.cluster.items(*ALL_JOBS[api], f"{RUN_ID_LABEL}={run_id}"), printed
+        return printed.strip().splitlines()[-1] if printed.strip() else ""
 
     def pod_uids(self, run_id: str, phase: str | None = "Running") -> set[str]:
         return {p["metadata"]["uid"] for p in pods_of(self.cluster, run_id, phase)}
@@ -196,27 +210,34 @@ def status(local_cluster, run_id: str) -> str:
     return local_cluster.trainstack("status", run_id, *WHERE).lower()
 
 
-def test_jobs_survive_each_controller_killed_and_restarted(local_cluster, controllers_running):
+def test_jobs_survive_each_controller_killed_and_restarted(local_cluster):
     ledger = Ledger(local_cluster)
     first, low, high, ray = "e2e-cr-first", "e2e-cr-low", "e2e-cr-high", "e2e-cr-ray"
+    refused: list[str] = []
     try:
-        # Kueue: a job ends while Kueue is down; restarted, Kueue releases its quota and
-        # admits the one waiting, once.
+        # Kueue: a job is deleted while Kueue is down (its webhooks refuse any change to a
+        # job or pod meanwhile: a launch, a cancel, a pod's end); restarted, Kueue releases
+        # its quota and admits the one waiting, once.
         ledger.launch("trainjob", first)
         running_pods(local_cluster, first, 2)
         ledger.launch("pytorchjob", low, "job.priority=low")
         waiting(local_cluster, "PyTorchJob", low)
         ledger.outage(
             KUEUE.name,
-            lambda: local_cluster.finish(first, 0),
+            lambda: (
+                ledger.delete("trainjob", first),
+                refused.append(ledger.refused_launch("trainjob", "e2e-cr-refused")),
+            ),
             lambda: (
                 admitted(local_cluster, "PyTorchJob", low)
                 and len(pods_of(local_cluster, low, "Running")) == 2
+                and not workload_of(local_cluster, "TrainJob", first)
             ),
-            f"{first} finished, {low} admitted and running",
+            f"{first} deleted, {low} admitted and running",
         )
-        assert "succeeded" in status(local_cluster, first)
-        assert len(pods_of(local_cluster, first)) == 2, "a finished job's pod started again"
+        assert not pods_of(local_cluster, first, "Running")
+        print(f"launch while Kueue is down: {refused}")
+        assert not local_cluster.items("v1", "ConfigMap", f"{RUN_ID_LABEL}=e2e-cr-refused")
         low_pods = ledger.pod_uids(low)
 
         # The Training Operator: a higher priority job preempts its PyTorchJob while it is
@@ -289,5 +310,6 @@ def test_jobs_survive_each_controller_killed_and_restarted(local_cluster, contro
         assert not pods_of(local_cluster, low, "Running")
         assert len(ledger.figures) == len(RESTARTED)
     finally:
-        for run_id in (first, low, high, ray):
+        restore(local_cluster)
+        for run_id in (first, low, high, ray, "e2e-cr-refused"):
             remove_run(local_cluster, run_id)
