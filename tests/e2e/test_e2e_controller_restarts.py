@@ -206,6 +206,14 @@ def waiting(local_cluster, kind: str, run_id: str) -> None:
     )
 
 
+def jobs_ended(local_cluster, jobset: str, condition: str) -> bool:
+    """Every Job of `jobset` has `condition` (the job controller's, not JobSet's)."""
+    jobs = local_cluster.items("batch/v1", "Job", f"jobset.sigs.k8s.io/jobset-name={jobset}")
+    return bool(jobs) and all(
+        conditions(job).get(condition, {}).get("status") == "True" for job in jobs
+    )
+
+
 def status(local_cluster, run_id: str) -> str:
     return local_cluster.trainstack("status", run_id, *WHERE).lower()
 
@@ -256,11 +264,16 @@ def test_jobs_survive_each_controller_killed_and_restarted(local_cluster):
         assert ledger.pod_uids(low, None) <= low_pods, "the preempted job got new pods"
         high_pods = ledger.pod_uids(high)
 
-        # JobSet: the running job's pods are killed (137) while JobSet is down; restarted,
-        # it restarts the JobSet once (its runtime's policy), with two new pods.
+        # JobSet: the running job's pods are killed (137) and its Jobs fail while JobSet is
+        # down; restarted, it restarts the JobSet once (its runtime's policy), two new pods.
         ledger.outage(
             JOBSET.name,
-            lambda: local_cluster.finish(high, 137),
+            lambda: (
+                local_cluster.finish(high, 137),
+                eventually(
+                    lambda: jobs_ended(local_cluster, high, "Failed"), f"{high}'s Jobs failed"
+                ),
+            ),
             lambda: (
                 len(ledger.pod_uids(high) - high_pods) == 2
                 and (local_cluster.get(JOBSET_API, "JobSet", high).get("status") or {}).get(
@@ -274,11 +287,23 @@ def test_jobs_survive_each_controller_killed_and_restarted(local_cluster):
         assert len(pods_of(local_cluster, high, "Running")) == 2
         high_pods = ledger.pod_uids(high)
 
-        # The Trainer: the TrainJob's pods succeed while it is down; restarted, it marks
-        # the TrainJob complete, Kueue frees its quota and the preempted job comes back.
+        # The Trainer: the TrainJob's pods succeed and its JobSet completes while the Trainer
+        # is down; restarted, it marks the TrainJob complete, Kueue frees its quota and the
+        # preempted job comes back.
         ledger.outage(
             TRAINER.name,
-            lambda: local_cluster.finish(high, 0),
+            lambda: (
+                local_cluster.finish(high, 0),
+                eventually(
+                    lambda: (
+                        conditions(local_cluster.get(JOBSET_API, "JobSet", high))
+                        .get("Completed", {})
+                        .get("status")
+                        == "True"
+                    ),
+                    f"{high}'s JobSet completed",
+                ),
+            ),
             lambda: (
                 conditions(local_cluster.get("trainer.kubeflow.org/v1alpha1", "TrainJob", high))
                 .get("Complete", {})
