@@ -22,6 +22,7 @@ PYTHON = str(Path(sys.executable).resolve())
 SERVER = r"""
 import os, socket, sys
 server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Go's listeners do
 server.bind(("127.0.0.1", int(sys.argv[1])))
 server.listen()
 print("started with MARK=" + os.environ.get("MARK", ""), flush=True)
@@ -117,6 +118,7 @@ def test_a_process_that_reuses_the_recorded_id_is_not_taken_for_it(state):
         assert again.pids["second"] != stranger.pid, "a stranger was taken for the process"
         assert accepts(state.ports["second"])
 
+        cluster.kill(again, "second")  # and again the id goes to the stranger
         again.pids["second"] = stranger.pid
         again.save()
         cluster.restart(again, "second")
