@@ -1,5 +1,5 @@
-"""`python -m localcluster up|down|build|preview|finish`: what `make cluster-up`/`cluster-down`
-run."""
+"""`python -m localcluster up|down|build|preview|finish|restart`: what `make cluster-up`/
+`cluster-down` run."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     verbs.add_parser(
         "preview", help="`pulumi preview` of the stack on the running cluster (exit 1: changes)"
     )
+    restart = verbs.add_parser(
+        "restart", help="stop one component (if it runs) and start it as `up` first did"
+    )
+    restart.add_argument("name", help="as `up` lists it: etcd, kube-apiserver, kueue, ...")
     finish = verbs.add_parser("finish", help="end a run's running pods with an exit code")
     finish.add_argument("run_id")
     finish.add_argument("--exit-code", type=int, default=0)
@@ -50,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         changed = _preview(args.state_dir)
         print(f"localcluster: pulumi preview: {changed or 'no changes'}")
         return 1 if changed else 0
+    elif args.verb == "restart":
+        directory = (args.state_dir or cluster.default_state_dir()).resolve()
+        state = cluster.State.load(directory)
+        if state is None:
+            raise SystemExit(f"localcluster: nothing running ({directory} has no state)")
+        old = state.pids.get(args.name)
+        cluster.restart(state, args.name)
+        print(f"localcluster: restarted {args.name} (pid {old} -> {state.pids[args.name]})")
     else:
         ended = cluster.finish(args.state_dir, args.run_id, args.exit_code)
         print(f"localcluster: {len(ended)} pod(s) of {args.run_id} end with {args.exit_code}")

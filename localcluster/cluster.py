@@ -2,9 +2,11 @@
 build cache, its id and log kept in the state folder (`.cluster/` by default).
 
 `up` is safe to run twice: a cluster whose processes all still run is left running and only
-its objects are applied again (server-side apply). `down` stops exactly the processes `up`
-started (by id, after checking each id still runs the binary it started), returns only once
-every one of them is gone, and removes the state folder and the stack file it wrote.
+its objects are applied again (server-side apply); one where some died (a crash, a kill) gets
+those restarted, each with the arguments and environment it first had and on the same ports,
+and the rest left running (`restart`). `down` stops exactly the processes `up` started (by id,
+after checking each id still names the process it started), returns only once every one of
+them is gone, and removes the state folder and the stack file it wrote.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ def default_state_dir() -> Path:
 
 @dataclass
 class State:
-    """What `up` started: process ids (with the binary each runs) and ports."""
+    """What `up` started: process ids (with the binary each runs, when each started, and how
+    to start it again) and ports."""
 
     directory: Path
     pids: dict[str, int] = field(default_factory=dict)
@@ -84,6 +87,16 @@ class State:
     made_cert_dir: bool = False
     made_dirs: list[str] = field(default_factory=list)
     """Fixed folders outside the state folder that `up` created (removed by `down`)."""
+    started: dict[str, str | None] = field(default_factory=dict)
+    """name -> its process's start time (`_started_at`): with the id it names one process, so
+    an id the kernel has reused since is never taken for it."""
+    specs: dict[str, dict] = field(default_factory=dict)
+    """name -> how it was started: `argv`, `env` (what was added to the environment of the
+    process that ran `up`) and `ready` (a key of READY, or None); its log is logs/<name>.log.
+    `restart` starts it again from this."""
+    all_started: bool = False
+    """Every process has been started once: from then on a dead one is restarted, not the
+    whole cluster."""
 
     @property
     def path(self) -> Path:
@@ -105,8 +118,18 @@ class State:
             "stack_file": self.stack_file,
             "made_cert_dir": self.made_cert_dir,
             "made_dirs": self.made_dirs,
+            "started": self.started,
+            "specs": self.specs,
+            "all_started": self.all_started,
         }
         self.path.write_text(json.dumps(data, indent=1))
+
+    def refresh(self) -> None:
+        """Read the state file again: another `up` (another process) may have restarted
+        processes since this was read, and the file is the record."""
+        again = State.load(self.directory)
+        if again is not None:
+            self.__dict__.update(again.__dict__)
 
     @classmethod
     def load(cls, directory: Path) -> State | None:
@@ -131,10 +154,17 @@ def _runs(pid: int, binary: str) -> bool:
         return False
 
 
+def _alive(state: State, name: str) -> bool:
+    """The process `up` recorded as `name` still runs: its id runs its binary and, where its
+    start time is recorded, started then (not a reused id running the same binary)."""
+    pid, recorded = state.pids[name], state.started.get(name)
+    return _runs(pid, state.binaries[name]) and (recorded is None or _started_at(pid) == recorded)
+
+
 def _wait(check: Callable[[], bool], what: str, state: State, log: str | None = None) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
-        if log and not _runs(state.pids[log], state.binaries[log]):
+        if log and not _alive(state, log):
             break
         try:
             if check():
@@ -150,16 +180,31 @@ def _wait(check: Callable[[], bool], what: str, state: State, log: str | None = 
 
 
 def _start(
-    state: State, name: str, component: Component, argv: list[str], env: dict | None = None
-) -> None:
+    state: State,
+    name: str,
+    component: Component,
+    argv: list[str],
+    env: dict | None = None,
+    ready: str | None = None,
+) -> int:
     binary = str(build.binary(component, argv[0]).resolve())
-    _spawn(state, name, binary, [binary, *argv[1:]], env)
+    return _spawn(state, name, binary, [binary, *argv[1:]], env, ready)
 
 
-def _spawn(state: State, name: str, binary: str, argv: list[str], env: dict | None) -> None:
-    """Start `argv` (whose process runs `binary`, as /proc/<pid>/exe names it), its output in
-    the logs folder, its id recorded for `down`."""
+def _spawn(
+    state: State,
+    name: str,
+    binary: str,
+    argv: list[str],
+    env: dict | None,
+    ready: str | None = None,
+) -> int:
+    """Start `argv` (whose process runs `binary`, as /proc/<pid>/exe names it), its output
+    appended to the logs folder's, its id, start time and how it was started recorded (for
+    `down` and `restart`); returns where in its log its output begins. `ready`: the READY
+    check that says it has come up."""
     log = (state.logs / f"{name}.log").open("ab")
+    since = log.tell()
     process = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -172,7 +217,10 @@ def _spawn(state: State, name: str, binary: str, argv: list[str], env: dict | No
     log.close()
     state.pids[name] = process.pid
     state.binaries[name] = binary
+    state.started[name] = _started_at(process.pid)
+    state.specs[name] = {"argv": argv, "env": env or {}, "ready": ready}
     state.save()
+    return since
 
 
 def _tls_accepts(port: int, ca: Path) -> bool:
@@ -350,7 +398,7 @@ def _start_controllers(state: State, authority: Authority, webhook) -> None:
         if component is KUEUE:
             # Kueue's on-demand visibility API is an aggregated API server on a fixed port.
             argv.append("--feature-gates=VisibilityOnDemand=false")
-        _start(state, component.name, component, argv, {**env, "TMPDIR": str(home)})
+        _start(state, component.name, component, argv, {**env, "TMPDIR": str(home)}, "tls")
     # The stack's PyTorch init-container template (infra/training_operator.py), as a file.
     operator_home = state.directory / TRAINING_OPERATOR.name
     operator_home.mkdir(parents=True, exist_ok=True)
@@ -373,6 +421,7 @@ def _start_controllers(state: State, authority: Authority, webhook) -> None:
             "MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE,
             "TMPDIR": str(TRAINING_OPERATOR_CERT_DIR.parents[1]),
         },
+        "tls",
     )
 
 
@@ -404,9 +453,10 @@ def _start_kuberay(state: State) -> None:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "PYTHONUNBUFFERED": "1",
         },
+        "tcp",
     )
-    _wait(lambda: _accepts(port), "the Ray dashboard stand-in", state, RAY_DASHBOARD)
-    _start(
+    _wait_ready(state, RAY_DASHBOARD, 0, "the Ray dashboard stand-in")
+    since = _start(
         state,
         KUBERAY.name,
         KUBERAY,
@@ -423,14 +473,9 @@ def _start_kuberay(state: State) -> None:
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",
         },
+        "kuberay",
     )
-    log = state.logs / f"{KUBERAY.name}.log"
-
-    def rayjobs_reconciled() -> bool:  # controller-runtime's line once RayJob's workers run
-        lines = log.read_text(errors="replace").splitlines()
-        return any('"Starting workers"' in line and "RayJob" in line for line in lines)
-
-    _wait(rayjobs_reconciled, "the KubeRay operator", state, KUBERAY.name)
+    _wait_ready(state, KUBERAY.name, since, "the KubeRay operator")
 
 
 def _accepts(port: int) -> bool:
@@ -438,17 +483,127 @@ def _accepts(port: int) -> bool:
         return True
 
 
+def _pki(state: State) -> Path:
+    return state.directory / "pki"
+
+
+def _etcd_ready(state: State, name: str, since: int) -> bool:
+    url = f"http://127.0.0.1:{state.ports['etcd']}/health"
+    return b"true" in urllib.request.urlopen(url, timeout=2).read()
+
+
+def _apiserver_ready(state: State, name: str, since: int) -> bool:
+    pki = _pki(state)
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    url = f"https://127.0.0.1:{state.ports['apiserver']}/readyz"
+    return urllib.request.urlopen(url, context=context, timeout=3).status == 200
+
+
+def _tls_ready(state: State, name: str, since: int) -> bool:
+    """Its TLS server on its own port (a controller's webhooks, kwok's kubelet API)."""
+    return _tls_accepts(state.ports[name], _pki(state) / "ca.crt")
+
+
+def _tcp_ready(state: State, name: str, since: int) -> bool:
+    return _accepts(state.ports[name])
+
+
+def _kuberay_ready(state: State, name: str, since: int) -> bool:
+    """controller-runtime's line once RayJob's workers run, in what it logged since `since`."""
+    with (state.logs / f"{name}.log").open("rb") as log:
+        log.seek(since)
+        lines = log.read().decode(errors="replace").splitlines()
+    return any('"Starting workers"' in line and "RayJob" in line for line in lines)
+
+
+READY: dict[str, Callable[[State, str, int], bool]] = {
+    "etcd": _etcd_ready,
+    "kube-apiserver": _apiserver_ready,
+    "tls": _tls_ready,
+    "tcp": _tcp_ready,
+    "kuberay": _kuberay_ready,
+}
+"""How a process says it has come up: check(state, name, where its log begins). A process
+with none (the controller manager, the scheduler) has come up once it runs."""
+
+
+def _wait_ready(state: State, name: str, since: int, what: str | None = None) -> None:
+    """Wait until process `name` passes its READY check (failing, with its log's end, if it
+    dies first or takes longer than START_TIMEOUT_S)."""
+    check = READY.get(state.specs[name]["ready"] or "")
+    if check is None:
+        _wait(lambda: True, what or name, state, name)
+    else:
+        _wait(lambda: check(state, name, since), what or name, state, name)
+
+
+def restart(state: State, name: str) -> None:
+    """Start process `name` of the cluster again: stop it if it still runs (by its recorded
+    id, checked against its start time; SIGTERM, then SIGKILL after STOP_GRACE_S), start it
+    with the arguments and environment it was first started with (same ports, same data and
+    log files), wait until it has come up, and record its new id in the state file (which it
+    reads first: the file is the record)."""
+    state.refresh()
+    spec = state.specs.get(name)
+    if spec is None:
+        known = ", ".join(state.specs) or "none"
+        raise SystemExit(f"localcluster: restart {name}: no such process (known: {known})")
+    if _alive(state, name):
+        _stop(state, name)
+    since = _spawn(state, name, state.binaries[name], spec["argv"], spec["env"], spec["ready"])
+    _wait_ready(state, name, since)
+    state.save()
+
+
+def kill(state: State, name: str) -> int:
+    """SIGKILL process `name` (a crash: no shutdown) if it is still the one `up` recorded,
+    and wait until it is gone; returns its id. For the fault tests."""
+    state.refresh()
+    pid = state.pids[name]
+    started = state.started.get(name) if _alive(state, name) else None
+    _signal(pid, started, signal.SIGKILL)
+    if _wait_gone({pid: started}, KILL_WAIT_S):
+        raise SystemExit(f"localcluster: {name} (pid {pid}) still running after SIGKILL")
+    _reap(pid)
+    return pid
+
+
+def _stop(state: State, name: str) -> None:
+    """`down`'s stop, for one process: SIGTERM, a grace, SIGKILL; returns once it is gone."""
+    pid = state.pids[name]
+    started = {pid: state.started.get(name) or _started_at(pid)}
+    _signal(pid, started[pid], signal.SIGTERM)
+    left = _wait_gone(started, STOP_GRACE_S)
+    for at in left.values():
+        _signal(pid, at, signal.SIGKILL)
+    if _wait_gone(left, KILL_WAIT_S):
+        raise SystemExit(f"localcluster: {name} (pid {pid}) still running after SIGKILL")
+    _reap(pid)
+
+
 def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     """Build what is missing, start what is not running, apply every object; returns the
-    state. `config_dir`: where the stack file goes (default: the user's config dir)."""
+    state. A cluster some of whose processes died: those restarted (`restart`, in the order
+    they were first started), the others left running. `config_dir`: where the stack file
+    goes (default: the user's config dir)."""
     directory = (state_dir or default_state_dir()).resolve()
     existing = State.load(directory)
-    if existing and all(_runs(pid, existing.binaries[n]) for n, pid in existing.pids.items()):
-        print(f"localcluster: already running ({directory}); applying its objects again")
+    if existing and existing.all_started:
+        dead = [name for name in existing.pids if not _alive(existing, name)]
+        if not dead:
+            print(f"localcluster: already running ({directory}); applying its objects again")
+        for name in dead:  # in the order `up` first started them
+            old = existing.pids[name]
+            restart(existing, name)
+            new = existing.pids[name]
+            print(f"localcluster: {name} (pid {old}) had stopped: restarted it, pid {new}")
         _install(existing, config_dir or user_config_dir() / "stack")
         return existing
     if existing:
-        print("localcluster: a previous cluster is partly stopped; stopping the rest first")
+        print(
+            "localcluster: a previous cluster is partly started or stopped; stopping the rest first"
+        )
         down(directory)
     for component in (KUBERNETES, ETCD, KWOK, *CONTROLLERS, KUBERAY, *ENGINE):
         build.build(component)
@@ -497,13 +652,9 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
             "--unsafe-no-fsync",  # a throwaway cluster: speed over durability
             "--log-level=warn",
         ],
+        ready="etcd",
     )
-    _wait(
-        lambda: b"true" in urllib.request.urlopen(f"{etcd_url}/health", timeout=2).read(),
-        "etcd",
-        state,
-        "etcd",
-    )
+    _wait_ready(state, "etcd", 0)
     _start(
         state,
         "kube-apiserver",
@@ -531,16 +682,9 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
             "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
         ],
+        ready="kube-apiserver",
     )
-    context = ssl.create_default_context(cafile=str(authority.pair.cert))
-    context.load_cert_chain(str(admin.cert), str(admin.key))
-    api = f"https://127.0.0.1:{state.ports['apiserver']}"
-    _wait(
-        lambda: urllib.request.urlopen(f"{api}/readyz", context=context, timeout=3).status == 200,
-        "kube-apiserver",
-        state,
-        "kube-apiserver",
-    )
+    _wait_ready(state, "kube-apiserver", 0)
     kube = ["--kubeconfig=" + str(state.kubeconfig), "--leader-elect=false"]
     _start(
         state,
@@ -575,6 +719,7 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
             f"--tls-cert-file={webhook.cert}",
             f"--tls-private-key-file={webhook.key}",
         ],
+        ready="tls",  # on a restart; the first start waits for its nodes (`_install`)
     )
     client = _client(state)
     # KubeRay's CRDs too: Kueue's RayJob integration and the operator need them served.
@@ -608,14 +753,11 @@ def up(state_dir: Path | None = None, config_dir: Path | None = None) -> State:
     # webhook server only once it has found (and patched) its webhook configuration.
     _apply_all(client, _from_controllers(manifests.webhook_configurations, state, authority))
     for component in CONTROLLERS:
-        _wait(
-            lambda c=component: _tls_accepts(state.ports[c.name], authority.pair.cert),
-            f"the {component.name} webhook server",
-            state,
-            component.name,
-        )
+        _wait_ready(state, component.name, 0, f"the {component.name} webhook server")
     # After the webhook servers answer: the RayClusters it creates pass Kueue's webhooks.
     _start_kuberay(state)
+    state.all_started = True
+    state.save()
     _install(state, config_dir or user_config_dir() / "stack")
     _print_summary(state)
     return state
@@ -747,7 +889,7 @@ def down(state_dir: Path | None = None) -> None:
         print(f"localcluster: nothing running ({directory} has no state)")
         shutil.rmtree(directory, ignore_errors=True)
         return
-    mine = {n: pid for n, pid in state.pids.items() if _runs(pid, state.binaries[n])}
+    mine = {n: pid for n, pid in state.pids.items() if _alive(state, n)}
     if len(mine) == len(state.pids):
         _destroy(state)
     started = {pid: _started_at(pid) for pid in mine.values()}

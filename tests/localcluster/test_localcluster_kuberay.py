@@ -120,12 +120,14 @@ def test_the_operator_starts_behind_the_stand_in(tmp_path, monkeypatch):
     state.logs.mkdir()
     started: list[tuple[str, list[str], dict]] = []
     monkeypatch.setattr(
-        cluster, "_spawn", lambda st, name, binary, argv, env: started.append((name, argv, env))
+        cluster, "_spawn", lambda st, name, binary, argv, env, *_: started.append((name, argv, env))
     )
     monkeypatch.setattr(
-        cluster, "_start", lambda st, name, component, argv, env: started.append((name, argv, env))
+        cluster,
+        "_start",
+        lambda st, name, component, argv, env, *_: started.append((name, argv, env)),
     )
-    monkeypatch.setattr(cluster, "_wait", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cluster, "_wait_ready", lambda *args, **kwargs: None)
     cluster._start_kuberay(state)
     (dashboard, dashboard_argv, dashboard_env), (operator, argv, env) = started
     assert dashboard == "ray-dashboard" and operator == "kuberay"
