@@ -146,7 +146,7 @@ def test_a_follow_the_cluster_fails_under_ends_with_one_line_saying_why(
             rest = list(lines)
             response.close()
         last = (rest or [first])[-1]
-        assert last.startswith("[trainstack] f3: log follow failed: follow log of PyTorchJob ")
+        assert last.startswith("[trainstack] f3: log follow failed: "), last  # log or watch
         assert "503 Service Unavailable: injected outage" in last
         assert sum("log follow failed" in line for line in [first, *rest]) == 1
     finally:
