@@ -53,17 +53,33 @@ class Cluster:
     env: dict[str, str]
     """boto3's environment for moto, given to every trainstack command."""
 
-    def trainstack(self, *args: str, check: bool = True, timeout: float = 120) -> str:
-        env = {
+    @property
+    def command_env(self) -> dict[str, str]:
+        """The environment every trainstack command here runs with."""
+        return {
             **os.environ,
             **self.env,
             "TRAINSTACK_CONFIG_PATH": str(self.config_dir),
             "KUBECONFIG": str(self.state.kubeconfig),
         }
+
+    def spawn(self, *args: str) -> subprocess.Popen:
+        """`trainstack ARGS` started, not waited for (a follower): its stdout and stderr
+        together on a text pipe, unbuffered, so each line arrives when it is printed."""
+        return subprocess.Popen(
+            [str(TRAINSTACK), *args],
+            cwd=self.workdir,
+            env={**self.command_env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def trainstack(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         done = subprocess.run(
             [str(TRAINSTACK), *args],
             cwd=self.workdir,
-            env=env,
+            env=self.command_env,
             capture_output=True,
             text=True,
             timeout=timeout,
