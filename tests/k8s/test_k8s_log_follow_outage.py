@@ -5,11 +5,21 @@ server is back, one line says after which line of which pod lines may be missing
 
 from __future__ import annotations
 
+import threading
+import time
+from itertools import pairwise
+
+import pytest
+import yaml
+
+from jobs.backends.kubernetes.client.api import connect
 from jobs.backends.kubernetes.client.state import job_state
 from jobs.backends.kubernetes.client.submit import submit
-from jobs.backends.kubernetes.client.watch import follow_log
+from jobs.backends.kubernetes.client.watch import follow_log, wait_for_end
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
+from testing_support.k8s.restartable_proxy import RestartableProxy
+from tests.k8s.test_k8s_watch_faults import state_history
 
 GAP = "may be missing lines"
 
@@ -79,3 +89,52 @@ def test_a_pod_replaced_while_the_api_was_away_leaves_one_line_saying_where(apis
     assert lines[:gap] == old[:2]  # what it showed of the old pod, once
     assert lines[gap + 1 :] == log_of(apiserver, master(apiserver, "o3"))  # the new one, whole
     assert lines[gap + 1] == "[o3-master-0] resumed from latest checkpoint"
+
+
+@pytest.fixture
+def restartable(apiserver, tmp_path, fast_retry):
+    """(the proxy, a Cluster connected through it): the API server as a restart shows it."""
+    proxy = RestartableProxy(int(apiserver.url.rsplit(":", 1)[1])).up()
+    config = yaml.safe_load(apiserver.write_kubeconfig(tmp_path / "direct").read_text())
+    config["clusters"][0]["cluster"]["server"] = proxy.url
+    (tmp_path / "via-proxy").write_text(yaml.safe_dump(config))
+    yield proxy, connect(str(tmp_path / "via-proxy"), "fake", NAMESPACE, retry=fast_retry)
+    proxy.down()
+
+
+def test_a_restart_under_wait_and_follow_loses_and_repeats_nothing(apiserver, restartable):
+    """Every connection reset, the port refusing connections while the job goes on, then the
+    server back on the same port: the wait reports each state once and the real end, the
+    follow every line once."""
+    proxy, cluster = restartable
+    apiserver.operator.default = JobPlan(steps=14, step_seconds=0.05)
+    submit(cluster, [config_map("o4"), pytorch_job("o4", workers=0)])
+    states: list[str] = []
+    lines: list[str] = []
+    ended: list[dict | None] = []
+    followers = [
+        threading.Thread(
+            target=lambda: ended.append(
+                wait_for_end(cluster, "o4", on_state=lambda s, _: states.append(s))
+            )
+        ),
+        threading.Thread(target=lambda: lines.extend(follow_log(cluster, "o4", poll_s=0.02))),
+    ]
+    for follower in followers:
+        follower.start()
+    deadline = time.monotonic() + 10
+    while len(lines) < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    before = proxy.connections
+    proxy.down()
+    while len(log_of(apiserver, master(apiserver, "o4"))) < 9 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proxy.up()
+    for follower in followers:
+        follower.join(20)
+    assert not any(f.is_alive() for f in followers)
+    assert proxy.connections > before  # both came back through the new listener
+    assert lines == log_of(apiserver, master(apiserver, "o4"))  # all 14, once, in order
+    assert ended and job_state(ended[0]) == "Succeeded" == states[-1]
+    assert all(a != b for a, b in pairwise(states))
+    assert states == state_history(apiserver, "o4")[-len(states) :]
