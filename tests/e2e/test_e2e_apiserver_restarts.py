@@ -253,9 +253,10 @@ def test_followers_ride_out_a_restart(local_cluster, served, component):
             },
             "final_s[launch --wait]": round(final_seen - ended_at, 1),
             "status_exit": status.returncode,
-            "duplicated_lines": sum(p["duplicated_lines"] for p in problems.values()),
-            "dropped_lines": sum(p["dropped_lines"] for p in problems.values()),
-            "gap_lines": sum(p["gap_lines"] for p in problems.values()),
+            **{  # of the log followers (--wait shows states only)
+                key: sum(problems[f.name][key] for f in log_followers)
+                for key in ("duplicated_lines", "dropped_lines", "gap_lines")
+            },
             "duplicated_states": sum(p["duplicated_states"] for p in problems.values()),
         }
         print(f"\ne2e-figure: scenario 2 restart {figure}")
