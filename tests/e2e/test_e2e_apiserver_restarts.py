@@ -218,7 +218,11 @@ def test_followers_ride_out_a_restart(local_cluster, served, component):
         ready = time.monotonic()
         status_out, _ = status.communicate(timeout=120)
         during = log.marker(4)
-        eventually(lambda: shown_all(log_followers, log.marker(6)), "lines after the restart")
+        eventually(
+            lambda: shown_all(log_followers, log.marker(6)),
+            "lines after the restart",
+            describe=lambda: {f.name: f.lines[-8:] for f in followers},
+        )
         log.write(3)
         eventually(lambda: shown_all(log_followers, log.marker(9)), "lines after that")
 
