@@ -30,6 +30,11 @@ from testing_support.s3_server import s3_env
 
 ENABLED = os.environ.get("TRAINSTACK_E2E") == "1"
 TRAINSTACK = Path(sys.executable).with_name("trainstack")
+CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT_ENV = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
+}
+"""The commands run this checkout's code, whichever checkout the venv was installed from."""
 NAMESPACE = "training"
 
 
@@ -59,6 +64,7 @@ class Cluster:
         return {
             **os.environ,
             **self.env,
+            **CHECKOUT_ENV,
             "TRAINSTACK_CONFIG_PATH": str(self.config_dir),
             "KUBECONFIG": str(self.state.kubeconfig),
         }

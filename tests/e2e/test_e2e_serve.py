@@ -26,7 +26,7 @@ from jobs.api.auth import token_hash
 from localcluster.objects import REPOSITORY, local_stack
 from testing_support.api_process import ApiProcess, free_port
 from testing_support.s3_server import s3_env
-from tests.e2e.conftest import NAMESPACE, TRAINSTACK, eventually, remove_run
+from tests.e2e.conftest import CHECKOUT_ENV, NAMESPACE, TRAINSTACK, eventually, remove_run
 
 TOKEN = "ts-e2e-0123456789abcdef"
 USER = "e2e"
@@ -114,6 +114,7 @@ def deployed_process(
     assert set(swapped) <= set(args), args
     argv = [swapped.get(arg, arg) for arg in args]
     env = {
+        **CHECKOUT_ENV,
         **s3_env(moto_s3.url),
         "KUBECONFIG": str(api_account),
         "TRAINSTACK_CONFIG_PATH": str(home / "config"),
