@@ -27,19 +27,32 @@ class ApiProcess:
     def __init__(
         self, token_hashes: Path, overrides: list[str], log_dir: Path, cwd: Path | None = None
     ):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [
-            sys.executable,
-            "-m",
-            "jobs.cli",
-            "serve",
-            "--port",
-            str(self.port),
-            "--token-hashes",
-            str(token_hashes),
-            *overrides,
-        ]
+        port = free_port()
+        command = [sys.executable, "-m", "jobs.cli", "serve", "--port", str(port)]
+        command += ["--token-hashes", str(token_hashes), *overrides]
+        self._setup(command, f"http://127.0.0.1:{port}", log_dir, cwd)
+
+    @classmethod
+    def of_command(
+        cls,
+        command: list[str],
+        url: str,
+        log_dir: Path,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        verify: str | bool = True,
+    ) -> ApiProcess:
+        """A `trainstack serve` started with `command` as it is (the stack's deployed
+        arguments: tests/e2e/test_e2e_serve.py `deployed_process`), answering at `url`
+        (https: `verify` is the CA that signed its certificate), with `env` on each start."""
+        api = cls.__new__(cls)
+        api._setup(command, url, log_dir, cwd, env, verify)
+        return api
+
+    def _setup(self, command, url, log_dir, cwd, env=None, verify: str | bool = True) -> None:
+        self.command, self.url = command, url
+        self.port = int(url.rsplit(":", 1)[1])
+        self.env, self.verify = env or {}, verify
         self.log_dir, self.cwd = log_dir, cwd or log_dir
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -54,7 +67,7 @@ class ApiProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env, **(env or {})},
             )
         self.wait_for(lambda: self._healthy(), timeout_s, "healthy")
         return self
@@ -80,7 +93,8 @@ class ApiProcess:
         import httpx  # lazy: httpx, for the callers that talk to it
 
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+            response = httpx.get(f"{self.url}/healthz", timeout=2, verify=self.verify)
+            return response.status_code == 200
         except httpx.HTTPError:
             return False
 

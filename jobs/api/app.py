@@ -339,7 +339,9 @@ DOCS_ASSETS = "/docs-assets"
 
 async def _followed(request: Request, follower: Follower, first):
     """The follower's lines until the upstream ends or the client hangs up; either way the
-    follower leaves at once (its upstream closes when it was the last)."""
+    follower leaves at once (its upstream closes when it was the last). An upstream that
+    fails (the cluster unreachable past the follow's own retries) ends it with one
+    `[trainstack] <run>: log follow failed: <why>` line, not a silent end."""
 
     async def hung_up() -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -367,6 +369,9 @@ async def _followed(request: Request, follower: Follower, first):
                 getter.cancel()
                 return
             item = getter.result()
+        if isinstance(item, BaseException):  # the status is sent: the reason is the last line
+            run_id = follower.upstream.key[0]
+            yield f"[trainstack] {run_id}: log follow failed: {log_error(item).detail}\n"
     finally:
         gone.cancel()
         if getter is not None:

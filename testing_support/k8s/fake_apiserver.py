@@ -57,6 +57,9 @@ class Faults:
     silent_log_streams: int = 0
     """The next N log follows answer 200 and then send nothing, never ending (a connection
     dropped without a FIN: NAT timeout, a dead node's kubelet)."""
+    drop_log_after: list[int] = field(default_factory=list)
+    """The next log follows are cut mid-chunk after this many lines each (the API server
+    restarting under a `logs -f`)."""
 
 
 class _Dropped(Exception):
@@ -487,12 +490,16 @@ def _handler_for(server: FakeKubeApiServer):
                 self.close_connection = True
                 return None
             sent = 0
+            faults = server.faults
+            drop_after = faults.drop_log_after.pop(0) if faults.drop_log_after else None
             try:
                 while True:
                     lines = operator.log_lines(uid)
                     for line in lines[sent:]:
+                        if drop_after is not None and sent >= drop_after:
+                            raise _Dropped
                         self._chunk(line.encode() + b"\n")
-                    sent = len(lines)
+                        sent += 1
                     if operator.log_closed(uid):
                         return self._end_stream()
                     if self._client_gone():
@@ -500,6 +507,10 @@ def _handler_for(server: FakeKubeApiServer):
                         return None
                     with server.cond:
                         server.cond.wait(timeout=0.05)
+            except _Dropped:  # no terminating chunk, as when the connection is cut
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(2)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 

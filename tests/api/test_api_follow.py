@@ -121,3 +121,35 @@ def test_a_token_holds_a_few_follows_at_most(
             client.close()
         api.client.close()
         server.stop()
+
+
+def test_a_follow_the_cluster_fails_under_ends_with_one_line_saying_why(
+    kubeconfig, apiserver, fast_retry, fast_restarts, token_dir, tmp_path, monkeypatch
+):
+    """The status is sent when the follow starts; a failure after it (here the API server
+    unreachable past MAX_OUTAGE_S, made 0) is the stream's last line, not a silent end that
+    reads like the run's."""
+    from jobs.backends.kubernetes.client import watch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(watch, "MAX_OUTAGE_S", 0.0)
+    server, api = start_api(kubeconfig, token_dir, tmp_path / "runs")
+    try:
+        apiserver.operator.plans["f3"] = [JobPlan(hold=True, step_seconds=0.05)]
+        apiserver.faults.drop_log_after = [2] * 1000  # each stream is cut after two lines ...
+        assert api.client.post("/v1/runs", json=api.run_request("f3")).status_code == 201
+        with httpx.Client(
+            base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+        ) as client:
+            response, lines, first = open_follow(client, "f3")
+            apiserver.faults.outage = lambda: True  # ... and the server does not come back
+            rest = list(lines)
+            response.close()
+        last = (rest or [first])[-1]
+        assert last.startswith("[trainstack] f3: log follow failed: "), last  # log or watch
+        assert "503 Service Unavailable: injected outage" in last
+        assert sum("log follow failed" in line for line in [first, *rest]) == 1
+    finally:
+        apiserver.faults.outage = None
+        api.client.close()
+        server.stop()

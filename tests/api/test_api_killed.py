@@ -53,15 +53,22 @@ def served(kubeconfig, token_dir, tmp_path) -> Iterator[ApiProcess]:
     api.stop()
 
 
-def client(api: ApiProcess) -> httpx.Client:
-    return httpx.Client(base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+def client(api: ApiProcess, token: str = TOKEN) -> httpx.Client:
+    return httpx.Client(
+        base_url=api.url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+        verify=api.verify,
+    )
 
 
-def post_until_killed(api: ApiProcess, path: str, body: dict) -> threading.Thread:
+def post_until_killed(
+    api: ApiProcess, path: str, body: dict, token: str = TOKEN
+) -> threading.Thread:
     """POST in a thread; the service dies under it (the client sees the connection go)."""
 
     def post() -> None:
-        with client(api) as c, contextlib.suppress(httpx.HTTPError):
+        with client(api, token) as c, contextlib.suppress(httpx.HTTPError):
             c.post(path, json=body)
 
     thread = threading.Thread(target=post, daemon=True)

@@ -30,6 +30,11 @@ from testing_support.s3_server import s3_env
 
 ENABLED = os.environ.get("TRAINSTACK_E2E") == "1"
 TRAINSTACK = Path(sys.executable).with_name("trainstack")
+CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT_ENV = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))
+}
+"""The commands run this checkout's code, whichever checkout the venv was installed from."""
 NAMESPACE = "training"
 
 
@@ -53,17 +58,34 @@ class Cluster:
     env: dict[str, str]
     """boto3's environment for moto, given to every trainstack command."""
 
-    def trainstack(self, *args: str, check: bool = True, timeout: float = 120) -> str:
-        env = {
+    @property
+    def command_env(self) -> dict[str, str]:
+        """The environment every trainstack command here runs with."""
+        return {
             **os.environ,
             **self.env,
+            **CHECKOUT_ENV,
             "TRAINSTACK_CONFIG_PATH": str(self.config_dir),
             "KUBECONFIG": str(self.state.kubeconfig),
         }
+
+    def spawn(self, *args: str) -> subprocess.Popen:
+        """`trainstack ARGS` started, not waited for (a follower): its stdout and stderr
+        together on a text pipe, unbuffered, so each line arrives when it is printed."""
+        return subprocess.Popen(
+            [str(TRAINSTACK), *args],
+            cwd=self.workdir,
+            env={**self.command_env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def trainstack(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         done = subprocess.run(
             [str(TRAINSTACK), *args],
             cwd=self.workdir,
-            env=env,
+            env=self.command_env,
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -10,10 +10,6 @@ the ServiceAccount (TokenRequest), as the projected token in the pod would be.""
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,8 +27,9 @@ from jobs.api.auth import token_hash
 from jobs.backends.kubernetes.eval_job import eval_selector, job_name
 from jobs.backends.kubernetes.eval_schedule import PLAN_ANNOTATION
 from localcluster.objects import REPOSITORY, local_stack
+from testing_support.api_process import ApiProcess, free_port
 from testing_support.s3_server import s3_env
-from tests.e2e.conftest import NAMESPACE, TRAINSTACK, eventually, remove_run
+from tests.e2e.conftest import CHECKOUT_ENV, NAMESPACE, TRAINSTACK, eventually, remove_run
 
 TOKEN = "ts-e2e-0123456789abcdef"
 USER = "e2e"
@@ -62,12 +59,6 @@ def api_account(local_cluster, tmp_path_factory) -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(local_cluster, api_account, moto_s3, tmp_path_factory) -> Iterator[tuple[str, Path]]:
     home = tmp_path_factory.mktemp("serve")
@@ -81,6 +72,18 @@ def deployed_api(
 ) -> Iterator[tuple[str, Path]]:
     """`trainstack serve` as deployed (the module docstring), with a token per user; yields
     its URL and the CA that signed its certificate."""
+    api = deployed_process(local_cluster, api_account, moto_s3, home, users)
+    try:
+        api.start(timeout_s=60)
+        yield api.url, Path(api.verify)
+    finally:
+        api.stop()
+
+
+def deployed_process(
+    local_cluster, api_account: Path, moto_s3, home: Path, users: dict[str, str]
+) -> ApiProcess:
+    """`deployed_api`'s service, not started: for tests that kill and restart it."""
     tokens = home / "token-hashes"
     tokens.mkdir()
     for user, token in users.items():
@@ -89,7 +92,7 @@ def deployed_api(
     bucket = "e2e-runs"
     with contextlib.suppress(Exception):  # made by an earlier start this session
         moto_s3.client().create_bucket(Bucket=bucket)
-    port = _free_port()
+    port = free_port()
     # What infra/__main__.py passes the TrainingApi for the local stack: its runtimes, its
     # queue, its operator's kind and its S3 grants (here on the session's bucket).
     stack = local_stack()
@@ -114,37 +117,18 @@ def deployed_api(
     assert set(swapped) <= set(args), args
     argv = [swapped.get(arg, arg) for arg in args]
     env = {
-        **os.environ,
+        **CHECKOUT_ENV,
         **s3_env(moto_s3.url),
         "KUBECONFIG": str(api_account),
         "TRAINSTACK_CONFIG_PATH": str(home / "config"),
     }
-    log = (home / "serve.log").open("w")
-    process = subprocess.Popen(
-        [str(TRAINSTACK), *argv], cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT
+    return ApiProcess.of_command(
+        [str(TRAINSTACK), *argv],
+        f"https://127.0.0.1:{port}",
+        home,
+        env=env,
+        verify=str(tls / "ca.crt"),
     )
-    url = f"https://127.0.0.1:{port}"
-    ca = str(tls / "ca.crt")
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", verify=ca, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError((home / "serve.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield url, Path(ca)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 def test_routes_work_as_the_api_service_account(local_cluster, served):

@@ -3,6 +3,12 @@
 The watch resumes from the last resourceVersion it saw when the stream ends or drops, so no
 transition is lost or reported twice; a 410 Gone (history expired) re-reads the job and goes
 on from there. Reconnects without progress are bounded; so is waiting for a pod's log.
+
+Both ride out an unreachable or failing API server (a kube-apiserver or etcd restart: refused
+connections, 5xx, streams cut mid-way) for up to MAX_OUTAGE_S, backing off, then end with one
+line. A followed log resumes from where it was cut (lines already shown are skipped); when the
+container it was reading ended or was replaced before the API server came back, one
+`[trainstack]` line says after which line of which pod lines may be missing.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from jobs.backends.kubernetes.client.kinds import (
 from jobs.backends.kubernetes.client.state import check_rank, is_final, job_state, pod_for_rank
 
 MAX_RECONNECTS = 5
-"""Consecutive failed log connections (no line in between) before giving up."""
+"""Consecutive log connections refused for another reason than an outage (no line in
+between) before giving up."""
 MAX_OUTAGE_S = 1800.0
 """How long `wait_for_end` keeps reconnecting through an unreachable or failing API server
 (transient errors only: 429, 5xx, timeouts, dropped connections) before giving up: a control
@@ -108,6 +115,35 @@ def _shutdown(response) -> None:
             response.close()
 
 
+class _Outage:
+    """Transient failures in a row (429, 5xx, timeouts, refused or dropped connections) and
+    since when: each backs off (doubling, capped at MAX_BACKOFF_S); past MAX_OUTAGE_S, or on a
+    failure that is not transient, one ClusterError naming `what`."""
+
+    def __init__(self, cluster: Cluster, what: str) -> None:
+        self.cluster, self.what = cluster, what
+        self.failures, self.since = 0, None
+
+    def over(self) -> None:
+        self.failures, self.since = 0, None
+
+    def failed(self, exc: BaseException, cancel: Cancellation) -> None:
+        if isinstance(exc, ClusterError) and exc.__cause__ is not None:
+            exc = exc.__cause__  # a read that ran out of its own retries
+        if not is_transient(exc):
+            raise ClusterError(f"{self.what} failed: {describe(exc)}") from exc
+        self.failures += 1
+        now = self.cluster.clock()
+        self.since = now if self.since is None else self.since
+        if now - self.since > MAX_OUTAGE_S:
+            raise ClusterError(
+                f"{self.what} failed {self.failures} times over {now - self.since:.0f}s: "
+                f"{describe(exc)}"
+            ) from exc
+        base = self.cluster.retry.base_delay_s
+        cancel.sleep(min(base * 2 ** min(self.failures, 20), MAX_BACKOFF_S), self.cluster.sleep)
+
+
 def wait_for_end(
     cluster: Cluster,
     name: str,
@@ -136,7 +172,7 @@ def wait_for_end(
     cancel = cancel or Cancellation()
     list_jobs = cancel.tracked(cluster.custom.list_namespaced_custom_object)
     version = None  # None: (re-)read the job first, e.g. after a 410 Gone
-    failures, outage_since = 0, None
+    outage = _Outage(cluster, f"watch {kind.kind} {cluster.namespace}/{name}")
     while True:
         if cancel.is_set():
             raise FollowCancelled
@@ -160,7 +196,7 @@ def wait_for_end(
                 _request_timeout=(cluster.retry.connect_timeout_s, WATCH_WINDOW_S + 10),
             ):
                 job = event["raw_object"]
-                failures, outage_since = 0, None
+                outage.over()
                 if event["type"] == "BOOKMARK":  # only a newer resourceVersion to resume from
                     version = job["metadata"]["resourceVersion"]
                     continue
@@ -174,24 +210,10 @@ def wait_for_end(
         except Exception as exc:
             if cancel.is_set():
                 raise FollowCancelled from None
-            what = f"watch {kind.kind} {cluster.namespace}/{name}"
             if status_of(exc) == 410:
                 version = None  # our resourceVersion left the server's history: re-read
                 continue
-            if isinstance(exc, ClusterError) and exc.__cause__ is not None:
-                exc = exc.__cause__  # a read that ran out of its own retries
-            if not is_transient(exc):
-                raise ClusterError(f"{what} failed: {describe(exc)}") from exc
-            failures += 1
-            now = cluster.clock()
-            outage_since = now if outage_since is None else outage_since
-            if now - outage_since > MAX_OUTAGE_S:
-                raise ClusterError(
-                    f"{what} failed {failures} times over {now - outage_since:.0f}s: "
-                    f"{describe(exc)}"
-                ) from exc
-            delay = min(cluster.retry.base_delay_s * 2 ** min(failures, 20), MAX_BACKOFF_S)
-            cancel.sleep(delay, cluster.sleep)
+            outage.failed(exc, cancel)
         finally:
             cancel.release()
 
@@ -277,7 +299,10 @@ def follow_log(
     reconnect to the same container skips the lines already yielded; an ended pod, once read
     to its end, is not read again while its successor is awaited. Waiting for a pod or
     container to start is bounded by `start_timeout_s` (nodes may have to scale up first);
-    failed connections by MAX_RECONNECTS. `cancel` set: ends within moments, its stream closed.
+    an API outage by MAX_OUTAGE_S; connections refused otherwise by MAX_RECONNECTS. A stream
+    cut before its container ended is read again (the job's end does not stop that); if the
+    container is gone by then, one `[trainstack]` line says where lines may be missing.
+    `cancel` set: ends within moments, its stream closed.
     """
     cancel = cancel or Cancellation()
     read_log_stream = cancel.tracked(cluster.core.read_namespaced_pod_log)
@@ -296,17 +321,33 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
 
     yielded: dict[str, int] = {}
     drained: set[str] = set()  # containers of ended pods read to their end: nothing more comes
-    failures = 0
+    failures = 0  # connections refused for another reason than an outage, in a row
+    outage = _Outage(cluster, f"follow log of {kind.kind} {cluster.namespace}/{name} rank {rank}")
+    cut: tuple[str, str] | None = None  # (container, pod): its stream broke before its end
     waiting_since = time.monotonic()
     while True:
         if cancel.is_set():
             return
-        job = cluster.get_job(name, kind)
+        try:
+            job = cluster.get_job(name, kind)
+            pod = None if job is None else rank_pod(cluster, job, rank)
+        except ClusterError as err:
+            outage.failed(err, cancel)
+            continue
+        outage.over()
+        container = f"{pod['metadata']['uid']}/{_restarts(pod, kind.log_container)}" if pod else ""
+        if cut is not None and container != cut[0]:
+            # The container we were reading when its stream broke ended (or its pod went)
+            # before we could read it again: what it wrote after our last line is not here.
+            seen_lines = yielded.get(cut[0], 0)
+            yield (
+                f"[trainstack] {name}: rank {rank}'s log may be missing lines after line "
+                f"{seen_lines} of pod {cut[1]}: its container ended while the log stream was cut"
+            )
+            cut = None
         if job is None:
             return
-        pod = rank_pod(cluster, job, rank)
         phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
-        container = f"{pod['metadata']['uid']}/{_restarts(pod, kind.log_container)}" if pod else ""
         if pod is None or phase == "Pending" or container in drained:
             if is_final(job_state(job)):
                 return
@@ -332,6 +373,7 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                     yield line
             if cancel.is_set():
                 return
+            cut = None  # read to the end the API server sent
             if phase in ("Succeeded", "Failed"):
                 drained.add(container)
         except Exception as exc:
@@ -340,7 +382,11 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
             if status_of(exc) == 400 and time.monotonic() - waiting_since < start_timeout_s:
                 cancel.sleep(poll_s, cluster.sleep)  # the container is (re)starting: no log yet
                 continue
+            cut = (container, pod["metadata"]["name"])
             if _read_timed_out(exc):  # silent: maybe dropped; a fresh connection tells
+                continue
+            if is_transient(exc):  # an outage (an API server restart): read it again after
+                outage.failed(exc, cancel)
                 continue
             failures += 1
             if failures > MAX_RECONNECTS:
@@ -348,7 +394,16 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                     f"follow log of pod {cluster.namespace}/{pod['metadata']['name']} failed "
                     f"{failures} times in a row: {describe(exc)}"
                 ) from exc
-        job = cluster.get_job(name, kind)
+            cancel.sleep(poll_s, cluster.sleep)
+            continue
+        try:
+            job = cluster.get_job(name, kind)
+        except ClusterError as err:
+            # The stream ended as the API server went away (a restart closes its streams):
+            # maybe before the container's end. Read it again once the server is back.
+            cut = (container, pod["metadata"]["name"])
+            outage.failed(err, cancel)
+            continue
         if job is None or is_final(job_state(job)):
             return
         # The pod ended or was replaced while the job goes on: follow its successor.
