@@ -14,7 +14,7 @@ import asyncio
 import os
 
 from testing_support.api_load import figures, run_load
-from tests.e2e.conftest import JOBS, RUN_ID_LABEL, eventually
+from tests.e2e.conftest import JOBS, KUEUE_API, RUN_ID_LABEL, eventually
 from tests.e2e.test_e2e_serve import api_account, deployed_api
 
 USERS = 50
@@ -67,5 +67,18 @@ def remove_all(cluster, tokens: dict[str, str]) -> None:
             ]
         ),
         "the load's pods gone",
+        timeout=180,
+    )
+    # And their Workloads (Kueue's finalizer goes after the job): the tests after this one
+    # start with an empty queue, not 50 Workloads being deleted ahead of theirs.
+    eventually(
+        lambda: (
+            not [
+                w
+                for w in cluster.items(KUEUE_API, "Workload")
+                if {o.get("name") for o in w["metadata"].get("ownerReferences") or []} & names
+            ]
+        ),
+        "the load's Workloads gone",
         timeout=180,
     )

@@ -192,17 +192,23 @@ class Ledger:
 
 
 def waiting(local_cluster, kind: str, run_id: str) -> None:
-    """`run_id`'s Workload is held for quota (Kueue's reason)."""
+    """`run_id`'s Workload is pending: Kueue tried it and reserved no quota. Its message is
+    usually "insufficient unused quota", but a cycle that admitted another first says "no
+    longer fits", and either stays until the next event: the state matters here, not the text."""
     eventually(
         lambda: (
-            "insufficient unused quota"
-            in (
-                conditions(workload_of(local_cluster, kind, run_id) or {})
-                .get("QuotaReserved", {})
-                .get("message", "")
-            )
+            conditions(workload_of(local_cluster, kind, run_id) or {})
+            .get("QuotaReserved", {})
+            .get("status")
+            == "False"
         ),
         f"{run_id} waiting for quota",
+        describe=lambda: (
+            (workload_of(local_cluster, kind, run_id) or {}).get("status"),
+            local_cluster.get(
+                KUEUE_API, "ClusterQueue", local_stack().kueue.cluster_queue, namespace=None
+            ).get("status"),
+        ),
     )
 
 
@@ -222,6 +228,15 @@ def test_jobs_survive_each_controller_killed_and_restarted(local_cluster):
     ledger = Ledger(local_cluster)
     first, low, high, ray = "e2e-cr-first", "e2e-cr-low", "e2e-cr-high", "e2e-cr-ray"
     refused: list[str] = []
+    # Quota and queue as this test counts them: no Workload of an earlier test still going.
+    eventually(
+        lambda: not local_cluster.items(KUEUE_API, "Workload"),
+        "no Workloads left by earlier tests",
+        timeout=180,
+        describe=lambda: [
+            w["metadata"]["name"] for w in local_cluster.items(KUEUE_API, "Workload")
+        ],
+    )
     try:
         # Kueue: a job is deleted while Kueue is down (its webhooks refuse any change to a
         # job or pod meanwhile: a launch, a cancel, a pod's end); restarted, Kueue releases
