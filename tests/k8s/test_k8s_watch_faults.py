@@ -11,7 +11,13 @@ import pytest
 from jobs.backends.kubernetes.client.api import ClusterError
 from jobs.backends.kubernetes.client.state import job_state
 from jobs.backends.kubernetes.client.submit import submit
-from jobs.backends.kubernetes.client.watch import MAX_OUTAGE_S, follow_log, wait_for_end
+from jobs.backends.kubernetes.client.watch import (
+    FORBIDDEN_AFTER_OUTAGE_S,
+    MAX_BACKOFF_S,
+    MAX_OUTAGE_S,
+    follow_log,
+    wait_for_end,
+)
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 
@@ -182,3 +188,40 @@ def test_a_silently_dropped_log_stream_is_reopened_not_waited_on_forever(
     assert not follower.is_alive(), "follow_log blocked on a dead connection"
     assert lines[-1] == "[w7-master-0] step 6 loss 0.667"
     assert len(lines) == len(set(lines)) == 6
+
+
+def test_refusals_as_the_api_server_comes_back_are_waited_out(apiserver, cluster):
+    """A restarted kube-apiserver answers 403 until its RBAC informers have synced: after an
+    outage, the follow and the wait go on through a few of them (FORBIDDEN_AFTER_OUTAGE_S)."""
+    apiserver.operator.default = JobPlan(steps=4, step_seconds=0.05)
+    with_fake_clock(cluster)
+    submit(cluster, [config_map("w9"), pytorch_job("w9", workers=0)])
+    apiserver.faults.read_errors = [503] * cluster.retry.attempts + [403, 403, 403]
+    lines = list(follow_log(cluster, "w9", rank=0, poll_s=0.02))
+    assert lines[-1] == "[w9-master-0] step 4 loss 1.000"
+    assert not apiserver.faults.read_errors  # it went through every refusal
+
+    apiserver.faults.read_errors = [503] * cluster.retry.attempts + [403, 403]
+    job = wait_for_end(cluster, "w9")
+    assert job is not None and job_state(job) == "Succeeded"
+
+
+def test_a_refusal_without_an_outage_is_final_at_once(apiserver, cluster):
+    submit(cluster, [config_map("w10"), pytorch_job("w10")])
+    apiserver.faults.read_errors = [403, 403]
+    before = apiserver.count("GET", "/pytorchjobs/w10")
+    with pytest.raises(ClusterError) as caught:
+        wait_for_end(cluster, "w10")
+    assert str(caught.value).startswith(f"watch PyTorchJob {NAMESPACE}/w10 failed: 403 ")
+    assert apiserver.count("GET", "/pytorchjobs/w10") - before == 1
+
+
+def test_refusals_that_go_on_after_an_outage_end_the_follow(apiserver, cluster):
+    apiserver.operator.default = JobPlan(hold=True)
+    clock = with_fake_clock(cluster)
+    submit(cluster, [config_map("w11"), pytorch_job("w11")])
+    apiserver.faults.read_errors = [503] * cluster.retry.attempts + [403] * 10_000
+    with pytest.raises(ClusterError) as caught:
+        list(follow_log(cluster, "w11", rank=0, poll_s=0.02))
+    assert " failed: 403 " in str(caught.value)
+    assert clock.now < FORBIDDEN_AFTER_OUTAGE_S + 2 * MAX_BACKOFF_S  # not the whole outage's
