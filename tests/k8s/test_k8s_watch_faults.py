@@ -8,7 +8,9 @@ from itertools import pairwise
 
 import pytest
 
+from jobs.backends.kubernetes import following
 from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.kinds import PYTORCHJOB
 from jobs.backends.kubernetes.client.state import job_state
 from jobs.backends.kubernetes.client.submit import submit
 from jobs.backends.kubernetes.client.watch import (
@@ -225,3 +227,23 @@ def test_refusals_that_go_on_after_an_outage_end_the_follow(apiserver, cluster):
         list(follow_log(cluster, "w11", rank=0, poll_s=0.02))
     assert " failed: 403 " in str(caught.value)
     assert clock.now < FORBIDDEN_AFTER_OUTAGE_S + 2 * MAX_BACKOFF_S  # not the whole outage's
+
+
+def test_a_log_stream_left_open_after_the_end_does_not_hold_the_follow(apiserver, cluster):
+    """kwok's kubelet API keeps a log follow open after its container ended (the kubelet ends
+    it): `logs -f` and `--wait` still end once the job has, with every line once."""
+    apiserver.operator.default = JobPlan(steps=4, step_seconds=0.3)  # followed while it runs
+    apiserver.faults.open_log_streams = True
+    submit(cluster, [config_map("w12"), pytorch_job("w12", workers=0)])
+    seen: list[str] = []
+    outcome: list = []
+    follower = threading.Thread(
+        target=lambda: seen.extend(following.follow(cluster, "w12", 0, PYTORCHJOB, outcome, None)),
+        daemon=True,
+    )
+    follower.start()
+    follower.join(30)
+    assert not follower.is_alive(), f"the follow did not end: {seen[-5:]}"
+    steps = [line for line in seen if " step " in line]
+    assert steps == [f"[w12-master-0] step {n} loss {4.0 / n:.3f}" for n in range(1, 5)]
+    assert seen[-1] == "[trainstack] w12: Succeeded" and outcome[0].state == "succeeded"

@@ -87,6 +87,14 @@ class Cancellation:
         for response in responses:
             _shutdown(response)
 
+    def interrupt(self) -> None:
+        """Shut down every open stream without stopping the follow: its loops look again (a
+        log stream kwok keeps open after its container ended: `_follow_log`)."""
+        with self._lock:
+            responses = list(self._open)
+        for response in responses:
+            _shutdown(response)
+
     def sleep(self, seconds: float, sleep: Callable[[float], None]) -> None:
         """`sleep(seconds)` unless cancelled; then raise FollowCancelled."""
         if self.is_set():
@@ -375,6 +383,18 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                 )
             cancel.sleep(poll_s, cluster.sleep)
             continue
+        if phase in ("Succeeded", "Failed"):
+            # An ended container's log is read to its end, not followed: the kubelet ends the
+            # follow of an exited container, kwok's kubelet API never does.
+            try:
+                rest = read_log(cluster, pod["metadata"]["name"], kind.log_container)
+            except ClusterError as err:
+                outage.failed(err, cancel)
+                continue
+            yield from _unseen(rest or [], container, yielded)
+            cut = None
+            drained.add(container)
+            continue
         seen = 0
         try:
             for line in watch.Watch().stream(
@@ -422,11 +442,24 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
             cut = (container, pod["metadata"]["name"])
             outage.failed(err, cancel)
             continue
-        if job is None or is_final(job_state(job)):
+        if job is None:
+            return
+        if is_final(job_state(job)):
+            # What a stream ended early (`Cancellation.interrupt`) did not bring.
+            with contextlib.suppress(ClusterError):
+                rest = read_log(cluster, pod["metadata"]["name"], kind.log_container)
+                yield from _unseen(rest or [], container, yielded)
             return
         # The pod ended or was replaced while the job goes on: follow its successor.
         waiting_since = time.monotonic()
         cancel.sleep(poll_s, cluster.sleep)
+
+
+def _unseen(lines: list[str], container: str, yielded: dict[str, int]) -> Iterator[str]:
+    """The lines of `container`'s log after those already yielded."""
+    for line in lines[yielded.get(container, 0) :]:
+        yielded[container] = yielded.get(container, 0) + 1
+        yield line
 
 
 def _read_timed_out(exc: BaseException) -> bool:
