@@ -57,6 +57,9 @@ class Faults:
     silent_log_streams: int = 0
     """The next N log follows answer 200 and then send nothing, never ending (a connection
     dropped without a FIN: NAT timeout, a dead node's kubelet)."""
+    open_log_streams: bool = False
+    """Log follows stay open after their container ended, until the client leaves (kwok's
+    kubelet API; the kubelet ends them)."""
     drop_log_after: list[int] = field(default_factory=list)
     """The next log follows are cut mid-chunk after this many lines each (the API server
     restarting under a `logs -f`)."""
@@ -500,7 +503,7 @@ def _handler_for(server: FakeKubeApiServer):
                             raise _Dropped
                         self._chunk(line.encode() + b"\n")
                         sent += 1
-                    if operator.log_closed(uid):
+                    if operator.log_closed(uid) and not faults.open_log_streams:
                         return self._end_stream()
                     if self._client_gone():
                         self.close_connection = True

@@ -113,6 +113,9 @@ def test_an_operator_run_third_kind_is_read_suspended_counted_and_pinned():
 def test_a_jobset_run_third_kind_is_read_by_its_jobs_and_named_by_its_pods():
     assert state.nodes(mpi_job(3, [])) == 3
     assert state.job_state(mpi_job(3, [], active=3)) == "Running"
+    ending = mpi_job(3, [])  # its pods succeeded; Trainer has not set Complete yet
+    ending["status"]["jobsStatus"] = [{"active": 0, "succeeded": 1, "failed": 0}]
+    assert state.job_state(ending) == "Running"  # not back to Created
     assert state.job_state(mpi_job(3, ["Complete"])) == "Succeeded"
     assert state.finished_at(mpi_job(3, ["Complete"])) == "2026-01-01T00:00:00Z"
     [pinned] = pin_images([mpi_job(3, [])], resolve=lambda image: f"{image}@pinned")

@@ -8,10 +8,18 @@ from itertools import pairwise
 
 import pytest
 
+from jobs.backends.kubernetes import following
 from jobs.backends.kubernetes.client.api import ClusterError
+from jobs.backends.kubernetes.client.kinds import PYTORCHJOB
 from jobs.backends.kubernetes.client.state import job_state
 from jobs.backends.kubernetes.client.submit import submit
-from jobs.backends.kubernetes.client.watch import MAX_OUTAGE_S, follow_log, wait_for_end
+from jobs.backends.kubernetes.client.watch import (
+    FORBIDDEN_AFTER_OUTAGE_S,
+    MAX_BACKOFF_S,
+    MAX_OUTAGE_S,
+    follow_log,
+    wait_for_end,
+)
 from testing_support.k8s.cluster import NAMESPACE, config_map, pytorch_job
 from testing_support.k8s.fake_operator import JobPlan
 
@@ -182,3 +190,60 @@ def test_a_silently_dropped_log_stream_is_reopened_not_waited_on_forever(
     assert not follower.is_alive(), "follow_log blocked on a dead connection"
     assert lines[-1] == "[w7-master-0] step 6 loss 0.667"
     assert len(lines) == len(set(lines)) == 6
+
+
+def test_refusals_as_the_api_server_comes_back_are_waited_out(apiserver, cluster):
+    """A restarted kube-apiserver answers 403 until its RBAC informers have synced: after an
+    outage, the follow and the wait go on through a few of them (FORBIDDEN_AFTER_OUTAGE_S)."""
+    apiserver.operator.default = JobPlan(steps=4, step_seconds=0.05)
+    with_fake_clock(cluster)
+    submit(cluster, [config_map("w9"), pytorch_job("w9", workers=0)])
+    apiserver.faults.read_errors = [503] * cluster.retry.attempts + [403, 403, 403]
+    lines = list(follow_log(cluster, "w9", rank=0, poll_s=0.02))
+    assert lines[-1] == "[w9-master-0] step 4 loss 1.000"
+    assert not apiserver.faults.read_errors  # it went through every refusal
+
+    apiserver.faults.read_errors = [503] * cluster.retry.attempts + [403, 403]
+    job = wait_for_end(cluster, "w9")
+    assert job is not None and job_state(job) == "Succeeded"
+
+
+def test_a_refusal_without_an_outage_is_final_at_once(apiserver, cluster):
+    submit(cluster, [config_map("w10"), pytorch_job("w10")])
+    apiserver.faults.read_errors = [403, 403]
+    before = apiserver.count("GET", "/pytorchjobs/w10")
+    with pytest.raises(ClusterError) as caught:
+        wait_for_end(cluster, "w10")
+    assert str(caught.value).startswith(f"watch PyTorchJob {NAMESPACE}/w10 failed: 403 ")
+    assert apiserver.count("GET", "/pytorchjobs/w10") - before == 1
+
+
+def test_refusals_that_go_on_after_an_outage_end_the_follow(apiserver, cluster):
+    apiserver.operator.default = JobPlan(hold=True)
+    clock = with_fake_clock(cluster)
+    submit(cluster, [config_map("w11"), pytorch_job("w11")])
+    apiserver.faults.read_errors = [503] * cluster.retry.attempts + [403] * 10_000
+    with pytest.raises(ClusterError) as caught:
+        list(follow_log(cluster, "w11", rank=0, poll_s=0.02))
+    assert " failed: 403 " in str(caught.value)
+    assert clock.now < FORBIDDEN_AFTER_OUTAGE_S + 2 * MAX_BACKOFF_S  # not the whole outage's
+
+
+def test_a_log_stream_left_open_after_the_end_does_not_hold_the_follow(apiserver, cluster):
+    """kwok's kubelet API keeps a log follow open after its container ended (the kubelet ends
+    it): `logs -f` and `--wait` still end once the job has, with every line once."""
+    apiserver.operator.default = JobPlan(steps=4, step_seconds=0.3)  # followed while it runs
+    apiserver.faults.open_log_streams = True
+    submit(cluster, [config_map("w12"), pytorch_job("w12", workers=0)])
+    seen: list[str] = []
+    outcome: list = []
+    follower = threading.Thread(
+        target=lambda: seen.extend(following.follow(cluster, "w12", 0, PYTORCHJOB, outcome, None)),
+        daemon=True,
+    )
+    follower.start()
+    follower.join(30)
+    assert not follower.is_alive(), f"the follow did not end: {seen[-5:]}"
+    steps = [line for line in seen if " step " in line]
+    assert steps == [f"[w12-master-0] step {n} loss {4.0 / n:.3f}" for n in range(1, 5)]
+    assert seen[-1] == "[trainstack] w12: Succeeded" and outcome[0].state == "succeeded"

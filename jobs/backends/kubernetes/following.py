@@ -20,6 +20,11 @@ from jobs.backends.kubernetes.submitting import Submissions, submit_stamped
 
 MAX_BACKOFF_S = 900.0
 """The backoff before a resubmission doubles per retry up to this (15 min)."""
+LOG_END_GRACE_S = 3.0
+"""How long after the job's end the log's stream may stay open before it is reopened (and an
+ended container's log read to its end): the kubelet ends the follow of an exited container,
+kwok's kubelet API (sigs.k8s.io/kwok v0.8.0, pkg/kwok/server/debugging_logs.go: "streams the
+logs until the connection is closed by the client") never does."""
 
 
 def follow(
@@ -40,13 +45,21 @@ def follow(
     lines: queue.Queue = queue.Queue()
     done = object()
 
+    log_ended = threading.Event()
+
     def pump_log() -> None:
         try:
             for line in follow_log(cluster, run_id, rank, kind=kind, cancel=cancel):
                 lines.put(line)
         except Exception as exc:
             lines.put(exc)
+        finally:
+            log_ended.set()
         lines.put(done)
+
+    def end_log() -> None:
+        while not log_ended.wait(LOG_END_GRACE_S) and not cancel.is_set():
+            cancel.interrupt()
 
     final_line: list[str] = []
 
@@ -59,6 +72,7 @@ def follow(
         try:
             job = wait_for_end(cluster, run_id, on_state=report, kind=kind, cancel=cancel)
             outcome.append(to_status(job) if job else deleted(run_id, kind))
+            threading.Thread(target=end_log, daemon=True).start()
         except Exception as exc:
             lines.put(exc)
         lines.put(done)

@@ -87,7 +87,9 @@ def _trainjob_state(job: dict, true_types: set[str]) -> str:
     if is_suspended(job) or "Suspended" in true_types:
         return "Cancelled" if is_cancelled(job) else "Suspended"
     jobs = (job.get("status") or {}).get("jobsStatus") or []
-    if any(int(j.get("active") or 0) > 0 for j in jobs):
+    # Its pods ended but Complete is not set yet (Trainer writes the counts first, the
+    # condition on a later reconcile): still Running, not back to Created.
+    if any(int(j.get("active") or 0) + int(j.get("succeeded") or 0) > 0 for j in jobs):
         return "Running"
     if is_cancelled(job):
         return "Cancelled"

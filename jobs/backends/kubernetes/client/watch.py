@@ -44,6 +44,15 @@ MAX_OUTAGE_S = 1800.0
 """How long `wait_for_end` keeps reconnecting through an unreachable or failing API server
 (transient errors only: 429, 5xx, timeouts, dropped connections) before giving up: a control
 plane upgrade or a network blip must not end a --wait (and its second-line restarts)."""
+FORBIDDEN_AFTER_OUTAGE_S = 30.0
+"""How long refusals (403) right after an outage are taken for an API server that came back
+before its authorizer: kube-apiserver serves requests before its RBAC informers have synced
+(k8s.io/apiserver v0.35.4, pkg/server/genericapiserver.go `NonBlockingRunWithContext`: `Serve`,
+then `RunPostStartHooks`, whose generic-apiserver-start-informers starts them; config.go adds
+the informer-sync readyz check), and plugin/pkg/auth/authorizer/rbac/rbac.go (kubernetes
+v1.35.4) denies what its empty listers hold no binding for. client-go's reflector retries such
+a refusal with backoff (tools/cache/reflector.go `RunWithContext`). A 403 with no outage before
+it is final at once."""
 MAX_BACKOFF_S = 30.0
 WATCH_WINDOW_S = 60
 """Server-side timeout of one watch request; the watch then reconnects from where it was."""
@@ -73,6 +82,14 @@ class Cancellation:
 
     def set(self) -> None:
         self.event.set()
+        with self._lock:
+            responses = list(self._open)
+        for response in responses:
+            _shutdown(response)
+
+    def interrupt(self) -> None:
+        """Shut down every open stream without stopping the follow: its loops look again (a
+        log stream kwok keeps open after its container ended: `_follow_log`)."""
         with self._lock:
             responses = list(self._open)
         for response in responses:
@@ -122,18 +139,18 @@ class _Outage:
 
     def __init__(self, cluster: Cluster, what: str) -> None:
         self.cluster, self.what = cluster, what
-        self.failures, self.since = 0, None
+        self.failures, self.since, self.forbidden_since = 0, None, None
 
     def over(self) -> None:
-        self.failures, self.since = 0, None
+        self.failures, self.since, self.forbidden_since = 0, None, None
 
     def failed(self, exc: BaseException, cancel: Cancellation) -> None:
         if isinstance(exc, ClusterError) and exc.__cause__ is not None:
             exc = exc.__cause__  # a read that ran out of its own retries
-        if not is_transient(exc):
+        now = self.cluster.clock()
+        if not is_transient(exc) and not self._authorizer_catching_up(exc, now):
             raise ClusterError(f"{self.what} failed: {describe(exc)}") from exc
         self.failures += 1
-        now = self.cluster.clock()
         self.since = now if self.since is None else self.since
         if now - self.since > MAX_OUTAGE_S:
             raise ClusterError(
@@ -142,6 +159,15 @@ class _Outage:
             ) from exc
         base = self.cluster.retry.base_delay_s
         cancel.sleep(min(base * 2 ** min(self.failures, 20), MAX_BACKOFF_S), self.cluster.sleep)
+
+    def _authorizer_catching_up(self, exc: BaseException, now: float) -> bool:
+        """A 403 during an outage (transient failures before it, no success since), for at
+        most FORBIDDEN_AFTER_OUTAGE_S from the first: the API server restarted and its RBAC
+        authorizer has not caught up (FORBIDDEN_AFTER_OUTAGE_S)."""
+        if status_of(exc) != 403 or self.since is None:
+            return False
+        self.forbidden_since = now if self.forbidden_since is None else self.forbidden_since
+        return now - self.forbidden_since <= FORBIDDEN_AFTER_OUTAGE_S
 
 
 def wait_for_end(
@@ -357,6 +383,18 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
                 )
             cancel.sleep(poll_s, cluster.sleep)
             continue
+        if phase in ("Succeeded", "Failed"):
+            # An ended container's log is read to its end, not followed: the kubelet ends the
+            # follow of an exited container, kwok's kubelet API never does.
+            try:
+                rest = read_log(cluster, pod["metadata"]["name"], kind.log_container)
+            except ClusterError as err:
+                outage.failed(err, cancel)
+                continue
+            yield from _unseen(rest or [], container, yielded)
+            cut = None
+            drained.add(container)
+            continue
         seen = 0
         try:
             for line in watch.Watch().stream(
@@ -404,11 +442,24 @@ def _follow_log(cluster, name, rank, poll_s, start_timeout_s, cancel, read_log_s
             cut = (container, pod["metadata"]["name"])
             outage.failed(err, cancel)
             continue
-        if job is None or is_final(job_state(job)):
+        if job is None:
+            return
+        if is_final(job_state(job)):
+            # What a stream ended early (`Cancellation.interrupt`) did not bring.
+            with contextlib.suppress(ClusterError):
+                rest = read_log(cluster, pod["metadata"]["name"], kind.log_container)
+                yield from _unseen(rest or [], container, yielded)
             return
         # The pod ended or was replaced while the job goes on: follow its successor.
         waiting_since = time.monotonic()
         cancel.sleep(poll_s, cluster.sleep)
+
+
+def _unseen(lines: list[str], container: str, yielded: dict[str, int]) -> Iterator[str]:
+    """The lines of `container`'s log after those already yielded."""
+    for line in lines[yielded.get(container, 0) :]:
+        yielded[container] = yielded.get(container, 0) + 1
+        yield line
 
 
 def _read_timed_out(exc: BaseException) -> bool:
