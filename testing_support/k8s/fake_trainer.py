@@ -227,6 +227,9 @@ class FakeTrainer(FakeController):
             ) != "Failed":
                 self._set_phase(pod, namespace, phase)
             self._closed.add(self._uid(pod, namespace))
+        # As on the real control plane: the ended pods are counted nowhere for a moment before
+        # the condition comes (jobs.backends.kubernetes.client.state `went_back`).
+        self._active(name, namespace, 0)
         reason, message = why
         if kind == "Failed":  # JobSet names the first failed Job: `<jobset>-<rjob>-<index>`
             message = f"{message} (first failed job: {name}-node-0)"

@@ -67,10 +67,17 @@ def _when(predicate, action) -> threading.Thread:
     return thread
 
 
+STATE_LINE = "[trainstack] tj1: "
+
+
 def test_launch_wait_runs_a_trainjob_on_its_runtime_to_success(apiserver, trainstack, capsys):
     assert launch(trainstack, "--wait", "run_id=tj1") == 0
     out = capsys.readouterr().out
     assert "[trainstack] tj1: Succeeded" in out and "tj1: succeeded" in out
+    # Its pods ended are counted nowhere for a moment (fake_trainer `_end`, as the real control
+    # plane does): a read that looks like Created again, not shown as a change.
+    states = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith(STATE_LINE)]
+    assert states[-2:] == ["Running", "Succeeded"], states
     assert "step 4 loss 1.000" in out  # rank 0's log, followed through the JobSet's pod
     job = apiserver.get("trainjobs", "tj1", NAMESPACE)
     assert job["spec"]["runtimeRef"]["name"] == "trainstack-p4d-24xlarge"

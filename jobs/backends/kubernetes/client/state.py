@@ -188,6 +188,22 @@ def is_final(state: str) -> bool:
     return state in FINAL_STATES
 
 
+PRE_START_STATES = ("Pending", "Created")
+
+
+def went_back(previous: str | None, state: str) -> bool:
+    """`state` read after `previous` is a moment's read of a running job, not a change: a
+    TrainJob's pods that just ended are counted nowhere for a moment. The Job controller first
+    moves a finished pod to `status.uncountedTerminatedPods` with `active` already lowered,
+    and counts it as succeeded on a later sync (kubernetes v1.35.4,
+    pkg/controller/job/job_controller.go `trackJobStatusAndRemoveFinalizers`); JobSet counts a
+    Job active only for `status.active > 0` and ready only for `succeeded + ready` (jobset
+    v0.12.0, pkg/controllers/jobset_controller.go `calculateReplicatedJobStatuses`), and
+    Trainer copies those counts. Such a read looks like a job not started yet (Created), so
+    a follower keeps Running until a state that is not a pre-start one comes."""
+    return previous == "Running" and state in PRE_START_STATES
+
+
 def is_cancelled(job: dict) -> bool:
     return CANCELLED_ANNOTATION in annotations(job)
 

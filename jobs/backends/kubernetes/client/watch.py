@@ -35,7 +35,13 @@ from jobs.backends.kubernetes.client.kinds import (
     JobKind,
     kind_of,
 )
-from jobs.backends.kubernetes.client.state import check_rank, is_final, job_state, pod_for_rank
+from jobs.backends.kubernetes.client.state import (
+    check_rank,
+    is_final,
+    job_state,
+    pod_for_rank,
+    went_back,
+)
 
 MAX_RECONNECTS = 5
 """Consecutive log connections refused for another reason than an outage (no line in
@@ -190,7 +196,7 @@ def wait_for_end(
     def observe(job: dict) -> bool:
         nonlocal last_state
         state = job_state(job)
-        if state != last_state:
+        if state != last_state and not went_back(last_state, state):
             last_state = state
             on_state(state, job)
         return is_final(state)
