@@ -5,7 +5,8 @@ one submission twice and one the service refuses (testing_support/api_load.py).
 
 What the API server holds afterwards is the judge: no 5xx, no run twice, every accepted run
 there exactly once, no refused run there. Each user submits E2E_LOAD_RUNS runs (default 1, so
-the tier stays short); benchmarks/bench_api_load.py runs the full 50 x 10 for the figures.
+the tier stays short); benchmarks/bench_api_load_localcluster.py runs the full 50 x 10 on
+the real control plane for the figures (benchmarks/bench_api_load.py: on the test double).
 """
 
 from __future__ import annotations
