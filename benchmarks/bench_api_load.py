@@ -6,9 +6,10 @@ the service refuses (testing_support/api_load.py).
 (infra.training_api.serve_args; local run dirs instead of the stack's bucket, as the API tests
 run it) against the Kubernetes REST API test double and its operator (every run held active,
 so a resubmission is `already active`). tests/e2e/test_e2e_api_load.py runs the same load,
-smaller, against the real control plane. Figures: submit and list p50/p99, and what the
-promises come to: 5xx, run ids accepted twice, accepted runs missing on the cluster, refused
-runs left on it. BENCH_API_LOAD_USERS / BENCH_API_LOAD_RUNS shrink it.
+smaller, against the real control plane, and bench_api_load_localcluster.py the full one.
+Figures: submit and list p50/p99, and what the promises come to: 5xx, run ids accepted twice,
+accepted runs missing on the cluster, refused runs left on it. BENCH_API_LOAD_USERS /
+BENCH_API_LOAD_RUNS shrink it.
 Targets: no 5xx, and nothing lost, duplicated or left behind (latency is the machine's: a
 shared 2-core box; submissions queue behind Hydra's one composition at a time).
 """

@@ -4,8 +4,8 @@ moment; among its submissions are one it sends twice (a client retrying) and one
 refuses (a bad value). What came back is kept per request, so a test or benchmark can check it
 against what the cluster holds: no 5xx, every accepted run exactly once, no refused run left.
 
-Used by tests/e2e/test_e2e_api_load.py (the real control plane) and benchmarks/bench_api_load.py
-(the Kubernetes API test double, for the figures).
+Used by tests/e2e/test_e2e_api_load.py and benchmarks/bench_api_load_localcluster.py (the real
+control plane) and benchmarks/bench_api_load.py (the Kubernetes API test double).
 """
 
 from __future__ import annotations

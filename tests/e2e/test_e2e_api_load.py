@@ -5,7 +5,8 @@ one submission twice and one the service refuses (testing_support/api_load.py).
 
 What the API server holds afterwards is the judge: no 5xx, no run twice, every accepted run
 there exactly once, no refused run there. Each user submits E2E_LOAD_RUNS runs (default 1, so
-the tier stays short); benchmarks/bench_api_load.py runs the full 50 x 10 for the figures.
+the tier stays short); benchmarks/bench_api_load_localcluster.py runs the full 50 x 10 on
+the real control plane for the figures (benchmarks/bench_api_load.py: on the test double).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import asyncio
 import os
 
 from testing_support.api_load import figures, run_load
-from tests.e2e.conftest import JOBS, KUEUE_API, RUN_ID_LABEL, eventually
-from tests.e2e.test_e2e_serve import api_account, deployed_api
+from testing_support.deployed_api import deployed_api
+from testing_support.local_control_plane import remove_jobs
+from tests.e2e.conftest import JOBS
+from tests.e2e.test_e2e_serve import api_account
 
 USERS = 50
 RUNS = int(os.environ.get("E2E_LOAD_RUNS", "1"))
@@ -42,43 +45,5 @@ def test_fifty_users_at_once_lose_nothing_and_duplicate_nothing(
             assert len(result.accepted) == USERS * RUNS
             print(f"\n[scenario 4] {figures(result)}")
         finally:
-            remove_all(local_cluster, tokens)
-
-
-def remove_all(cluster, tokens: dict[str, str]) -> None:
-    """Every job of the load's users, deleted at once; then wait for their pods to go."""
-    api_version, kind = KIND
-    mine = [
-        j for j in cluster.items(api_version, kind) if j["metadata"]["name"].split("-")[0] in tokens
-    ]
-    for job in mine:
-        cluster.resource(api_version, kind).delete(
-            name=job["metadata"]["name"],
-            namespace="training",
-            body={"propagationPolicy": "Background"},
-        )
-    names = {j["metadata"]["name"] for j in mine}
-    eventually(
-        lambda: (
-            not [
-                p
-                for p in cluster.items("v1", "Pod")
-                if (p["metadata"].get("labels") or {}).get(RUN_ID_LABEL) in names
-            ]
-        ),
-        "the load's pods gone",
-        timeout=180,
-    )
-    # And their Workloads (Kueue's finalizer goes after the job): the tests after this one
-    # start with an empty queue, not 50 Workloads being deleted ahead of theirs.
-    eventually(
-        lambda: (
-            not [
-                w
-                for w in cluster.items(KUEUE_API, "Workload")
-                if {o.get("name") for o in w["metadata"].get("ownerReferences") or []} & names
-            ]
-        ),
-        "the load's Workloads gone",
-        timeout=180,
-    )
+            mine = {j["metadata"]["name"] for j in local_cluster.items(*KIND)}
+            remove_jobs(local_cluster, *KIND, {n for n in mine if n.split("-")[0] in tokens})

@@ -2,10 +2,7 @@
 serve_args), authenticated as its own ServiceAccount, so the Role infra renders is what limits
 it: its routes work, and what the Role does not grant is a 403 from the real RBAC.
 
-What differs from the pod, and why: it listens on 127.0.0.1 (not 0.0.0.0) on a free port, the
-token hashes and TLS files are temporary files at the paths the flags name, the S3 root is a
-bucket on the session's moto server, and its kubeconfig holds a token the API server issued for
-the ServiceAccount (TokenRequest), as the projected token in the pod would be."""
+How it is started, and how that differs from the pod: testing_support/deployed_api.py."""
 
 from __future__ import annotations
 
@@ -15,48 +12,23 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client as kube
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from infra.bucket_layout import published_grants
-from infra.training_api import TLS_DIR, TOKEN_DIR, api_name, serve_args
-from jobs.api.auth import token_hash
 from jobs.backends.kubernetes.eval_job import eval_selector, job_name
 from jobs.backends.kubernetes.eval_schedule import PLAN_ANNOTATION
-from localcluster.objects import REPOSITORY, local_stack
-from testing_support.api_process import ApiProcess, free_port
-from testing_support.s3_server import s3_env
-from tests.e2e.conftest import CHECKOUT_ENV, NAMESPACE, TRAINSTACK, eventually, remove_run
+from testing_support.deployed_api import api_account_kubeconfig, deployed_api
+from tests.e2e.conftest import NAMESPACE, eventually, remove_run
 
 TOKEN = "ts-e2e-0123456789abcdef"
 USER = "e2e"
 
 
-def service_account_kubeconfig(cluster, account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as `account` with a token the API server issued."""
-    core = kube.CoreV1Api(kube_config.new_client_from_config(str(cluster.state.kubeconfig)))
-    request = kube.AuthenticationV1TokenRequest(
-        spec=kube.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    )
-    token = core.create_namespaced_service_account_token(account, NAMESPACE, request).status.token
-    admin = yaml.safe_load(cluster.state.kubeconfig.read_text())
-    admin["users"] = [{"name": account, "user": {"token": token}}]
-    admin["contexts"] = [
-        {"name": "local", "context": {"cluster": "local", "user": account, "namespace": NAMESPACE}}
-    ]
-    path.write_text(yaml.safe_dump(admin))
-    return path
-
-
 @pytest.fixture(scope="module")
 def api_account(local_cluster, tmp_path_factory) -> Path:
-    account = api_name(local_stack().cluster.name)
-    return service_account_kubeconfig(
-        local_cluster, account, tmp_path_factory.mktemp("api") / "kubeconfig"
-    )
+    return api_account_kubeconfig(local_cluster, tmp_path_factory.mktemp("api") / "kubeconfig")
 
 
 @pytest.fixture(scope="module")
@@ -64,71 +36,6 @@ def served(local_cluster, api_account, moto_s3, tmp_path_factory) -> Iterator[tu
     home = tmp_path_factory.mktemp("serve")
     with deployed_api(local_cluster, api_account, moto_s3, home, {USER: TOKEN}) as where:
         yield where
-
-
-@contextlib.contextmanager
-def deployed_api(
-    local_cluster, api_account: Path, moto_s3, home: Path, users: dict[str, str]
-) -> Iterator[tuple[str, Path]]:
-    """`trainstack serve` as deployed (the module docstring), with a token per user; yields
-    its URL and the CA that signed its certificate."""
-    api = deployed_process(local_cluster, api_account, moto_s3, home, users)
-    try:
-        api.start(timeout_s=60)
-        yield api.url, Path(api.verify)
-    finally:
-        api.stop()
-
-
-def deployed_process(
-    local_cluster, api_account: Path, moto_s3, home: Path, users: dict[str, str]
-) -> ApiProcess:
-    """`deployed_api`'s service, not started: for tests that kill and restart it."""
-    tokens = home / "token-hashes"
-    tokens.mkdir()
-    for user, token in users.items():
-        (tokens / user).write_text(f"{token_hash(token)} {user}")
-    tls = local_cluster.state.directory / "pki"
-    bucket = "e2e-runs"
-    with contextlib.suppress(Exception):  # made by an earlier start this session
-        moto_s3.client().create_bucket(Bucket=bucket)
-    port = free_port()
-    # What infra/__main__.py passes the TrainingApi for the local stack: its runtimes, its
-    # queue, its operator's kind and its S3 grants (here on the session's bucket).
-    stack = local_stack()
-    args = serve_args(
-        NAMESPACE,
-        f"s3://{bucket}/runs",
-        REPOSITORY,
-        tls="pod",
-        job_api=stack.training_operator,
-        node_groups=tuple((g.name, g.instance.name, g.max_size) for g in stack.gpu_node_groups),
-        queue=stack.kueue.local_queue if stack.kueue else None,
-        grants=published_grants(bucket, stack.data_access),
-    )
-    # The deployed flags, with the pod's paths and address swapped for this machine's.
-    swapped = {
-        "--host=0.0.0.0": "--host=127.0.0.1",
-        f"--port={8080}": f"--port={port}",
-        f"--token-hashes={TOKEN_DIR}": f"--token-hashes={tokens}",
-        f"--tls-cert={TLS_DIR}/tls.crt": f"--tls-cert={tls / 'webhook.crt'}",
-        f"--tls-key={TLS_DIR}/tls.key": f"--tls-key={tls / 'webhook.key'}",
-    }
-    assert set(swapped) <= set(args), args
-    argv = [swapped.get(arg, arg) for arg in args]
-    env = {
-        **CHECKOUT_ENV,
-        **s3_env(moto_s3.url),
-        "KUBECONFIG": str(api_account),
-        "TRAINSTACK_CONFIG_PATH": str(home / "config"),
-    }
-    return ApiProcess.of_command(
-        [str(TRAINSTACK), *argv],
-        f"https://127.0.0.1:{port}",
-        home,
-        env=env,
-        verify=str(tls / "ca.crt"),
-    )
 
 
 def test_routes_work_as_the_api_service_account(local_cluster, served):
